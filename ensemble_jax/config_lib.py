@@ -1,0 +1,192 @@
+"""The config schema: every hyper-parameter of every method, with its default.
+
+Workload configs in `experiments/configs/` start from `base_config()` and change values;
+`validate()` rejects keys the schema does not know and values that cannot work, before
+anything is compiled, with a message naming the field, the value and the fix.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+
+import ml_collections
+
+METHODS = ("data_parallel",)
+OPTIMIZERS = ("sgd", "adamw")
+AUGMENTS = ("none", "crop_flip", "inception")
+TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf)}
+
+
+class ConfigError(ValueError):
+  """A config value that cannot work; the message names the field and the fix."""
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  # Mesh axes as [(name, size)]; -1 means "all remaining devices".
+  c.mesh = [("data", -1)]
+
+  c.method = ml_collections.ConfigDict()
+  c.method.name = "data_parallel"
+  c.method.fsdp = False  # shard params and optimizer state over `data` (ZeRO-3 style)
+  c.method.fsdp_min_size = 2**14  # leaves smaller than this stay replicated
+
+  c.data = ml_collections.ConfigDict()
+  c.data.dataset = "fashion_mnist"  # fashion_mnist | cifar10 | imagenet2012 | any TFDS image set
+  c.data.source = "idx"  # idx (embedded Fashion-MNIST files) | tfds (array_record data_source)
+  c.data.data_dir = ""  # "" -> $ENSEMBLE_JAX_DATA_DIR or ~/.cache/ensemble_jax (idx); TFDS default (tfds)
+  c.data.image_size = 28
+  c.data.train_augment = "crop_flip"  # none | crop_flip | inception
+  c.data.crop_padding = 2  # pixels of zero padding before the random crop (crop_flip)
+  c.data.eval_resize = 0  # resize the shorter side to this, then center-crop (0: resize to image_size)
+  c.data.mean = (0.286,)  # per-channel, in [0, 1]; applied on device
+  c.data.std = (0.353,)
+  c.data.prefetch = 4  # batches prepared ahead by grain's threads
+  c.data.num_threads = 2
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "resnet18"  # resnet18 | resnet34 | resnet50
+  c.model.width = 16  # channels of the first stage (64 for the published ResNets)
+  c.model.stem = "small"  # small (28x28, 32x32) | imagenet
+  c.model.dtype = "float32"  # compute dtype; params are float32
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.name = "adamw"  # sgd | adamw
+  # Linear scaling rule: peak lr = learning_rate * batch_size / base_batch_size.
+  c.optim.learning_rate = 3e-3
+  c.optim.base_batch_size = 128
+  c.optim.warmup_epochs = 0.1
+  c.optim.schedule = "cosine"  # cosine | constant (both after linear warmup)
+  c.optim.weight_decay = 5e-4  # decoupled for adamw; L2 added to grads for sgd
+  c.optim.momentum = 0.9  # sgd
+  c.optim.nesterov = True  # sgd
+  c.optim.b1 = 0.9  # adamw
+  c.optim.b2 = 0.999  # adamw
+  c.optim.grad_clip_norm = 0.0  # 0 disables
+  c.optim.label_smoothing = 0.0
+
+  c.train = ml_collections.ConfigDict()
+  c.train.batch_size = 128  # global batch (data_parallel)
+  # Duration: exactly one of num_steps / num_epochs is > 0.
+  c.train.num_steps = 0
+  c.train.num_epochs = 2.0
+  c.train.log_every_steps = 50
+  c.train.timing_warmup_steps = 2  # steps excluded from the median step time
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_steps = 0  # 0: evaluate once per epoch
+  c.eval.batch_size = 1000
+  c.eval.num_examples = 0  # 0: the whole eval split
+  c.eval.split = "test"
+  c.eval.target_metric = "accuracy"  # accuracy | nll
+  c.eval.target_value = 0.91
+
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.every_steps = 0  # 0: only at the end
+  c.checkpoint.max_to_keep = 2
+  return c
+
+
+def _flat(config, prefix=""):
+  for k, v in config.items():
+    if isinstance(v, ml_collections.ConfigDict):
+      yield from _flat(v, f"{prefix}{k}.")
+    else:
+      yield f"{prefix}{k}", v
+
+
+def get(config, dotted: str):
+  """config.get('a.b') for a dotted path."""
+  for part in dotted.split("."):
+    config = config[part]
+  return config
+
+
+def _need(ok: bool, field: str, value, fix: str):
+  if not ok:
+    raise ConfigError(f"config.{field}={value!r}: {fix}")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError on the first key or value that cannot work."""
+  known = dict(_flat(base_config()))
+  for key, _ in _flat(config):
+    if key not in known:
+      close = difflib.get_close_matches(key, list(known), n=1)
+      hint = f" Did you mean config.{close[0]}?" if close else ""
+      raise ConfigError(f"config.{key}: unknown key.{hint} Known keys are listed in "
+                        "ensemble_jax/config_lib.py:base_config().")
+  for key, default in known.items():
+    try:
+      value = get(config, key)
+    except (AttributeError, KeyError):
+      raise ConfigError(f"config.{key}: missing. Start configs from "
+                        "ensemble_jax.config_lib.base_config().") from None
+    numeric = (int, float)
+    if isinstance(default, bool):
+      _need(isinstance(value, bool), key, value, "must be True or False.")
+    elif isinstance(default, numeric) and not isinstance(default, bool):
+      _need(isinstance(value, numeric) and not isinstance(value, bool), key, value,
+            f"must be a number like {default!r}.")
+    elif isinstance(default, str):
+      _need(isinstance(value, str), key, value, f"must be a string like {default!r}.")
+
+  _need(config.method.name in METHODS, "method.name", config.method.name,
+        f"choose one of {METHODS}.")
+  _need(config.optim.name in OPTIMIZERS, "optim.name", config.optim.name,
+        f"choose one of {OPTIMIZERS}.")
+  _need(config.data.train_augment in AUGMENTS, "data.train_augment",
+        config.data.train_augment, f"choose one of {AUGMENTS}.")
+  _need(config.data.source in ("idx", "tfds"), "data.source", config.data.source,
+        "choose 'idx' (embedded Fashion-MNIST files) or 'tfds'.")
+  _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
+        config.optim.schedule, "choose 'cosine' or 'constant'.")
+  for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",
+                "optim.base_batch_size", "train.log_every_steps"):
+    value = get(config, field)
+    _need(value > 0, field, value, "must be > 0.")
+  for field in ("train.num_steps", "train.num_epochs", "eval.every_steps",
+                "eval.num_examples", "checkpoint.every_steps", "optim.learning_rate",
+                "optim.weight_decay", "optim.warmup_epochs", "data.crop_padding"):
+    value = get(config, field)
+    _need(value >= 0, field, value, "must be >= 0.")
+  _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",
+        (config.train.num_steps, config.train.num_epochs),
+        "set exactly one of train.num_steps and train.num_epochs to a value > 0.")
+  _need(len(config.data.mean) == len(config.data.std), "data.mean", config.data.mean,
+        f"must have as many channels as data.std={config.data.std!r}.")
+  metric = config.eval.target_metric
+  _need(metric in TARGET_RANGES, "eval.target_metric", metric,
+        f"choose one of {tuple(TARGET_RANGES)}.")
+  lo, hi = TARGET_RANGES[metric]
+  _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
+        f"{metric} lies in [{lo}, {hi}].")
+  _validate_mesh(config.mesh)
+
+
+def _validate_mesh(mesh) -> None:
+  try:
+    axes = [(str(name), int(size)) for name, size in mesh]
+  except (TypeError, ValueError):
+    raise ConfigError(f"config.mesh={mesh!r}: must be a list of (axis_name, size) pairs, "
+                      "e.g. [('data', -1)].") from None
+  names = [n for n, _ in axes]
+  _need(len(set(names)) == len(names), "mesh", mesh, "axis names must be unique.")
+  _need(sum(s == -1 for _, s in axes) <= 1, "mesh", mesh, "at most one axis may be -1.")
+  _need(all(s == -1 or s > 0 for _, s in axes), "mesh", mesh,
+        "sizes must be positive or -1 (all remaining devices).")
+  _need(all(n in ("data", "worker") for n in names), "mesh", mesh,
+        "axis names must be 'data' or 'worker'.")
+
+
+def num_train_steps(config, num_train_examples: int) -> int:
+  """Durations are given in steps or epochs; this is the one place they become steps."""
+  if config.train.num_steps > 0:
+    return int(config.train.num_steps)
+  return max(1, int(math.ceil(config.train.num_epochs * num_train_examples
+                              / config.train.batch_size)))
+
+
+def steps_per_epoch(config, num_train_examples: int) -> int:
+  return max(1, num_train_examples // config.train.batch_size)

@@ -1,0 +1,179 @@
+"""Image sources (embedded Fashion-MNIST idx files, any TFDS image dataset) and transforms.
+
+Sources give random access to uint8 images and integer labels. Transforms are pure numpy
+functions of (image, uniforms): the uniforms are drawn per consumer batch from
+(seed, consumer, step), so augmentation does not depend on how rows are split over
+processes. Normalisation happens on device (`normalize`), so hosts ship uint8.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import math
+import os
+from typing import Callable
+
+import numpy as np
+from PIL import Image
+
+from ensemble_jax.data import fetch
+
+NUM_UNIFORMS = 24  # per image: enough for any transform below
+
+
+@dataclasses.dataclass
+class ImageSource:
+  """Random access to a split: `images[i]` is HxWxC uint8 (sizes may vary for TFDS)."""
+  images: object  # np.ndarray [N,H,W,C] or a TFDS data source
+  labels: np.ndarray | None  # None: labels come with each TFDS record
+  num_classes: int
+  name: str
+
+  def __len__(self) -> int:
+    return len(self.images)
+
+  def get(self, index: int) -> tuple[np.ndarray, int]:
+    if self.labels is not None:
+      return self.images[index], int(self.labels[index])
+    record = self.images[int(index)]
+    image = np.asarray(record["image"])
+    if image.ndim == 2:
+      image = image[..., None]
+    return image, int(record["label"])
+
+
+@dataclasses.dataclass
+class ImageData:
+  train: ImageSource
+  eval: ImageSource
+  num_classes: int
+  image_shape: tuple[int, int, int]  # what the model sees: (S, S, C)
+
+
+def _read_idx(path: str) -> np.ndarray:
+  with gzip.open(path, "rb") as f:
+    raw = f.read()
+  ndim = raw[3]
+  dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+  data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+  if data.size != math.prod(dims):
+    raise ValueError(f"{path}: idx header says {dims} but holds {data.size} bytes; the file "
+                     "is truncated or corrupt. Delete it and run `make data` again.")
+  return data.reshape(dims)
+
+
+def load_fashion_mnist_idx(data_dir: str = "") -> tuple[ImageSource, ImageSource]:
+  root = fetch.require("fashion_mnist", data_dir or None)
+  splits = {}
+  for split, prefix in (("train", "train"), ("test", "t10k")):
+    images = _read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte.gz"))[..., None]
+    labels = _read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte.gz")).astype(np.int32)
+    splits[split] = ImageSource(images, labels, 10, f"fashion_mnist/{split}")
+  return splits["train"], splits["test"]
+
+
+def load_tfds(name: str, split: str, data_dir: str = "") -> ImageSource:
+  import tensorflow_datasets as tfds  # heavy import, only on this path
+
+  try:
+    source = tfds.data_source(name, split=split, data_dir=data_dir or None)
+  except Exception as e:  # tfds raises several types for "not prepared"
+    where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
+    raise fetch.DatasetUnavailableError(
+        f"TFDS dataset {name!r} (split {split!r}) is not prepared under {where}: {e}\n"
+        f"Prepare it as array_record, e.g. `tfds build {name} --data_dir={where} "
+        "--file_format=array_record` (imagenet2012 also needs --manual_dir with the "
+        "downloaded tar files), then set config.data.data_dir.") from e
+  num_classes = source.dataset_info.features["label"].num_classes
+  return ImageSource(source, None, num_classes, f"{name}/{split}")
+
+
+def load(data_config, eval_split: str) -> ImageData:
+  if data_config.source == "idx":
+    if data_config.dataset != "fashion_mnist":
+      raise ValueError(f"config.data.source='idx' serves only fashion_mnist, not "
+                       f"{data_config.dataset!r}; use config.data.source='tfds'.")
+    train, test = load_fashion_mnist_idx(data_config.data_dir)
+    if eval_split not in ("test", "validation"):
+      raise ValueError(f"config.eval.split={eval_split!r}: the idx files hold 'test' only.")
+    evaluation = test
+  else:
+    train = load_tfds(data_config.dataset, "train", data_config.data_dir)
+    evaluation = load_tfds(data_config.dataset, eval_split, data_config.data_dir)
+  channels = train.get(0)[0].shape[-1]
+  if channels != len(data_config.mean):
+    raise ValueError(f"config.data.mean={tuple(data_config.mean)} has {len(data_config.mean)} "
+                     f"channels but {train.name} images have {channels}; set data.mean and "
+                     "data.std per channel.")
+  size = data_config.image_size
+  return ImageData(train, evaluation, train.num_classes, (size, size, channels))
+
+
+# ---- transforms: (image HxWxC uint8, uniforms [NUM_UNIFORMS]) -> SxSxC uint8 ----
+
+
+def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  if image.shape[:2] == (height, width):
+    return image
+  pil = Image.fromarray(image[..., 0] if image.shape[-1] == 1 else image)
+  out = np.asarray(pil.resize((width, height), Image.BILINEAR))
+  return out[..., None] if out.ndim == 2 else out
+
+
+def _center_crop(image: np.ndarray, size: int, resize_to: int) -> np.ndarray:
+  h, w = image.shape[:2]
+  if resize_to:
+    scale = resize_to / min(h, w)
+    image = _resize(image, max(size, round(h * scale)), max(size, round(w * scale)))
+  else:
+    image = _resize(image, size, size)
+  h, w = image.shape[:2]
+  top, left = (h - size) // 2, (w - size) // 2
+  return image[top:top + size, left:left + size]
+
+
+def _crop_flip(image: np.ndarray, u: np.ndarray, size: int, padding: int) -> np.ndarray:
+  image = _resize(image, size, size)
+  padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)))
+  top = int(u[0] * (2 * padding + 1))
+  left = int(u[1] * (2 * padding + 1))
+  out = padded[top:top + size, left:left + size]
+  return out[:, ::-1] if u[2] < 0.5 else out
+
+
+def _inception_crop(image: np.ndarray, u: np.ndarray, size: int) -> np.ndarray:
+  """Random area in [8%, 100%], aspect ratio in [3/4, 4/3], then resize; and a flip."""
+  h, w = image.shape[:2]
+  area = h * w
+  crop = None
+  for attempt in range(10):
+    target = area * (0.08 + 0.92 * u[2 * attempt])
+    log_ratio = math.log(3 / 4) + (math.log(4 / 3) - math.log(3 / 4)) * u[2 * attempt + 1]
+    ratio = math.exp(log_ratio)
+    cw, ch = int(round(math.sqrt(target * ratio))), int(round(math.sqrt(target / ratio)))
+    if 0 < cw <= w and 0 < ch <= h:
+      top, left = int(u[20] * (h - ch + 1)), int(u[21] * (w - cw + 1))
+      crop = image[top:top + ch, left:left + cw]
+      break
+  if crop is None:  # fall back to the central square
+    s = min(h, w)
+    crop = image[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s]
+  out = _resize(np.ascontiguousarray(crop), size, size)
+  return out[:, ::-1] if u[22] < 0.5 else out
+
+
+def make_transform(data_config, train: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+  size = data_config.image_size
+  if not train or data_config.train_augment == "none":
+    return lambda image, u: _center_crop(image, size, data_config.eval_resize if not train else 0)
+  if data_config.train_augment == "crop_flip":
+    return lambda image, u: _crop_flip(image, u, size, data_config.crop_padding)
+  return lambda image, u: _inception_crop(image, u, size)
+
+
+def normalize(images_u8, mean, std):
+  """On device: uint8 [..., C] -> float32, per-channel standardised."""
+  import jax.numpy as jnp
+
+  x = images_u8.astype(jnp.float32) / 255.0
+  return (x - jnp.asarray(mean, jnp.float32)) / jnp.asarray(std, jnp.float32)

@@ -1,0 +1,23 @@
+"""Flags only: `python -m ensemble_jax.main --config=experiments/configs/X.py --workdir=DIR`.
+
+Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
+"""
+from absl import app, flags
+from ml_collections import config_flags
+
+from ensemble_jax import train
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and results go.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+
+
+if __name__ == "__main__":
+  app.run(main)

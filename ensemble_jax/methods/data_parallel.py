@@ -1,0 +1,76 @@
+"""The pjit baseline: one model, global batch sharded over `data`, an all-reduce per step.
+
+Params are replicated, or FSDP-sharded over `data` (`config.method.fsdp`); XLA's SPMD
+partitioner inserts the gradient all-reduce (or all-gather / reduce-scatter for FSDP).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ensemble_jax import metrics as metrics_lib
+from ensemble_jax import sharding as sharding_lib
+from ensemble_jax.config_lib import ConfigError
+from ensemble_jax.data.pipeline import BatchLayout
+from ensemble_jax.distill.samplers import RandomSampler, Sampler
+from ensemble_jax.methods import step as step_lib
+
+
+def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
+  if value % divisor:
+    raise ConfigError(f"config.{field}={value} is not divisible by {what}={divisor}; "
+                      f"choose a multiple of {divisor}.")
+
+
+class DataParallel:
+  name = "data_parallel"
+
+  def __init__(self, config, model, tx, mesh, image_shape):
+    self.config, self.model, self.tx, self.mesh = config, model, tx, mesh
+    self.image_shape = tuple(image_shape)
+    data_size = mesh.shape.get("data", 1)
+    check_divisible(config.train.batch_size, "train.batch_size", data_size,
+                    "the mesh's data axis")
+    check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
+                    "the mesh's data axis")
+    check_divisible(config.train.batch_size, "train.batch_size", jax.process_count(),
+                    "the process count")
+    batch_sharding = NamedSharding(mesh, P("data"))
+    self.train_layout = BatchLayout((config.train.batch_size,), batch_sharding)
+    self.eval_layout = BatchLayout((config.eval.batch_size,), batch_sharding)
+    self.step_config = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std),
+                                           config.optim.label_smoothing)
+    self._init_fn = functools.partial(step_lib.create_train_state, model, tx,
+                                      image_shape=self.image_shape)
+    self.state_sharding = sharding_lib.state_shardings(
+        jax.eval_shape(self._init_fn, jax.random.key(0)), mesh,
+        fsdp=config.method.fsdp, min_size=config.method.fsdp_min_size)
+    rep = sharding_lib.replicated(mesh)
+    self.train_step = jax.jit(
+        functools.partial(step_lib.train_step, cfg=self.step_config),
+        in_shardings=(self.state_sharding, batch_sharding, rep),
+        out_shardings=(self.state_sharding, rep), donate_argnums=0)
+    self.eval_step = jax.jit(self._eval_sums, out_shardings=rep)
+
+  @property
+  def examples_per_step(self) -> int:
+    return self.config.train.batch_size
+
+  def init(self, rng: jax.Array) -> step_lib.TrainState:
+    """Abstract init gave the shardings; materialise directly into them."""
+    return jax.jit(self._init_fn, out_shardings=self.state_sharding)(rng)
+
+  def sampler(self, num_examples: int, seed: int) -> Sampler:
+    return RandomSampler(num_examples, 1, seed)
+
+  def _eval_sums(self, state, batch):
+    logits = step_lib.predict(state, batch["image"], self.step_config)
+    return metrics_lib.classification_sums(logits, batch["label"], batch["mask"])
+
+  def finalize_eval(self, sums) -> dict:
+    return metrics_lib.finalize_classification(sums)
+
+  def describe(self, state) -> dict:
+    return {"num_params": step_lib.num_params(state.params)}

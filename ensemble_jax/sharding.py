@@ -1,0 +1,71 @@
+"""The mesh from `config.mesh`, and sharding rules for parameters."""
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ensemble_jax.config_lib import ConfigError
+
+
+def mesh_shape(mesh_config, num_devices: int) -> list[tuple[str, int]]:
+  """Resolves the one -1 axis; checks the mesh fits the devices."""
+  axes = [(str(name), int(size)) for name, size in mesh_config]
+  fixed = math.prod(size for _, size in axes if size != -1)
+  if any(size == -1 for _, size in axes):
+    if num_devices % fixed:
+      raise ConfigError(f"config.mesh={list(mesh_config)}: the fixed axes use {fixed} devices, "
+                        f"which does not divide the {num_devices} devices present; choose "
+                        f"sizes whose product divides {num_devices}.")
+    axes = [(name, num_devices // fixed if size == -1 else size) for name, size in axes]
+  total = math.prod(size for _, size in axes)
+  if total > num_devices:
+    raise ConfigError(f"config.mesh={list(mesh_config)} needs {total} devices but only "
+                      f"{num_devices} are present; shrink the mesh or use -1 for one axis.")
+  return axes
+
+
+def make_mesh(mesh_config, devices=None) -> Mesh:
+  devices = jax.devices() if devices is None else devices
+  axes = mesh_shape(mesh_config, len(devices))
+  total = math.prod(size for _, size in axes)
+  grid = np.asarray(devices[:total]).reshape([size for _, size in axes])
+  return Mesh(grid, tuple(name for name, _ in axes))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def fsdp_spec(shape: tuple[int, ...], axis: str, axis_size: int, min_size: int,
+              leading: tuple = ()) -> P:
+  """Shard the largest dimension divisible by the axis size; small leaves replicate.
+
+  `leading` names the mesh axes of leading (stacked) dims, which are never FSDP-split.
+  """
+  inner = shape[len(leading):]
+  spec = [None] * len(inner)
+  if math.prod(inner) >= min_size and axis_size > 1:
+    for d in sorted(range(len(inner)), key=lambda d: -inner[d]):
+      if inner[d] % axis_size == 0:
+        spec[d] = axis
+        break
+  return P(*leading, *spec)
+
+
+def state_shardings(abstract_state, mesh: Mesh, *, fsdp: bool, min_size: int,
+                    leading: tuple = ()):
+  """NamedShardings for every leaf of a (possibly stacked) train state."""
+  data_size = mesh.shape.get("data", 1)
+
+  def rule(leaf):
+    shape = getattr(leaf, "shape", ())
+    if len(shape) < len(leading):
+      return NamedSharding(mesh, P())
+    if fsdp:
+      return NamedSharding(mesh, fsdp_spec(shape, "data", data_size, min_size, leading))
+    return NamedSharding(mesh, P(*leading))
+
+  return jax.tree.map(rule, abstract_state)

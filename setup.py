@@ -1,0 +1,34 @@
+"""ensemble_jax: N independent short runs vs one long synchronized run, in JAX."""
+from setuptools import find_packages, setup
+
+setup(
+    name="ensemble_jax",
+    version="0.1.0",
+    description="Ensembles of independent short runs vs data-parallel training, in JAX/Flax.",
+    packages=find_packages(include=["ensemble_jax", "ensemble_jax.*"]),
+    python_requires=">=3.10",
+    # Lower bounds are the versions tested (Python 3.11, CPU): jax 0.10.2, flax 0.12.8,
+    # optax 0.2.8, orbax-checkpoint 0.12.8, grain 0.2.18, tensorflow-datasets 4.9.10.
+    install_requires=[
+        "jax>=0.10.2",
+        "flax>=0.12.8",
+        "optax>=0.2.8",
+        "orbax-checkpoint>=0.12.8",
+        "tensorflow-datasets>=4.9.10",
+        "ml-collections>=1.1.0",
+        "einops>=0.8",
+        "grain>=0.2.18",
+        "clu>=0.0.12",
+        "tensorboardX>=2.6",
+        "matplotlib>=3.8",
+        "tqdm>=4.66",
+        "absl-py>=2.1",
+        "numpy>=1.26",
+        "pillow>=10.0",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "chex>=0.1.90"],
+        "cuda": ["jax[cuda12]>=0.10.2"],
+        "tpu": ["jax[tpu]>=0.10.2"],
+    },
+)
