@@ -11,7 +11,7 @@ import math
 
 import ml_collections
 
-METHODS = ("data_parallel",)
+METHODS = ("data_parallel", "ensemble")
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
 TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf)}
@@ -31,6 +31,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.method.name = "data_parallel"
   c.method.fsdp = False  # shard params and optimizer state over `data` (ZeRO-3 style)
   c.method.fsdp_min_size = 2**14  # leaves smaller than this stay replicated
+  # ensemble: N workers, each L steps on its own stream; train.batch_size is per worker.
+  c.method.num_workers = 8  # N; a multiple of the mesh's worker axis
+  c.method.steps_per_worker = 0  # L; 0: from train.num_steps / train.num_epochs
+  c.method.local_strategy = "auto"  # vmap | unroll | auto (unroll on CPU, vmap elsewhere)
+  c.method.shared_init = False  # one init for all workers (needed for the weight soup)
+  c.method.sampler = "random"  # random | disjoint (see ensemble_jax/distill/samplers.py)
+  c.method.aggregation = "logits,probs"  # modes reported; the first is the headline
+  c.method.soup_bn_batches = 4  # train batches to re-estimate BatchNorm stats of the soup
 
   c.data = ml_collections.ConfigDict()
   c.data.dataset = "fashion_mnist"  # fashion_mnist | cifar10 | imagenet2012 | any TFDS image set
@@ -134,6 +142,21 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
   _need(config.method.name in METHODS, "method.name", config.method.name,
         f"choose one of {METHODS}.")
+  _need(config.method.num_workers > 0, "method.num_workers", config.method.num_workers,
+        "must be > 0.")
+  _need(config.method.steps_per_worker >= 0, "method.steps_per_worker",
+        config.method.steps_per_worker, "must be >= 0 (0: use train.num_steps/num_epochs).")
+  _need(config.method.sampler in ("random", "disjoint"), "method.sampler",
+        config.method.sampler, "choose 'random' or 'disjoint'.")
+  modes = [m for m in config.method.aggregation.split(",") if m]
+  _need(bool(modes) and all(m in ("logits", "probs", "soup") for m in modes),
+        "method.aggregation", config.method.aggregation,
+        "a comma-separated list of logits, probs, soup (e.g. 'logits,probs').")
+  _need(modes[0] != "soup", "method.aggregation", config.method.aggregation,
+        "the first mode is evaluated during training; put 'logits' or 'probs' first.")
+  _need("soup" not in modes or config.method.shared_init, "method.aggregation",
+        config.method.aggregation, "'soup' averages weights, which is only meaningful from "
+        "one shared init: set config.method.shared_init=True or drop 'soup'.")
   _need(config.optim.name in OPTIMIZERS, "optim.name", config.optim.name,
         f"choose one of {OPTIMIZERS}.")
   _need(config.data.train_augment in AUGMENTS, "data.train_augment",
@@ -181,7 +204,12 @@ def _validate_mesh(mesh) -> None:
 
 
 def num_train_steps(config, num_train_examples: int) -> int:
-  """Durations are given in steps or epochs; this is the one place they become steps."""
+  """Durations are given in steps or epochs; this is the one place they become steps.
+
+  Epochs count one model's passes over the data: for the ensemble, one worker's.
+  """
+  if config.method.name == "ensemble" and config.method.steps_per_worker > 0:
+    return int(config.method.steps_per_worker)
   if config.train.num_steps > 0:
     return int(config.train.num_steps)
   return max(1, int(math.ceil(config.train.num_epochs * num_train_examples

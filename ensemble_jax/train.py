@@ -113,20 +113,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   train_time_s, eval_time_s = meta["train_time_s"], meta["eval_time_s"]
   history = meta["history"]
   progress = _progress(start_step, num_steps, is_main)
-  last_metrics = None
+  last_metrics = last_eval = None
   step = start_step
   for step in range(start_step, num_steps):
     batch = next(batches)
     if step_fn is None:  # compile once, read XLA's FLOPs off the same executable
       t = time.perf_counter()
       step_fn = method.train_step.lower(state, batch, step_rng).compile()
-      flops_per_step = costs.flops(step_fn)
+      # XLA counts the per-device SPMD program; the step costs that on every mesh device.
+      flops_per_step = costs.flops(step_fn) * mesh.devices.size
       compile_time_s = time.perf_counter() - t
       t_last = time.perf_counter()
     state, step_metrics = step_fn(state, batch, step_rng)
     # Fetched one step late, so the host queues the next step before it waits.
     if last_metrics is not None:
-      _check_finite(jax.device_get(last_metrics), step - 1)
+      method.check_step_metrics(jax.device_get(last_metrics), step - 1)
     jax.block_until_ready(step_metrics)
     now = time.perf_counter()
     durations.append(now - t_last)
@@ -136,12 +137,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     done = step + 1
     progress.update(1)
     if done % config.train.log_every_steps == 0 or done == num_steps:
-      scalars = {f"train/{k}": float(v) for k, v in jax.device_get(step_metrics).items()}
+      scalars = {f"train/{k}": float(np.mean(v))
+                 for k, v in jax.device_get(step_metrics).items()}
       writer.write_scalars(done, scalars)
       progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
     if done % eval_every == 0 or done == num_steps:
       t = time.perf_counter()
-      eval_metrics = _eval(method, state, eval_batches)
+      eval_metrics = last_eval = _eval(method, state, eval_batches)
       eval_time_s += time.perf_counter() - t
       t_last = time.perf_counter()
       tracker.update(eval_metrics, done, train_time_s, t_last - wall_start)
@@ -152,13 +154,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "history": history, "target": dataclasses.asdict(tracker)}
     checkpointer.save(done, state, meta, force=done == num_steps)
   if last_metrics is not None:
-    _check_finite(jax.device_get(last_metrics), step)
+    method.check_step_metrics(jax.device_get(last_metrics), step)
   progress.close()
   checkpointer.save(num_steps, state, meta, force=True)
   checkpointer.close()
   writer.close()
 
-  final = history[-1] if history else _scalars(_eval(method, state, eval_batches))
+  if last_eval is None:  # resumed after the last step: evaluate the restored state
+    last_eval = _eval(method, state, eval_batches)
   results = {
       "method": method.name,
       "config": config.to_dict(),
@@ -172,12 +175,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "compile_time_s": compile_time_s,
       "flops_per_step": flops_per_step,
       "step_time_s": costs.median_step_time(durations, config.train.timing_warmup_steps),
-      "final": {k: v for k, v in final.items() if k not in ("step", "train_time_s")},
+      "final": _scalars(last_eval),
       "target": {"metric": tracker.metric, "value": tracker.value, "reached": tracker.reached,
                  "reached_step": tracker.reached_step, "reached_time_s": tracker.reached_time_s,
                  "reached_wall_time_s": tracker.reached_wall_time_s},
       "history": history,
-      **method.describe(state),
+      **method.final_results(state, last_eval, num_steps, train_batches, eval_batches),
   }
   if is_main:
     with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
@@ -187,13 +190,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 def _scalars(metrics: dict) -> dict:
   return {k: v for k, v in metrics.items() if np.ndim(v) == 0}
-
-
-def _check_finite(step_metrics: dict, step: int) -> None:
-  loss = np.asarray(step_metrics["loss"])
-  if not np.all(np.isfinite(loss)):
-    raise FloatingPointError(f"training loss is {loss} at step {step}; lower "
-                             "config.optim.learning_rate or set config.optim.grad_clip_norm.")
 
 
 def _jsonable(x):

@@ -1,7 +1,8 @@
 """Training methods: each builds its state, step and batch layout; `train.py` runs them."""
 from ensemble_jax.methods.data_parallel import DataParallel
+from ensemble_jax.methods.ensemble import Ensemble
 
-METHODS = {DataParallel.name: DataParallel}
+METHODS = {DataParallel.name: DataParallel, Ensemble.name: Ensemble}
 
 
 def create_method(config, model, tx, mesh, image_shape):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ensemble_jax import metrics as metrics_lib
@@ -72,5 +73,12 @@ class DataParallel:
   def finalize_eval(self, sums) -> dict:
     return metrics_lib.finalize_classification(sums)
 
-  def describe(self, state) -> dict:
-    return {"num_params": step_lib.num_params(state.params)}
+  def check_step_metrics(self, step_metrics: dict, step: int) -> None:
+    loss = np.asarray(step_metrics["loss"])
+    if not np.isfinite(loss):
+      raise FloatingPointError(f"training loss is {loss} at step {step}; lower "
+                               "config.optim.learning_rate or set config.optim.grad_clip_norm.")
+
+  def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
+                    eval_batches) -> dict:
+    return {"num_params": step_lib.num_params(jax.device_get(state.params))}

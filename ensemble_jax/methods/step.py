@@ -6,9 +6,8 @@ the same function to each worker inside `shard_map`. Nothing here knows about me
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
-import flax
 import jax
 import jax.numpy as jnp
 import optax
@@ -27,6 +26,9 @@ class StepConfig:
   mean: tuple[float, ...]
   std: tuple[float, ...]
   label_smoothing: float = 0.0
+  # Inside shard_map, the mesh axis one model's batch is split over (per-worker data
+  # parallelism): gradients, loss and BatchNorm statistics are averaged over it.
+  data_axis: str | None = None
 
 
 def create_train_state(model, tx: optax.GradientTransformation, rng: jax.Array,
@@ -58,10 +60,12 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
     return loss, (logits, updates["batch_stats"])
 
   (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+  if cfg.data_axis is not None:
+    grads, batch_stats, loss, accuracy = jax.lax.pmean((grads, batch_stats, loss, accuracy),
+                                                       cfg.data_axis)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
-  metrics = {"loss": loss,
-             "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["label"]),
-             "grad_norm": optax.global_norm(grads)}
+  metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
   return state, metrics
 
 
@@ -71,13 +75,5 @@ def predict(state: TrainState, images: jax.Array, cfg: StepConfig) -> jax.Array:
                         normalize(images, cfg.mean, cfg.std), train=False)
 
 
-def abstract_state(init_fn: Callable[..., TrainState], *args) -> TrainState:
-  return jax.eval_shape(init_fn, *args)
-
-
 def num_params(params) -> int:
   return sum(x.size for x in jax.tree.leaves(params))
-
-
-def unbox(tree):
-  return flax.core.unfreeze(tree) if isinstance(tree, flax.core.FrozenDict) else tree

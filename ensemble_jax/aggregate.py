@@ -1,0 +1,37 @@
+"""The only coordination of the ensemble: one reduction over the worker axis, at the end.
+
+`combine` turns per-worker logits [N, B, C] into ensemble log-scores [B, C]; workers with
+weight 0 (diverged, or routed away) contribute nothing, not even their NaNs.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+MODES = ("logits", "probs")  # plus "soup", which averages weights instead (see soup_params)
+
+
+def combine(logits_NxBxC: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
+  """`logits`: weighted mean of logits. `probs`: log of the weighted mean of probabilities."""
+  weights_N = weights_N.astype(jnp.float32)
+  valid_N = weights_N > 0
+  weights_N = weights_N / jnp.sum(weights_N)
+  logits_NxBxC = jnp.where(valid_N[:, None, None], logits_NxBxC.astype(jnp.float32), 0.0)
+  if mode == "logits":
+    return jnp.einsum("n,nbc->bc", weights_N, logits_NxBxC)
+  if mode == "probs":
+    log_w_N = jnp.where(valid_N, jnp.log(jnp.where(valid_N, weights_N, 1.0)), -jnp.inf)
+    return jax.nn.logsumexp(jax.nn.log_softmax(logits_NxBxC) + log_w_N[:, None, None], axis=0)
+  raise ValueError(f"aggregation mode {mode!r} unknown; choose one of {MODES} or 'soup'")
+
+
+def soup_params(stacked_tree, weights_N: jax.Array):
+  """Weighted average over the leading worker axis (valid only from a shared init)."""
+  weights_N = weights_N.astype(jnp.float32) / jnp.sum(weights_N)
+  valid_N = weights_N > 0
+
+  def average(x_N):
+    x_N = jnp.where(valid_N.reshape((-1,) + (1,) * (x_N.ndim - 1)), x_N, 0)
+    return jnp.tensordot(weights_N, x_N.astype(jnp.float32), axes=1).astype(x_N.dtype)
+
+  return jax.tree.map(average, stacked_tree)

@@ -1,0 +1,229 @@
+"""The stacked engine: N independent train states on a leading axis, stepping in lockstep.
+
+Every leaf of the state has shape [N, ...] and is sharded over the mesh's `worker` axis.
+The step is `shard_map` over the mesh; inside, each device updates its k = N / W local
+workers (by `vmap` or a Python-unrolled loop, `config.method.local_strategy`). The only
+collectives allowed inside name `data` (one worker spread over several devices), never
+`worker`: workers do not talk until the final reduction in `ensemble_jax/aggregate.py`.
+DiLoCo is this engine plus an outer step every H steps; the ensemble is H = infinity.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from ensemble_jax import aggregate
+from ensemble_jax import metrics as metrics_lib
+from ensemble_jax import sharding as sharding_lib
+from ensemble_jax.config_lib import ConfigError
+from ensemble_jax.data.pipeline import BatchLayout
+from ensemble_jax.distill.samplers import Sampler, create_sampler
+from ensemble_jax.methods import step as step_lib
+from ensemble_jax.methods.data_parallel import check_divisible
+
+LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
+
+
+def resolve_local_strategy(strategy: str, backend: str) -> str:
+  """`auto`: unroll on CPU, where vmapped convolutions become slow grouped convolutions
+  (measured: 2 workers/device vmapped cost ~3x two single steps, unrolled ~1x; see
+  experiments/bench/engine.py); vmap on accelerators, where batching the workers' matmuls
+  fills the device."""
+  if strategy not in LOCAL_STRATEGIES:
+    raise ConfigError(f"config.method.local_strategy={strategy!r}: choose one of "
+                      f"{LOCAL_STRATEGIES}.")
+  if strategy != "auto":
+    return strategy
+  return "unroll" if backend == "cpu" else "vmap"
+
+
+def map_local_workers(fn, strategy: str, *stacked):
+  """Applies `fn(j, *tree_j)` to each of the k local workers; results stacked on axis 0."""
+  k = jax.tree.leaves(stacked)[0].shape[0]
+  if strategy == "vmap":
+    return jax.vmap(fn)(jnp.arange(k), *stacked)
+  outs = [fn(j, *jax.tree.map(lambda x: x[j], stacked)) for j in range(k)]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
+
+
+class Ensemble:
+  name = "ensemble"
+
+  def __init__(self, config, model, tx, mesh, image_shape):
+    self.config, self.model, self.mesh = config, model, mesh
+    m = config.method
+    if "worker" not in mesh.shape:
+      raise ConfigError(f"config.mesh={list(config.mesh)}: the ensemble needs a 'worker' "
+                        "axis, e.g. [('worker', -1), ('data', 1)].")
+    num_shards, data_size = mesh.shape["worker"], mesh.shape.get("data", 1)
+    self.num_workers = m.num_workers
+    if m.num_workers % num_shards:
+      raise ConfigError(f"config.method.num_workers={m.num_workers} is not a multiple of the "
+                        f"mesh's worker axis={num_shards}; use N = k * {num_shards}.")
+    self.workers_per_shard = m.num_workers // num_shards
+    check_divisible(config.train.batch_size, "train.batch_size", data_size,
+                    "the mesh's data axis")
+    check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
+                    "the mesh's data axis")
+    self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
+    self.modes = tuple(mode for mode in m.aggregation.split(",") if mode)
+    self.step_config = step_lib.StepConfig(
+        tuple(config.data.mean), tuple(config.data.std), config.optim.label_smoothing,
+        data_axis="data" if data_size > 1 else None)
+    self.train_layout = BatchLayout((m.num_workers, config.train.batch_size),
+                                    NamedSharding(mesh, P("worker", "data")))
+    self.eval_layout = BatchLayout((config.eval.batch_size,), NamedSharding(mesh, P("data")))
+    self.healthy = np.ones(m.num_workers, bool)
+    self.excluded: list[dict] = []
+
+    self._init_one = functools.partial(step_lib.create_train_state, model, tx,
+                                       image_shape=tuple(image_shape))
+    abstract = jax.eval_shape(self._init_stacked, jax.random.key(0))
+    self.state_sharding = sharding_lib.state_shardings(abstract, mesh, fsdp=False, min_size=0,
+                                                       leading=("worker",))
+    rep = sharding_lib.replicated(mesh)
+    per_worker = NamedSharding(mesh, P("worker"))
+    local_step = jax.shard_map(self._local_step, mesh=mesh,
+                               in_specs=(P("worker"), P("worker", "data"), P()),
+                               out_specs=(P("worker"), P("worker")),
+                               # Replication over `data` holds by construction: the step
+                               # pmeans grads, stats and metrics over `data` when it is > 1.
+                               check_vma=False)
+    self.train_step = jax.jit(local_step,
+                              in_shardings=(self.state_sharding, self.train_layout.sharding, rep),
+                              out_shardings=(self.state_sharding, per_worker), donate_argnums=0)
+    self._worker_logits = jax.shard_map(self._local_logits, mesh=mesh,
+                                        in_specs=(P("worker"), P("data")),
+                                        out_specs=P("worker", "data"), check_vma=False)
+    self.eval_step_fn = jax.jit(self._eval_sums, out_shardings=rep)
+
+  # ---- init ----
+  def _init_stacked(self, rng):
+    if self.config.method.shared_init:
+      keys = jnp.broadcast_to(rng, (self.num_workers,))
+    else:
+      keys = jax.random.split(rng, self.num_workers)
+    return jax.vmap(self._init_one)(keys)
+
+  def init(self, rng: jax.Array):
+    return jax.jit(self._init_stacked, out_shardings=self.state_sharding)(rng)
+
+  def sampler(self, num_examples: int, seed: int) -> Sampler:
+    return create_sampler(self.config.method.sampler, num_examples, self.num_workers, seed)
+
+  @property
+  def examples_per_step(self) -> int:
+    return self.num_workers * self.config.train.batch_size
+
+  # ---- the step: no collective over `worker` ----
+  def _local_step(self, states, batch, rng):
+    first = jax.lax.axis_index("worker") * self.workers_per_shard
+
+    def one(j, state, batch_j):
+      return step_lib.train_step(state, batch_j, jax.random.fold_in(rng, first + j),
+                                 self.step_config)
+
+    return map_local_workers(one, self.strategy, states, batch)
+
+  # ---- evaluation: per-worker logits, then the one reduction over workers ----
+  def _local_logits(self, states, images):
+    return map_local_workers(lambda j, s: step_lib.predict(s, images, self.step_config),
+                             self.strategy, states)
+
+  def _eval_sums(self, states, batch, weights_N):
+    logits_NxBxC = self._worker_logits(states, batch["image"])
+    labels, mask = batch["label"], batch["mask"]
+    sums = {"per_worker": jax.vmap(metrics_lib.classification_sums, (0, None, None))(
+        logits_NxBxC, labels, mask)}
+    for mode in self.modes:
+      if mode != "soup":
+        sums[mode] = metrics_lib.classification_sums(
+            aggregate.combine(logits_NxBxC, weights_N, mode), labels, mask)
+    return sums
+
+  def eval_step(self, states, batch):
+    return self.eval_step_fn(states, batch, jnp.asarray(self.healthy, jnp.float32))
+
+  def finalize_eval(self, sums) -> dict:
+    out = {}
+    for mode in self.modes:
+      if mode in sums:
+        for k, v in metrics_lib.finalize_classification(sums[mode]).items():
+          out[f"{mode}/{k}"] = v
+    per_worker = [metrics_lib.finalize_classification(jax.tree.map(lambda x: x[i],
+                                                                   sums["per_worker"]))
+                  for i in range(self.num_workers)]
+    healthy_acc = [w["accuracy"] for w, ok in zip(per_worker, self.healthy) if ok]
+    out.update({"worker/accuracy_mean": float(np.mean(healthy_acc)),
+                "worker/accuracy_min": float(np.min(healthy_acc)),
+                "worker/accuracy_max": float(np.max(healthy_acc)),
+                "worker/nll_mean": float(np.mean([w["nll"] for w, ok in
+                                                  zip(per_worker, self.healthy) if ok])),
+                "per_worker": per_worker})
+    default = self.modes[0]
+    for k in ("accuracy", "nll", "ece", "num_examples"):
+      out[k] = out[f"{default}/{k}"]
+    return out
+
+  # ---- divergence: a worker whose loss is not finite is excluded, and reported ----
+  def check_step_metrics(self, step_metrics: dict, step: int) -> None:
+    loss_N = np.asarray(step_metrics["loss"])
+    for i in np.flatnonzero(~np.isfinite(loss_N) & self.healthy):
+      self.healthy[i] = False
+      self.excluded.append({"worker": int(i), "step": int(step), "loss": float(loss_N[i])})
+      logging.warning("worker %d diverged at step %d (loss %s): excluded from the ensemble",
+                      i, step, loss_N[i])
+    if not self.healthy.any():
+      raise FloatingPointError(f"all {self.num_workers} workers diverged by step {step}; lower "
+                               "config.optim.learning_rate or set config.optim.grad_clip_norm.")
+
+  # ---- soup: average the weights, then re-estimate BatchNorm statistics ----
+  def _soup_sums(self, states, weights_N, bn_images_KxNxBx, batch):
+    params = aggregate.soup_params(states.params, weights_N)
+    stats = states.batch_stats
+    if stats is not None:
+      # From zero running stats, one train-mode pass leaves (1 - momentum) * batch stats.
+      zeros = jax.tree.map(lambda x: jnp.zeros_like(x[0]), stats)
+      keep = 1.0 - self.model.bn_momentum
+
+      def batch_stats(images):
+        images = images.reshape((-1,) + images.shape[2:])
+        _, upd = self.model.apply({"params": params, "batch_stats": zeros},
+                                  step_lib.normalize(images, self.step_config.mean,
+                                                     self.step_config.std),
+                                  train=True, mutable=["batch_stats"])
+        return jax.tree.map(lambda x: x / keep, upd["batch_stats"])
+
+      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(batch_stats, bn_images_KxNxBx))
+    logits = self.model.apply({"params": params, "batch_stats": stats},
+                              step_lib.normalize(batch["image"], self.step_config.mean,
+                                                 self.step_config.std), train=False)
+    return metrics_lib.classification_sums(logits, batch["label"], batch["mask"])
+
+  def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
+                    eval_batches) -> dict:
+    ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
+                       if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
+    if "soup" in self.modes:
+      bn_images = np.stack([train_batches.local_batch(k)["image"]
+                            for k in range(self.config.method.soup_bn_batches)])
+      weights = jnp.asarray(self.healthy, jnp.float32)
+      soup_sums = jax.jit(self._soup_sums)
+      sums = None
+      for batch in eval_batches:
+        sums = metrics_lib.add_sums(sums, soup_sums(state, weights, bn_images, batch))
+      ensemble["soup"] = metrics_lib.finalize_classification(sums)
+    return {"num_workers": self.num_workers,
+            "steps_per_worker": num_steps,
+            "local_strategy": self.strategy,
+            "workers_per_device": self.workers_per_shard,
+            "per_worker": last_eval["per_worker"],
+            "ensemble": ensemble,
+            "excluded_workers": list(self.excluded),
+            "num_params_per_worker": step_lib.num_params(jax.device_get(state.params))
+                                     // self.num_workers}

@@ -1,0 +1,133 @@
+"""Samplers, the grain pipeline, the TFDS path (mocked) and missing-data errors."""
+import jax
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ensemble_jax import train
+from ensemble_jax.data import fetch, images, pipeline
+from ensemble_jax.distill import samplers
+
+
+def test_random_sampler_is_a_seeded_epoch_permutation():
+  s = samplers.RandomSampler(100, num_consumers=2, seed=0)
+  epoch = np.concatenate([s.batch_indices(0, k, 10) for k in range(10)])
+  assert sorted(epoch) == list(range(100))  # without replacement inside an epoch
+  again = samplers.RandomSampler(100, num_consumers=2, seed=0)
+  assert np.array_equal(s.batch_indices(1, 3, 16), again.batch_indices(1, 3, 16))
+  assert not np.array_equal(s.batch_indices(0, 3, 16), s.batch_indices(1, 3, 16))
+  other = samplers.RandomSampler(100, num_consumers=2, seed=1)
+  assert not np.array_equal(s.batch_indices(0, 3, 16), other.batch_indices(0, 3, 16))
+  # a batch straddling the epoch boundary continues into the next permutation
+  assert len(set(s.batch_indices(0, 6, 16))) == 16
+
+
+def test_disjoint_sampler_partitions_the_data():
+  s = samplers.create_sampler("disjoint", 103, num_consumers=4, seed=0)
+  pools = [set(s.pool(i)) for i in range(4)]
+  assert sum(map(len, pools)) == 103 and set().union(*pools) == set(range(103))
+  for i in range(4):
+    assert set(s.batch_indices(i, 5, 64)) <= pools[i]
+  with pytest.raises(ValueError, match="unknown"):
+    samplers.create_sampler("nope", 10, 1, 0)
+
+
+def _layout(shape, spec):
+  mesh = Mesh(np.array(jax.devices()), ("data",))
+  return pipeline.BatchLayout(shape, NamedSharding(mesh, spec))
+
+
+@pytest.fixture(scope="module")
+def fashion(request):
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("smoke")
+  return config, images.load(config.data, "test")
+
+
+def test_train_batches_deterministic_in_seed(fashion):
+  config, data = fashion
+  layout = _layout((32,), P("data"))
+  transform = images.make_transform(config.data, train=True)
+
+  def batches(seed):
+    return pipeline.TrainBatches(data.train, samplers.RandomSampler(len(data.train), 1, seed),
+                                 transform, layout, seed)
+
+  a, b, c = batches(0), batches(0), batches(1)
+  first = a.local_batch(7)
+  assert first["image"].shape == (32, 28, 28, 1) and first["image"].dtype == np.uint8
+  assert first["label"].shape == (32,) and first["label"].dtype == np.int32
+  assert np.array_equal(first["image"], b.local_batch(7)["image"])
+  assert not np.array_equal(first["image"], c.local_batch(7)["image"])
+  assert not np.array_equal(first["image"], a.local_batch(8)["image"])
+  # the iterator yields global arrays sharded over `data`, starting at any step
+  it = a.iterate(start_step=7, num_steps=9)
+  g = next(it)
+  assert isinstance(g["image"], jax.Array) and g["image"].sharding == layout.sharding
+  assert np.array_equal(np.asarray(g["image"]), first["image"])
+  assert len(list(it)) == 1
+
+
+def test_stacked_layout_gives_each_consumer_its_stream(fashion):
+  config, data = fashion
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2), ("worker", "data"))
+  layout = pipeline.BatchLayout((4, 8), NamedSharding(mesh, P("worker", "data")))
+  sampler = samplers.RandomSampler(len(data.train), 4, 0)
+  tb = pipeline.TrainBatches(data.train, sampler, images.make_transform(config.data, False),
+                             layout, 0)
+  batch = tb.local_batch(2)
+  assert batch["image"].shape == (4, 8, 28, 28, 1)
+  for w in range(4):
+    expected = data.train.labels[sampler.batch_indices(w, 2, 8)]
+    assert np.array_equal(batch["label"][w], expected)
+
+
+def test_eval_batches_pad_with_mask(fashion):
+  config, data = fashion
+  eb = pipeline.EvalBatches(data.eval, images.make_transform(config.data, False),
+                            _layout((64,), P("data")), num_examples=100)
+  batches = list(eb)
+  assert len(batches) == 2
+  masks = np.concatenate([np.asarray(b["mask"]) for b in batches])
+  assert masks.sum() == 100 and masks[:100].all()
+
+
+def test_missing_idx_dataset_names_path_and_command(fashion, tmp_path):
+  config, _ = fashion
+  config.data.data_dir = str(tmp_path)
+  with pytest.raises(fetch.DatasetUnavailableError) as e:
+    images.load(config.data, "test")
+  assert str(tmp_path) in str(e.value) and "make data" in str(e.value)
+
+
+def test_missing_tfds_dataset_says_how_to_prepare(fashion, tmp_path):
+  config, _ = fashion
+  config.data.source, config.data.data_dir = "tfds", str(tmp_path)
+  with pytest.raises(fetch.DatasetUnavailableError, match="tfds build fashion_mnist"):
+    images.load(config.data, "test")
+
+
+def test_tfds_imagenet_inception_crop_under_mock_data():
+  from experiments.configs import imagenet_resnet50
+
+  config = imagenet_resnet50.get_config()
+  config.data.image_size, config.data.eval_resize = 32, 36
+  with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
+    data = images.load(config.data, "validation")
+  assert data.num_classes == 1000 and data.image_shape == (32, 32, 3)
+  for train in (True, False):
+    transform = images.make_transform(config.data, train=train)
+    u = np.random.default_rng(0).random(images.NUM_UNIFORMS)
+    for i in range(4):  # mocked images come in random small sizes
+      out = transform(data.train.get(i)[0], u)
+      assert out.shape == (32, 32, 3) and out.dtype == np.uint8
+
+
+def test_train_and_evaluate_on_tfds_mock(smoke_config, tmp_path):
+  smoke_config.data.source = "tfds"
+  smoke_config.train.num_steps = 2
+  with tfds.testing.mock_data(num_examples=256, policy=tfds.testing.MockPolicy.USE_CODE):
+    r = train.train_and_evaluate(smoke_config, str(tmp_path))
+  assert r["steps"] == 2 and r["final"]["num_examples"] == 128
