@@ -55,7 +55,7 @@ class Ensemble:
   name = "ensemble"
 
   def __init__(self, config, model, tx, mesh, image_shape):
-    self.config, self.model, self.mesh = config, model, mesh
+    self.config, self.mesh = config, mesh
     m = config.method
     if "worker" not in mesh.shape:
       raise ConfigError(f"config.mesh={list(config.mesh)}: the ensemble needs a 'worker' "
@@ -70,6 +70,8 @@ class Ensemble:
                     "the mesh's data axis")
     check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
                     "the mesh's data axis")
+    # A worker spanning several `data` devices normalises over its whole batch.
+    self.model = model.clone(bn_axis_name="data") if data_size > 1 else model
     self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
     self.modes = tuple(mode for mode in m.aggregation.split(",") if mode)
     self.step_config = step_lib.StepConfig(
@@ -81,7 +83,7 @@ class Ensemble:
     self.healthy = np.ones(m.num_workers, bool)
     self.excluded: list[dict] = []
 
-    self._init_one = functools.partial(step_lib.create_train_state, model, tx,
+    self._init_one = functools.partial(step_lib.create_train_state, self.model, tx,
                                        image_shape=tuple(image_shape))
     abstract = jax.eval_shape(self._init_stacked, jax.random.key(0))
     self.state_sharding = sharding_lib.state_shardings(abstract, mesh, fsdp=False, min_size=0,
@@ -190,10 +192,11 @@ class Ensemble:
       # From zero running stats, one train-mode pass leaves (1 - momentum) * batch stats.
       zeros = jax.tree.map(lambda x: jnp.zeros_like(x[0]), stats)
       keep = 1.0 - self.model.bn_momentum
+      model = self.model.clone(bn_axis_name=None)  # runs outside shard_map
 
       def batch_stats(images):
         images = images.reshape((-1,) + images.shape[2:])
-        _, upd = self.model.apply({"params": params, "batch_stats": zeros},
+        _, upd = model.apply({"params": params, "batch_stats": zeros},
                                   step_lib.normalize(images, self.step_config.mean,
                                                      self.step_config.std),
                                   train=True, mutable=["batch_stats"])

@@ -27,7 +27,8 @@ class StepConfig:
   std: tuple[float, ...]
   label_smoothing: float = 0.0
   # Inside shard_map, the mesh axis one model's batch is split over (per-worker data
-  # parallelism): gradients, loss and BatchNorm statistics are averaged over it.
+  # parallelism): gradients and metrics are averaged over it (BatchNorm syncs its batch
+  # statistics itself, through the model's `bn_axis_name`).
   data_axis: str | None = None
 
 
@@ -62,8 +63,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
   (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
   if cfg.data_axis is not None:
-    grads, batch_stats, loss, accuracy = jax.lax.pmean((grads, batch_stats, loss, accuracy),
-                                                       cfg.data_axis)
+    grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
   metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
   return state, metrics

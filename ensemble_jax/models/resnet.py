@@ -105,6 +105,9 @@ class ResNet(nn.Module):
   bn_momentum: float = 0.9
   bn_epsilon: float = 1e-5
   zero_init_residual: bool = True
+  # Mesh axis over which one model's batch is split inside shard_map: BatchNorm then
+  # normalises with the statistics of the model's whole batch, as a single device would.
+  bn_axis_name: str | None = None
 
   def __post_init__(self):
     # Fail at construction, not deep inside init, on a bad config.
@@ -124,7 +127,8 @@ class ResNet(nn.Module):
                              param_dtype=jnp.float32, kernel_init=_conv_init)
     norm = functools.partial(nn.BatchNorm, use_running_average=not train,
                              momentum=self.bn_momentum, epsilon=self.bn_epsilon,
-                             dtype=self.dtype, param_dtype=jnp.float32)
+                             dtype=self.dtype, param_dtype=jnp.float32,
+                             axis_name=self.bn_axis_name)
     block_cls = _BLOCK_CLASSES[self.block]
 
     x_BxHxWxC = jnp.asarray(x_BxHxWxC, self.dtype)

@@ -1,0 +1,211 @@
+"""The stacked engine: no cross-worker collectives, independence, equivalence, aggregation."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ensemble_jax import aggregate, hlo, metrics, optim
+from ensemble_jax.config_lib import ConfigError, validate
+from ensemble_jax.methods import step as step_lib
+from ensemble_jax.methods.ensemble import Ensemble
+from ensemble_jax.models import resnet
+from ensemble_jax.sharding import make_mesh
+
+IMAGE_SHAPE = (12, 12, 1)
+
+
+def _config(num_workers, mesh, strategy="unroll", batch=4):
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("ensemble,smoke")
+  c.mesh = mesh
+  c.method.num_workers = num_workers
+  c.method.local_strategy = strategy
+  c.train.batch_size = batch
+  c.data.image_size = IMAGE_SHAPE[0]
+  return c
+
+
+def _tiny_model():
+  # Two stages of basic blocks, width 4: compile-light, still conv + BatchNorm.
+  return resnet.ResNet(stage_sizes=(1, 1), block="basic", num_classes=10, width=4,
+                       stem="small")
+
+
+@functools.lru_cache(maxsize=None)
+def _engine(num_workers, mesh, strategy="unroll"):
+  config = _config(num_workers, [tuple(a) for a in mesh], strategy)
+  tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
+  return Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE), config
+
+
+def _batch(engine, seed=0):
+  n, b = engine.train_layout.leading_shape
+  rng = np.random.default_rng(seed)
+  local = {"image": rng.integers(0, 255, (n, b, *IMAGE_SHAPE), dtype=np.uint8),
+           "label": rng.integers(0, 10, (n, b), dtype=np.int32)}
+  return local, {k: jax.device_put(v, engine.train_layout.sharding) for k, v in local.items()}
+
+
+def _worker_groups(mesh):
+  """Mesh position (the SPMD partition id) -> worker-group index."""
+  data = mesh.shape.get("data", 1)
+  return {p: p // data for p in range(mesh.devices.size)}
+
+
+CASES = [(8, (("worker", 8), ("data", 1)), "unroll"),
+         (16, (("worker", 8), ("data", 1)), "unroll"),
+         (16, (("worker", 8), ("data", 1)), "vmap"),
+         (4, (("worker", 4), ("data", 2)), "unroll")]
+
+
+@pytest.mark.parametrize("num_workers,mesh,strategy", CASES)
+def test_no_collective_spans_two_workers(num_workers, mesh, strategy):
+  engine, _ = _engine(num_workers, mesh, strategy)
+  state = engine.init(jax.random.key(0))
+  text = engine.train_step.lower(state, _batch(engine)[1], jax.random.key(1)).compile().as_text()
+  found = hlo.collectives(text)
+  assert not hlo.spanning(found, _worker_groups(engine.mesh), engine.mesh.devices.size), \
+      [c.line for c in found]
+  if engine.mesh.shape["data"] == 1:
+    assert found == [], [c.line for c in found]
+  else:  # per-worker data parallelism: all-reduces inside each worker's data pair only
+    assert any(c.op == "all-reduce" for c in found)
+
+
+def test_the_hlo_check_catches_a_planted_worker_psum():
+  """The negative control inside the engine's own shard_map: a psum over `worker`."""
+  engine, _ = _engine(8, (("worker", 8), ("data", 1)))
+  spec = jax.sharding.PartitionSpec("worker")
+  leaky = jax.jit(jax.shard_map(lambda x: jax.lax.psum(x, "worker"), mesh=engine.mesh,
+                                in_specs=spec, out_specs=spec, check_vma=False))
+  text = leaky.lower(jnp.zeros((8, 3))).compile().as_text()
+  assert hlo.spanning(hlo.collectives(text), _worker_groups(engine.mesh), 8)
+
+
+def test_hlo_parser_reads_both_replica_group_formats():
+  explicit = "%ar = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={{0,1},{2,3}}, to_apply=%s"
+  iota = "%ag = f32[8]{0} all-gather-start(f32[2]{0} %x), replica_groups=[2,4]<=[4,2]T(1,0)"
+  a, b = hlo.collectives(explicit + "\n" + iota)
+  assert a.op == "all-reduce" and a.groups == [[0, 1], [2, 3]]
+  assert b.op == "all-gather" and b.groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
+  groups = {p: p // 2 for p in range(8)}
+  assert not hlo.spanning([a], groups, 8) and hlo.spanning([b], groups, 8)
+
+
+def _separate_steps(engine, config, state, local_batch, rng):
+  """Reference: each worker stepped alone with the key the engine gives it."""
+  cfg = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std))
+  host = jax.device_get(state)
+  outs = []
+  for i in range(engine.num_workers):
+    one = jax.tree.map(lambda x: x[i], host)
+    one = one.replace(apply_fn=_tiny_model().apply, tx=state.tx)
+    batch = {k: v[i] for k, v in local_batch.items()}
+    new, _ = jax.jit(step_lib.train_step, static_argnums=3)(
+        one, batch, jax.random.fold_in(rng, i), cfg)
+    outs.append(jax.device_get(new.params))
+  return outs
+
+
+@pytest.mark.parametrize("num_workers,mesh,strategy", CASES)
+def test_stacked_step_equals_separate_steps(num_workers, mesh, strategy):
+  engine, config = _engine(num_workers, mesh, strategy)
+  state = engine.init(jax.random.key(0))
+  local, batch = _batch(engine, seed=3)
+  rng = jax.random.key(7)
+  expected = _separate_steps(engine, config, state, local, rng)
+  new_state, metrics_N = engine.train_step(state, batch, rng)
+  assert metrics_N["loss"].shape == (num_workers,)
+  got = jax.device_get(new_state.params)
+  for i in range(num_workers):
+    for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i], got)),
+                    jax.tree.leaves(expected[i])):
+      np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_workers_are_independent():
+  engine, _ = _engine(8, (("worker", 8), ("data", 1)))
+  state = engine.init(jax.random.key(0))
+  kernels = np.asarray(state.params["stem_conv"]["kernel"])
+  assert all(not np.allclose(kernels[0], kernels[i]) for i in range(1, 8))  # own inits
+  local, batch = _batch(engine, seed=0)
+  rng = jax.random.key(1)
+  before = jax.device_get(state)
+  a, _ = engine.train_step(engine.init(jax.random.key(0)), batch, rng)
+  local[("image")][3] = 255 - local["image"][3]  # change worker 3's data only
+  changed = {k: jax.device_put(v, engine.train_layout.sharding) for k, v in local.items()}
+  b, _ = engine.train_step(engine.init(jax.random.key(0)), changed, rng)
+  for x, y, x0 in zip(jax.tree.leaves(jax.device_get(a.params)),
+                      jax.tree.leaves(jax.device_get(b.params)),
+                      jax.tree.leaves(before.params)):
+    diff = np.abs(x - y).reshape(8, -1).max(axis=1)
+    assert np.all(diff[[0, 1, 2, 4, 5, 6, 7]] == 0)
+  stem_a = np.asarray(a.params["stem_conv"]["kernel"][3])
+  stem_b = np.asarray(b.params["stem_conv"]["kernel"][3])
+  assert not np.allclose(stem_a, stem_b)
+
+
+def test_shared_init_gives_identical_workers():
+  config = _config(8, [("worker", 8), ("data", 1)])
+  config.method.shared_init = True
+  tx = optim.create_optimizer(config.optim, 4, 10, 10)
+  engine = Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE)
+  kernels = np.asarray(engine.init(jax.random.key(0)).params["stem_conv"]["kernel"])
+  assert all(np.array_equal(kernels[0], kernels[i]) for i in range(8))
+
+
+def test_logit_mean_matches_numpy_and_excludes_nan_workers():
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(4, 5, 3)).astype(np.float32)
+  np.testing.assert_allclose(aggregate.combine(logits, jnp.ones(4), "logits"),
+                             logits.mean(0), rtol=1e-6)
+  probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  np.testing.assert_allclose(np.exp(aggregate.combine(logits, jnp.ones(4), "probs")),
+                             probs.mean(0), rtol=1e-5)
+  logits[2] = np.nan
+  weights = jnp.asarray([1, 1, 0, 1])
+  for mode, ref in (("logits", logits[[0, 1, 3]].mean(0)),
+                    ("probs", np.log(probs[[0, 1, 3]].mean(0)))):
+    got = np.asarray(aggregate.combine(logits, weights, mode))
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_nan_worker_is_excluded_and_reported():
+  engine, _ = _engine(8, (("worker", 8), ("data", 1)))
+  engine.healthy[:] = True
+  engine.excluded.clear()
+  loss = np.ones(8)
+  loss[5] = np.nan
+  engine.check_step_metrics({"loss": loss}, step=11)
+  assert engine.excluded == [{"worker": 5, "step": 11, "loss": float("nan")}] or (
+      engine.excluded[0]["worker"] == 5 and engine.excluded[0]["step"] == 11)
+  assert engine.healthy.tolist() == [True] * 5 + [False] + [True] * 2
+  with pytest.raises(FloatingPointError, match="all 8 workers diverged"):
+    engine.check_step_metrics({"loss": np.full(8, np.inf)}, step=12)
+  engine.healthy[:] = True
+  engine.excluded.clear()
+
+
+def test_soup_without_shared_init_is_refused():
+  config = _config(8, [("worker", 8), ("data", 1)])
+  config.method.aggregation = "logits,soup"
+  with pytest.raises(ConfigError, match="shared_init=True"):
+    validate(config)
+
+
+def test_n_not_a_multiple_of_the_worker_axis_is_refused():
+  config = _config(12, [("worker", 8), ("data", 1)])
+  tx = optim.create_optimizer(config.optim, 4, 10, 10)
+  with pytest.raises(ConfigError, match="num_workers=12 is not a multiple of the mesh's "
+                                        "worker axis=8"):
+    Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE)
+
+
+def test_ece_of_a_perfectly_calibrated_batch_is_zero():
+  logits = jnp.log(jnp.asarray([[0.5, 0.5], [0.5, 0.5]]))
+  sums = metrics.classification_sums(logits, jnp.asarray([0, 1]), jnp.ones(2))
+  assert metrics.finalize_classification(sums)["ece"] == pytest.approx(0.0, abs=1e-6)
