@@ -11,8 +11,10 @@ import numpy as np
 
 COLLECTIVE_OPS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all",
                   "collective-permute", "collective-broadcast")
-_OP = re.compile(r"=\s*\S+(?:\[[^\]]*\])?(?:\{[^}]*\})?\s+(" + "|".join(COLLECTIVE_OPS)
+# `%name = <type> op(` where the type may be a tuple: the op is the first ` op(` after `=`.
+_OP = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=.*?\s(" + "|".join(COLLECTIVE_OPS)
                  + r")(?:-start)?\(")
+_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _EXPLICIT = re.compile(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}")
 _IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
@@ -26,6 +28,17 @@ class Collective:
 
 
 def _groups(line: str) -> list[list[int]]:
+  if m := _MESH.search(line):
+    # mesh['a'=4,'b'=2] {'b'}: devices laid out on the mesh in order; each group is the
+    # set of devices that differ only along the listed axes.
+    axes = [(n.strip().strip("'"), int(v)) for n, v in
+            (kv.split("=") for kv in m.group(1).split(","))]
+    names = [n for n, _ in axes]
+    listed = [names.index(n.strip().strip("'")) for n in m.group(2).split(",") if n.strip()]
+    ids = np.arange(int(np.prod([v for _, v in axes]))).reshape([v for _, v in axes])
+    rest = [d for d in range(len(axes)) if d not in listed]
+    size = int(np.prod([axes[d][1] for d in listed])) if listed else 1
+    return ids.transpose(rest + listed).reshape(-1, size).tolist()
   if m := _IOTA.search(line):
     num_groups, size = int(m.group(1)), int(m.group(2))
     dims = [int(d) for d in m.group(3).split(",")]

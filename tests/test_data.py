@@ -20,7 +20,11 @@ def test_random_sampler_is_a_seeded_epoch_permutation():
   other = samplers.RandomSampler(100, num_consumers=2, seed=1)
   assert not np.array_equal(s.batch_indices(0, 3, 16), other.batch_indices(0, 3, 16))
   # a batch straddling the epoch boundary continues into the next permutation
-  assert len(set(s.batch_indices(0, 6, 16))) == 16
+  straddle = s.batch_indices(0, 6, 16)
+  assert np.array_equal(straddle[:4], epoch[96:])
+  next_epoch = np.concatenate([s.batch_indices(0, k, 10) for k in range(10, 20)])
+  assert sorted(next_epoch) == list(range(100))
+  assert np.array_equal(straddle[4:], next_epoch[:12])
 
 
 def test_disjoint_sampler_partitions_the_data():

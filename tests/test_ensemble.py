@@ -88,11 +88,15 @@ def test_the_hlo_check_catches_a_planted_worker_psum():
 def test_hlo_parser_reads_both_replica_group_formats():
   explicit = "%ar = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={{0,1},{2,3}}, to_apply=%s"
   iota = "%ag = f32[8]{0} all-gather-start(f32[2]{0} %x), replica_groups=[2,4]<=[4,2]T(1,0)"
-  a, b = hlo.collectives(explicit + "\n" + iota)
+  mesh = ("%ar.1 = (f32[8]{0}, f32[8]{0}) all-reduce(%a, %b), channel_id=2, "
+          "replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_1'}, use_global_device_ids=true")
+  a, b, c = hlo.collectives("\n".join([explicit, iota, mesh, "%add = f32[] add(%x, %y)"]))
   assert a.op == "all-reduce" and a.groups == [[0, 1], [2, 3]]
   assert b.op == "all-gather" and b.groups == [[0, 2, 4, 6], [1, 3, 5, 7]]
+  assert c.op == "all-reduce" and c.groups == [[0, 1], [2, 3], [4, 5], [6, 7]]
   groups = {p: p // 2 for p in range(8)}
   assert not hlo.spanning([a], groups, 8) and hlo.spanning([b], groups, 8)
+  assert not hlo.spanning([c], groups, 8)
 
 
 def _separate_steps(engine, config, state, local_batch, rng):

@@ -1,0 +1,100 @@
+"""Per-worker cost of the stacked engine relative to one single-worker step.
+
+  python -m experiments.bench.engine [--devices=8] [--batch=128] [--steps=3]
+
+For k workers per device (N = k * devices) and each local strategy, times the compiled
+stacked step and divides by N x the time of one worker's step jitted alone on one
+device, measured in the same run. Ideal is 1.00: the devices run in parallel, so on a
+CPU host whose fake devices share the cores, N workers should cost N single steps.
+Fake devices come from XLA_FLAGS, set here before JAX is imported.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+
+def _parse():
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--devices", type=int, default=8)
+  p.add_argument("--batch", type=int, default=128, help="per-worker batch")
+  p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
+  p.add_argument("--workers_per_device", default="1,2,4")
+  p.add_argument("--strategies", default="unroll,vmap")
+  p.add_argument("--width", type=int, default=16)
+  return p.parse_args()
+
+
+def _time(fn, state, batch, rng, steps):
+  state, m = fn(state, batch, rng)  # warm-up (and first-call dispatch)
+  jax.block_until_ready(m)
+  times = []
+  for _ in range(steps):
+    t = time.perf_counter()
+    state, m = fn(state, batch, rng)
+    jax.block_until_ready(m)
+    times.append(time.perf_counter() - t)
+  return statistics.median(times), state
+
+
+def main():
+  args = _parse()
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                             + f" --xla_force_host_platform_device_count={args.devices}")
+  global jax
+  import jax
+  import numpy as np
+
+  from ensemble_jax import optim
+  from ensemble_jax.methods import step as step_lib
+  from ensemble_jax.methods.ensemble import Ensemble, resolve_local_strategy
+  from ensemble_jax.models import resnet
+  from ensemble_jax.sharding import make_mesh
+  from experiments.configs import fashion_mnist
+
+  image_shape = (28, 28, 1)
+  model = resnet.create_model("resnet18", num_classes=10, width=args.width, stem="small")
+  config = fashion_mnist.get_config("ensemble")
+  config.train.batch_size = args.batch
+  tx = optim.create_optimizer(config.optim, args.batch, 1000, 100)
+  rng = np.random.default_rng(0)
+  backend = jax.default_backend()
+
+  # The reference: one worker's step, jitted alone on one device.
+  cfg = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std))
+  single = jax.jit(step_lib.train_step, static_argnums=3, donate_argnums=0)
+  state = step_lib.create_train_state(model, tx, jax.random.key(0), image_shape)
+  batch = {"image": rng.integers(0, 255, (args.batch, *image_shape), dtype=np.uint8),
+           "label": rng.integers(0, 10, (args.batch,), dtype=np.int32)}
+  t_single, _ = _time(lambda s, b, r: single(s, b, r, cfg), state, batch, jax.random.key(1),
+                      args.steps)
+  print(f"backend={backend} devices={args.devices} batch/worker={args.batch} "
+        f"params/worker={step_lib.num_params(state.params):,}")
+  print(f"single-worker step: {1e3 * t_single:.1f} ms\n")
+  print(f"{'workers/device':>15}{'N':>5}{'strategy':>10}{'step s':>9}{'ratio':>8}")
+  rows = []
+  for k in [int(x) for x in args.workers_per_device.split(",")]:
+    n = k * args.devices
+    for strategy in args.strategies.split(","):
+      config.mesh = [("worker", args.devices), ("data", 1)]
+      config.method.num_workers, config.method.local_strategy = n, strategy
+      engine = Ensemble(config, model, tx, make_mesh(config.mesh), image_shape)
+      states = engine.init(jax.random.key(0))
+      local = {"image": rng.integers(0, 255, (n, args.batch, *image_shape), dtype=np.uint8),
+               "label": rng.integers(0, 10, (n, args.batch), dtype=np.int32)}
+      gbatch = {key: jax.device_put(v, engine.train_layout.sharding) for key, v in local.items()}
+      t, _ = _time(engine.train_step, states, gbatch, jax.random.key(1), args.steps)
+      ratio = t / (n * t_single)
+      rows.append((k, strategy, ratio))
+      print(f"{k:>15}{n:>5}{strategy:>10}{t:>9.2f}{ratio:>8.2f}", flush=True)
+  auto = resolve_local_strategy("auto", backend)
+  print(f"\nauto picks '{auto}' on {backend}; its ratios: "
+        + ", ".join(f"{k}/device {r:.2f}" for k, s, r in rows if s == auto))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
