@@ -2,6 +2,8 @@
 
 Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
 """
+import logging
+
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -13,9 +15,15 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and results g
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _quiet_orbax(record: logging.LogRecord) -> bool:
+  """Orbax logs every save phase at INFO; keep its warnings and errors only."""
+  return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  logging.getLogger("absl").addFilter(_quiet_orbax)
   train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 

@@ -37,7 +37,7 @@ def run_all(workdir: str, variant: str) -> dict[str, dict]:
 
 def table(results: dict[str, dict]) -> str:
   header = (f"{'run':<15}{'accuracy':>9}{'nll':>7}{'ece':>7}{'models':>7}{'steps/model':>12}"
-            f"{'TFLOPs':>8}{'train s':>9}{'step ms':>9}  worker acc mean [min, max]")
+            f"{'TFLOPs':>8}{'train s':>9}{'wall s':>8}{'step ms':>9}  worker acc mean [min, max]")
   lines = [header, "-" * len(header)]
   for name, r in results.items():
     f = r["final"]
@@ -46,7 +46,8 @@ def table(results: dict[str, dict]) -> str:
                f"{f['worker/accuracy_max']:.4f}]" if "worker/accuracy_mean" in f else "-")
     lines.append(f"{name:<15}{f['accuracy']:>9.4f}{f['nll']:>7.3f}{f['ece']:>7.3f}"
                  f"{r.get('num_workers', 1):>7}{r['steps']:>12}{total_tflops:>8.2f}"
-                 f"{r['train_time_s']:>9.1f}{1e3 * r['step_time_s']:>9.1f}  {workers}")
+                 f"{r['train_time_s']:>9.1f}{r['wall_time_s']:>8.1f}{1e3 * r['step_time_s']:>9.1f}  "
+                 f"{workers}")
   for name, r in results.items():
     t = r["target"]
     lines.append(f"{name}: target {t['metric']} {t['value']} " + (

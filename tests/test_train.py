@@ -69,3 +69,26 @@ def test_main_subprocess(tmp_path):
     results = json.load(f)
   assert results["steps"] == 2 and results["num_devices"] == 2
   assert results["config"]["train"]["num_steps"] == 2  # the override reached the run
+
+
+def test_ensemble_few_steps_with_soup(tmp_path):
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("ensemble,smoke")
+  config.method.shared_init = True
+  config.method.aggregation = "logits,probs,soup"
+  config.method.soup_bn_batches = 2
+  r = train.train_and_evaluate(config, str(tmp_path))
+  with open(tmp_path / "results.json") as f:
+    on_disk = json.load(f)
+  assert RESULT_KEYS <= set(on_disk)
+  assert on_disk["method"] == "ensemble" and on_disk["mesh"] == {"worker": 8, "data": 1}
+  assert on_disk["num_workers"] == 8 and on_disk["steps_per_worker"] == 4 == on_disk["steps"]
+  assert len(on_disk["per_worker"]) == 8 and on_disk["excluded_workers"] == []
+  assert set(on_disk["ensemble"]) == {"logits", "probs", "soup"}
+  for mode in ("logits", "probs", "soup"):
+    assert on_disk["ensemble"][mode]["num_examples"] == config.eval.num_examples
+  worker_acc = [w["accuracy"] for w in on_disk["per_worker"]]
+  assert on_disk["final"]["worker/accuracy_mean"] == pytest.approx(np.mean(worker_acc))
+  assert on_disk["final"]["accuracy"] == on_disk["ensemble"]["logits"]["accuracy"]
+  assert r["examples_per_step"] == 8 * config.train.batch_size
