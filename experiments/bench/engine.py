@@ -3,16 +3,19 @@
   python -m experiments.bench.engine [--devices=8] [--batch=128] [--steps=3]
 
 For k workers per device (N = k * devices) and each local strategy, times the compiled
-stacked step and divides by N x the time of one worker's step jitted alone on one
-device, measured in the same run. Ideal is 1.00: the devices run in parallel, so on a
-CPU host whose fake devices share the cores, N workers should cost N single steps.
-Fake devices come from XLA_FLAGS, set here before JAX is imported.
+stacked step and divides by N x the time of one worker's step jitted alone, measured in
+the same run. Fake devices come from XLA_FLAGS, set here before JAX is imported, and
+share the host's cores; so the reference is one worker's step in a child process that
+sees the whole host as one device (what one worker costs run alone). Ideal is 1.00.
+The step on one of the fake devices is printed too: it is slower, since a fake device
+gets only part of the host's threads.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -25,6 +28,8 @@ def _parse():
   p.add_argument("--workers_per_device", default="1,2,4")
   p.add_argument("--strategies", default="unroll,vmap")
   p.add_argument("--width", type=int, default=16)
+  p.add_argument("--reference_only", action="store_true",
+                 help="print one worker's step time in seconds (run with one device)")
   return p.parse_args()
 
 
@@ -40,10 +45,21 @@ def _time(fn, state, batch, rng, steps):
   return statistics.median(times), state
 
 
+def _host_reference(args) -> float:
+  """One worker's step time with the whole host as one device, in a child process."""
+  env = dict(os.environ, XLA_FLAGS="")
+  cmd = [sys.executable, "-m", "experiments.bench.engine", "--reference_only",
+         f"--batch={args.batch}", f"--steps={args.steps}", f"--width={args.width}"]
+  out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+  return float(out.stdout.strip().splitlines()[-1])
+
+
 def main():
   args = _parse()
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                             + f" --xla_force_host_platform_device_count={args.devices}")
+  t_host = None if args.reference_only else _host_reference(args)
+  if not args.reference_only:
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + f" --xla_force_host_platform_device_count={args.devices}")
   global jax
   import jax
   import numpy as np
@@ -71,9 +87,13 @@ def main():
            "label": rng.integers(0, 10, (args.batch,), dtype=np.int32)}
   t_single, _ = _time(lambda s, b, r: single(s, b, r, cfg), state, batch, jax.random.key(1),
                       args.steps)
+  if args.reference_only:
+    print(t_single)
+    return 0
   print(f"backend={backend} devices={args.devices} batch/worker={args.batch} "
         f"params/worker={step_lib.num_params(state.params):,}")
-  print(f"single-worker step: {1e3 * t_single:.1f} ms\n")
+  print(f"one worker's step, host as one device (the reference): {1e3 * t_host:.1f} ms")
+  print(f"one worker's step on one of {args.devices} fake devices:   {1e3 * t_single:.1f} ms\n")
   print(f"{'workers/device':>15}{'N':>5}{'strategy':>10}{'step s':>9}{'ratio':>8}")
   rows = []
   for k in [int(x) for x in args.workers_per_device.split(",")]:
@@ -87,7 +107,7 @@ def main():
                "label": rng.integers(0, 10, (n, args.batch), dtype=np.int32)}
       gbatch = {key: jax.device_put(v, engine.train_layout.sharding) for key, v in local.items()}
       t, _ = _time(engine.train_step, states, gbatch, jax.random.key(1), args.steps)
-      ratio = t / (n * t_single)
+      ratio = t / (n * t_host)
       rows.append((k, strategy, ratio))
       print(f"{k:>15}{n:>5}{strategy:>10}{t:>9.2f}{ratio:>8.2f}", flush=True)
   auto = resolve_local_strategy("auto", backend)
