@@ -156,7 +156,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if last_metrics is not None:
     method.check_step_metrics(jax.device_get(last_metrics), step)
   progress.close()
-  checkpointer.save(num_steps, state, meta, force=True)
   checkpointer.close()
   writer.close()
 
