@@ -123,9 +123,9 @@ def test_tfds_imagenet_inception_crop_under_mock_data():
   assert data.num_classes == 1000 and data.image_shape == (32, 32, 3)
   for train in (True, False):
     transform = images.make_transform(config.data, train=train)
-    u = np.random.default_rng(0).random(images.NUM_UNIFORMS)
+    u = np.random.default_rng(0).random(pipeline.NUM_UNIFORMS)
     for i in range(4):  # mocked images come in random small sizes
-      out = transform(data.train.get(i)[0], u)
+      out = transform(data.train.get(i), u)["image"]
       assert out.shape == (32, 32, 3) and out.dtype == np.uint8
 
 

@@ -1,7 +1,7 @@
 """Image sources (embedded Fashion-MNIST idx files, any TFDS image dataset) and transforms.
 
-Sources give random access to uint8 images and integer labels. Transforms are pure numpy
-functions of (image, uniforms): the uniforms are drawn per consumer batch from
+Sources give random access to examples {"image": HxWxC uint8, "label": int32}. Transforms
+are pure numpy functions of (example, uniforms): the uniforms are drawn per consumer batch from
 (seed, consumer, step), so augmentation does not depend on how rows are split over
 processes. Normalisation happens on device (`normalize`), so hosts ship uint8.
 """
@@ -18,8 +18,6 @@ from PIL import Image
 
 from ensemble_jax.data import fetch
 
-NUM_UNIFORMS = 24  # per image: enough for any transform below
-
 
 @dataclasses.dataclass
 class ImageSource:
@@ -32,14 +30,15 @@ class ImageSource:
   def __len__(self) -> int:
     return len(self.images)
 
-  def get(self, index: int) -> tuple[np.ndarray, int]:
+  def get(self, index: int) -> dict[str, np.ndarray]:
     if self.labels is not None:
-      return self.images[index], int(self.labels[index])
-    record = self.images[int(index)]
-    image = np.asarray(record["image"])
+      image, label = self.images[index], self.labels[index]
+    else:
+      record = self.images[int(index)]
+      image, label = np.asarray(record["image"]), record["label"]
     if image.ndim == 2:
       image = image[..., None]
-    return image, int(record["label"])
+    return {"image": image, "label": np.int32(label)}
 
 
 @dataclasses.dataclass
@@ -100,7 +99,7 @@ def load(data_config, eval_split: str) -> ImageData:
   else:
     train = load_tfds(data_config.dataset, "train", data_config.data_dir)
     evaluation = load_tfds(data_config.dataset, eval_split, data_config.data_dir)
-  channels = train.get(0)[0].shape[-1]
+  channels = train.get(0)["image"].shape[-1]
   if channels != len(data_config.mean):
     raise ValueError(f"config.data.mean={tuple(data_config.mean)} has {len(data_config.mean)} "
                      f"channels but {train.name} images have {channels}; set data.mean and "
@@ -109,7 +108,7 @@ def load(data_config, eval_split: str) -> ImageData:
   return ImageData(train, evaluation, train.num_classes, (size, size, channels))
 
 
-# ---- transforms: (image HxWxC uint8, uniforms [NUM_UNIFORMS]) -> SxSxC uint8 ----
+# ---- image transforms: (image HxWxC uint8, uniforms [NUM_UNIFORMS]) -> SxSxC uint8 ----
 
 
 def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -162,13 +161,17 @@ def _inception_crop(image: np.ndarray, u: np.ndarray, size: int) -> np.ndarray:
   return out[:, ::-1] if u[22] < 0.5 else out
 
 
-def make_transform(data_config, train: bool) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def make_transform(data_config, train: bool) -> Callable[[dict, np.ndarray], dict]:
+  """The example transform the pipeline applies: augments (train) or center-crops (eval)."""
   size = data_config.image_size
   if not train or data_config.train_augment == "none":
-    return lambda image, u: _center_crop(image, size, data_config.eval_resize if not train else 0)
-  if data_config.train_augment == "crop_flip":
-    return lambda image, u: _crop_flip(image, u, size, data_config.crop_padding)
-  return lambda image, u: _inception_crop(image, u, size)
+    resize = data_config.eval_resize if not train else 0
+    image_fn = lambda image, u: _center_crop(image, size, resize)  # noqa: E731
+  elif data_config.train_augment == "crop_flip":
+    image_fn = lambda image, u: _crop_flip(image, u, size, data_config.crop_padding)  # noqa: E731
+  else:
+    image_fn = lambda image, u: _inception_crop(image, u, size)  # noqa: E731
+  return lambda example, u: {**example, "image": image_fn(example["image"], u)}
 
 
 def normalize(images_u8, mean, std):

@@ -5,6 +5,10 @@ A training batch is either `[B, ...]` (one consumer, data-parallel) or `[N, b, .
 batch its devices hold (read off the sharding), so multi-host runs load 1/P of the data.
 grain runs the loading in background threads; every batch is a pure function of
 (seed, step), so resuming at step k needs nothing but k.
+
+A source is anything with `__len__` and `get(index) -> dict[str, np.ndarray]` (one
+example); a transform maps `(example, uniforms) -> example` (uniforms: NUM_UNIFORMS
+floats in [0, 1) per example, for augmentation). Examples are stacked key by key.
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import grain
 import jax
 import numpy as np
 
-from ensemble_jax.data.images import NUM_UNIFORMS, ImageSource
 from ensemble_jax.distill.samplers import Sampler
+
+NUM_UNIFORMS = 24  # per example: enough for any transform
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,20 +46,16 @@ class BatchLayout:
     return tuple(block)
 
 
-def _load_block(source: ImageSource, indices: np.ndarray, uniforms: np.ndarray, transform):
-  images, labels = [], []
-  for index, u in zip(indices, uniforms):
-    image, label = source.get(int(index))
-    images.append(transform(image, u))
-    labels.append(label)
-  return np.stack(images), np.asarray(labels, np.int32)
+def _load_block(source, indices: np.ndarray, uniforms: np.ndarray, transform
+                ) -> dict[str, np.ndarray]:
+  examples = [transform(source.get(int(index)), u) for index, u in zip(indices, uniforms)]
+  return {key: np.stack([e[key] for e in examples]) for key in examples[0]}
 
 
 class TrainBatches:
   """Random access `[step] -> local numpy batch`; iterate for global jax.Arrays."""
 
-  def __init__(self, source: ImageSource, sampler: Sampler, transform, layout: BatchLayout,
-               seed: int):
+  def __init__(self, source, sampler: Sampler, transform, layout: BatchLayout, seed: int):
     self.source, self.sampler, self.transform = source, sampler, transform
     self.layout, self.seed = layout, seed
     self.block = layout.local_block()
@@ -69,18 +70,16 @@ class TrainBatches:
     else:
       consumers, rows = [0], self.block[0]
       per_consumer = self.layout.leading_shape[0]
-    images, labels = [], []
+    blocks = []
     for consumer in consumers:
       indices = self.sampler.batch_indices(consumer, step, per_consumer)
       # Drawn for the consumer's whole batch, then sliced: independent of process layout.
       uniforms = np.random.default_rng([self.seed, consumer, step]).random(
           (per_consumer, NUM_UNIFORMS))
-      x, y = _load_block(self.source, indices[rows], uniforms[rows], self.transform)
-      images.append(x)
-      labels.append(y)
+      blocks.append(_load_block(self.source, indices[rows], uniforms[rows], self.transform))
     if self.layout.stacked:
-      return {"image": np.stack(images), "label": np.stack(labels)}
-    return {"image": images[0], "label": labels[0]}
+      return {key: np.stack([b[key] for b in blocks]) for key in blocks[0]}
+    return blocks[0]
 
   def iterate(self, start_step: int, num_steps: int, prefetch: int = 4,
               num_threads: int = 2) -> Iterator[dict[str, jax.Array]]:
@@ -102,7 +101,7 @@ def to_global(local: dict[str, np.ndarray], layout: BatchLayout) -> dict[str, ja
 class EvalBatches:
   """The eval split in fixed batches, padded to full size with `mask` = 0 rows."""
 
-  def __init__(self, source: ImageSource, transform, layout: BatchLayout, num_examples: int = 0):
+  def __init__(self, source, transform, layout: BatchLayout, num_examples: int = 0):
     if layout.stacked:
       raise ValueError("eval batches are shared by all workers: use a (B,) layout")
     self.source, self.transform, self.layout = source, transform, layout
@@ -115,9 +114,9 @@ class EvalBatches:
     flat = i * self.batch_size + np.arange(self.batch_size)
     mask = (flat < self.num_examples).astype(np.float32)
     indices = np.where(mask > 0, flat, 0)[self.rows]
-    x, y = _load_block(self.source, indices, np.zeros((len(indices), NUM_UNIFORMS)),
-                       self.transform)
-    return {"image": x, "label": y, "mask": mask[self.rows]}
+    batch = _load_block(self.source, indices, np.zeros((len(indices), NUM_UNIFORMS)),
+                        self.transform)
+    return {**batch, "mask": mask[self.rows]}
 
   def __iter__(self) -> Iterator[dict[str, jax.Array]]:
     ds = grain.MapDataset.range(self.num_batches).map(self.local_batch)
