@@ -11,17 +11,22 @@ import jax.numpy as jnp
 MODES = ("logits", "probs")  # plus "soup", which averages weights instead (see soup_params)
 
 
-def combine(logits_NxBxC: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
-  """`logits`: weighted mean of logits. `probs`: log of the weighted mean of probabilities."""
+def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
+  """`logits`: weighted mean of logits. `probs`: log of the weighted mean of probabilities
+  (the mixture's predictive distribution: its NLL is the ensemble's proper perplexity).
+
+  logits_Nx: [N, ..., C] (e.g. [N, B, C] or [N, B, T, V]); returns [..., C].
+  """
   weights_N = weights_N.astype(jnp.float32)
   valid_N = weights_N > 0
   weights_N = weights_N / jnp.sum(weights_N)
-  logits_NxBxC = jnp.where(valid_N[:, None, None], logits_NxBxC.astype(jnp.float32), 0.0)
+  expand = (slice(None),) + (None,) * (logits_Nx.ndim - 1)
+  logits_Nx = jnp.where(valid_N[expand], logits_Nx.astype(jnp.float32), 0.0)
   if mode == "logits":
-    return jnp.einsum("n,nbc->bc", weights_N, logits_NxBxC)
+    return jnp.tensordot(weights_N, logits_Nx, axes=1)
   if mode == "probs":
     log_w_N = jnp.where(valid_N, jnp.log(jnp.where(valid_N, weights_N, 1.0)), -jnp.inf)
-    return jax.nn.logsumexp(jax.nn.log_softmax(logits_NxBxC) + log_w_N[:, None, None], axis=0)
+    return jax.nn.logsumexp(jax.nn.log_softmax(logits_Nx) + log_w_N[expand], axis=0)
   raise ValueError(f"aggregation mode {mode!r} unknown; choose one of {MODES} or 'soup'")
 
 

@@ -14,7 +14,10 @@ import ml_collections
 METHODS = ("data_parallel", "ensemble")
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
-TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf)}
+TASKS = ("classification", "lm")
+TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
+                 "perplexity": (1.0, math.inf)}
+LOWER_IS_BETTER = ("nll", "perplexity")
 
 
 class ConfigError(ValueError):
@@ -24,6 +27,7 @@ class ConfigError(ValueError):
 def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
+  c.task = "classification"  # classification (images) | lm (next-token prediction)
   # Mesh axes as [(name, size)]; -1 means "all remaining devices".
   c.mesh = [("data", -1)]
 
@@ -52,12 +56,23 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.std = (0.353,)
   c.data.prefetch = 4  # batches prepared ahead by grain's threads
   c.data.num_threads = 2
+  # text (task='lm')
+  c.data.path = ""  # corpus dir/file (source='files'); "" = the embedded pydocs corpus
+  c.data.tokenizer = "byte"  # byte (vocab 256) | gpt2 (BPE from local files)
+  c.data.tokenizer_dir = ""  # encoder.json + vocab.bpe, or tokenizer.json
+  c.data.context = 256  # tokens per training window
+  c.data.val_fraction = 0.05  # documents held out, chosen by a hash of their id
+  c.data.pile_subsets = ()  # meta.pile_set_name values to keep; () = all
+  c.data.text_key = "text"  # the text feature of a TFDS text dataset
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "resnet18"  # resnet18 | resnet34 | resnet50
   c.model.width = 16  # channels of the first stage (64 for the published ResNets)
   c.model.stem = "small"  # small (28x28, 32x32) | imagenet
   c.model.dtype = "float32"  # compute dtype; params are float32
+  c.model.size = "tiny"  # gpt2: tiny | mini | small | medium | large | xl
+  c.model.remat = False  # gpt2: rematerialise each block in the backward pass
+  c.model.dropout = 0.0  # gpt2: embedding, attention and residual dropout
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adamw"  # sgd | adamw
@@ -161,8 +176,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"choose one of {OPTIMIZERS}.")
   _need(config.data.train_augment in AUGMENTS, "data.train_augment",
         config.data.train_augment, f"choose one of {AUGMENTS}.")
-  _need(config.data.source in ("idx", "tfds"), "data.source", config.data.source,
-        "choose 'idx' (embedded Fashion-MNIST files) or 'tfds'.")
+  _need(config.task in TASKS, "task", config.task, f"choose one of {TASKS}.")
+  lm_model = config.model.name == "gpt2"
+  _need(lm_model == (config.task == "lm"), "model.name", config.model.name,
+        f"task {config.task!r} needs " + ("model.name='gpt2'." if config.task == "lm" else
+                                          "a ResNet (resnet18 | resnet34 | resnet50)."))
+  sources = ("files", "tfds") if config.task == "lm" else ("idx", "tfds")
+  _need(config.data.source in sources, "data.source", config.data.source,
+        f"for task {config.task!r} choose one of {sources}.")
+  _need(config.data.tokenizer in ("byte", "gpt2"), "data.tokenizer", config.data.tokenizer,
+        "choose 'byte' or 'gpt2'.")
+  _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,
+        "must lie in (0, 1).")
+  _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",

@@ -8,8 +8,15 @@ import numpy as np
 ECE_BINS = 15
 
 
-def classification_sums(logits_BxC: jax.Array, labels_B: jax.Array, mask_B: jax.Array) -> dict:
-  """Masked sums: count, correct, nll, and per-confidence-bin counts for ECE."""
+def prediction_sums(logits: jax.Array, labels: jax.Array, mask_B: jax.Array) -> dict:
+  """Masked sums over examples (or tokens): count, correct, nll, ECE bin counts.
+
+  logits [B, C] with labels [B], or [B, T, V] with labels [B, T] (every token counts).
+  """
+  if logits.ndim == 3:
+    mask_B = jnp.broadcast_to(mask_B[:, None], labels.shape).reshape(-1)
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+  logits_BxC, labels_B = logits, labels
   log_probs_BxC = jax.nn.log_softmax(logits_BxC.astype(jnp.float32))
   nll_B = -jnp.take_along_axis(log_probs_BxC, labels_B[:, None], axis=-1)[:, 0]
   confidence_B = jnp.exp(jnp.max(log_probs_BxC, axis=-1))
@@ -29,10 +36,16 @@ def add_sums(total: dict | None, sums: dict) -> dict:
   return sums if total is None else jax.tree.map(np.add, total, sums)
 
 
-def finalize_classification(sums: dict) -> dict[str, float]:
+def finalize(sums: dict, task: str = "classification") -> dict[str, float]:
+  """Means from sums; for language models also perplexity and bits per token."""
   count = float(sums["count"])
   ece = np.sum(np.abs(sums["bin_correct"] - sums["bin_confidence"])) / count
-  return {"accuracy": float(sums["correct"]) / count,
-          "nll": float(sums["nll"]) / count,
-          "ece": float(ece),
-          "num_examples": int(count)}
+  nll = float(sums["nll"]) / count
+  out = {"accuracy": float(sums["correct"]) / count, "nll": nll, "ece": float(ece)}
+  if task == "lm":
+    # With the byte tokenizer a token is a byte: bits per token = bits per byte.
+    out.update(perplexity=float(np.exp(nll)), bits_per_token=nll / np.log(2.0),
+               num_tokens=int(count))
+  else:
+    out["num_examples"] = int(count)
+  return out

@@ -13,7 +13,6 @@ import os
 import time
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -22,9 +21,10 @@ from clu import parameter_overview
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, optim, writers
 from ensemble_jax import metrics as metrics_lib
-from ensemble_jax.data import images, pipeline
+from ensemble_jax import data as data_lib
+from ensemble_jax import models
+from ensemble_jax.data import pipeline
 from ensemble_jax.methods import create_method
-from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
 
 RESULTS_FILE = "results.json"
@@ -32,7 +32,7 @@ RESULTS_FILE = "results.json"
 
 @dataclasses.dataclass
 class TargetTracker:
-  """The first eval at which `metric` crosses `value` (>= for accuracy, <= for nll)."""
+  """The first eval at which `metric` crosses `value` (>= for accuracy, <= for nll/ppl)."""
   metric: str
   value: float
   reached: bool = False
@@ -44,7 +44,8 @@ class TargetTracker:
     if self.reached or self.metric not in metrics:
       return
     got = metrics[self.metric]
-    crossed = got <= self.value if self.metric == "nll" else got >= self.value
+    lower = self.metric in config_lib.LOWER_IS_BETTER
+    crossed = got <= self.value if lower else got >= self.value
     if crossed:
       self.reached, self.reached_step = True, step
       self.reached_time_s, self.reached_wall_time_s = train_time_s, wall_time_s
@@ -67,17 +68,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json."""
   config_lib.validate(config)
   mesh = make_mesh(config.mesh)
-  data = images.load(config.data, config.eval.split)
+  data = data_lib.load(config)
   _prepare_workdir(workdir)
   is_main = jax.process_index() == 0
 
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
-  model = resnet.create_model(config.model.name, num_classes=data.num_classes,
-                              width=config.model.width, stem=config.model.stem,
-                              dtype=jnp.dtype(config.model.dtype))
-  method = create_method(config, model, tx, mesh, data.image_shape)
+  model = models.create_model(config.model, data.num_classes, config.data.context)
+  method = create_method(config, model, tx, mesh, data.init_input)
   eval_every = config.eval.every_steps or steps_per_epoch
 
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
@@ -99,9 +98,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   train_batches = pipeline.TrainBatches(
       data.train, method.sampler(len(data.train), config.seed),
-      images.make_transform(config.data, train=True), method.train_layout, config.seed)
+      data.train_transform, method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
-      data.eval, images.make_transform(config.data, train=False), method.eval_layout,
+      data.eval, data.eval_transform, method.eval_layout,
       config.eval.num_examples)
   writer = writers.MetricWriter(workdir, enabled=is_main)
 
@@ -166,6 +165,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "config": config.to_dict(),
       "num_devices": jax.device_count(),
       "mesh": dict(mesh.shape),
+      "data": data.info,
       "steps": num_steps,
       "examples_per_step": method.examples_per_step,
       "wall_time_s": time.perf_counter() - wall_start,

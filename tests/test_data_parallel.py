@@ -1,5 +1,6 @@
 """The pjit baseline: FSDP equals replication, and the compiled step all-reduces."""
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -15,7 +16,8 @@ def _method(config, fsdp: bool):
   config.method.fsdp_min_size = 256
   model = resnet.create_model("resnet18", num_classes=10, width=8, stem="small")
   tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
-  return DataParallel(config, model, tx, make_mesh(config.mesh), (28, 28, 1))
+  return DataParallel(config, model, tx, make_mesh(config.mesh),
+                      jax.ShapeDtypeStruct((1, 28, 28, 1), jnp.float32))
 
 
 def _batch(method, config, seed=0):

@@ -14,6 +14,7 @@ from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
 
 IMAGE_SHAPE = (12, 12, 1)
+INIT_INPUT = jax.ShapeDtypeStruct((1, *IMAGE_SHAPE), jnp.float32)
 
 
 def _config(num_workers, mesh, strategy="unroll", batch=4):
@@ -38,7 +39,7 @@ def _tiny_model():
 def _engine(num_workers, mesh, strategy="unroll"):
   config = _config(num_workers, [tuple(a) for a in mesh], strategy)
   tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
-  return Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE), config
+  return Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), INIT_INPUT), config
 
 
 def _batch(engine, seed=0):
@@ -101,7 +102,7 @@ def test_hlo_parser_reads_both_replica_group_formats():
 
 def _separate_steps(engine, config, state, local_batch, rng):
   """Reference: each worker stepped alone with the key the engine gives it."""
-  cfg = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std))
+  cfg = step_lib.StepConfig.from_config(config)
   host = jax.device_get(state)
   outs = []
   for i in range(engine.num_workers):
@@ -156,7 +157,7 @@ def test_shared_init_gives_identical_workers():
   config = _config(8, [("worker", 8), ("data", 1)])
   config.method.shared_init = True
   tx = optim.create_optimizer(config.optim, 4, 10, 10)
-  engine = Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE)
+  engine = Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), INIT_INPUT)
   kernels = np.asarray(engine.init(jax.random.key(0)).params["stem_conv"]["kernel"])
   assert all(np.array_equal(kernels[0], kernels[i]) for i in range(8))
 
@@ -206,10 +207,10 @@ def test_n_not_a_multiple_of_the_worker_axis_is_refused():
   tx = optim.create_optimizer(config.optim, 4, 10, 10)
   with pytest.raises(ConfigError, match="num_workers=12 is not a multiple of the mesh's "
                                         "worker axis=8"):
-    Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), IMAGE_SHAPE)
+    Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), INIT_INPUT)
 
 
 def test_ece_of_a_perfectly_calibrated_batch_is_zero():
   logits = jnp.log(jnp.asarray([[0.5, 0.5], [0.5, 0.5]]))
-  sums = metrics.classification_sums(logits, jnp.asarray([0, 1]), jnp.ones(2))
-  assert metrics.finalize_classification(sums)["ece"] == pytest.approx(0.0, abs=1e-6)
+  sums = metrics.prediction_sums(logits, jnp.asarray([0, 1]), jnp.ones(2))
+  assert metrics.finalize(sums)["ece"] == pytest.approx(0.0, abs=1e-6)

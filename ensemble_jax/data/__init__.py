@@ -1,0 +1,39 @@
+"""Datasets for both tasks behind one call: `load(config)` -> `Data`."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass
+class Data:
+  train: Any  # a source: __len__ and get(index) -> example dict
+  eval: Any
+  num_classes: int  # classes, or the vocabulary size for language models
+  init_input: jax.ShapeDtypeStruct  # one model-input batch, for abstract init
+  train_transform: Callable
+  eval_transform: Callable
+  info: dict  # what the run should record about its data (sizes, tokens, ...)
+
+
+def load(config) -> Data:
+  """Images for task 'classification', packed token windows for task 'lm'."""
+  if config.task == "lm":
+    from ensemble_jax.data import text
+
+    data = text.load(config.data)
+    identity = lambda example, u: example  # noqa: E731
+    return Data(data.train, data.eval, data.vocab_size,
+                jax.ShapeDtypeStruct((1, config.data.context), jnp.int32), identity, identity,
+                {"tokenizer": config.data.tokenizer, "eos_id": data.eos_id, **data.stats})
+  from ensemble_jax.data import images
+
+  data = images.load(config.data, config.eval.split)
+  return Data(data.train, data.eval, data.num_classes,
+              jax.ShapeDtypeStruct((1, *data.image_shape), jnp.float32),
+              images.make_transform(config.data, train=True),
+              images.make_transform(config.data, train=False),
+              {"train_examples": len(data.train), "eval_examples": len(data.eval)})

@@ -5,5 +5,6 @@ from ensemble_jax.methods.ensemble import Ensemble
 METHODS = {DataParallel.name: DataParallel, Ensemble.name: Ensemble}
 
 
-def create_method(config, model, tx, mesh, image_shape):
-  return METHODS[config.method.name](config, model, tx, mesh, image_shape)
+def create_method(config, model, tx, mesh, init_input):
+  """`init_input`: a ShapeDtypeStruct of one model input batch, for abstract init."""
+  return METHODS[config.method.name](config, model, tx, mesh, init_input)

@@ -28,9 +28,8 @@ def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
 class DataParallel:
   name = "data_parallel"
 
-  def __init__(self, config, model, tx, mesh, image_shape):
+  def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.model, self.tx, self.mesh = config, model, tx, mesh
-    self.image_shape = tuple(image_shape)
     data_size = mesh.shape.get("data", 1)
     check_divisible(config.train.batch_size, "train.batch_size", data_size,
                     "the mesh's data axis")
@@ -41,10 +40,9 @@ class DataParallel:
     batch_sharding = NamedSharding(mesh, P("data"))
     self.train_layout = BatchLayout((config.train.batch_size,), batch_sharding)
     self.eval_layout = BatchLayout((config.eval.batch_size,), batch_sharding)
-    self.step_config = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std),
-                                           config.optim.label_smoothing)
+    self.step_config = step_lib.StepConfig.from_config(config)
     self._init_fn = functools.partial(step_lib.create_train_state, model, tx,
-                                      image_shape=self.image_shape)
+                                      init_input=init_input)
     self.state_sharding = sharding_lib.state_shardings(
         jax.eval_shape(self._init_fn, jax.random.key(0)), mesh,
         fsdp=config.method.fsdp, min_size=config.method.fsdp_min_size)
@@ -67,11 +65,12 @@ class DataParallel:
     return RandomSampler(num_examples, 1, seed)
 
   def _eval_sums(self, state, batch):
-    logits = step_lib.predict(state, batch["image"], self.step_config)
-    return metrics_lib.classification_sums(logits, batch["label"], batch["mask"])
+    logits = step_lib.predict(state, batch, self.step_config)
+    return metrics_lib.prediction_sums(logits, step_lib.targets(batch, self.step_config),
+                                       batch["mask"])
 
   def finalize_eval(self, sums) -> dict:
-    return metrics_lib.finalize_classification(sums)
+    return metrics_lib.finalize(sums, self.config.task)
 
   def check_step_metrics(self, step_metrics: dict, step: int) -> None:
     loss = np.asarray(step_metrics["loss"])

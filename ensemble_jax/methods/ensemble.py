@@ -54,7 +54,7 @@ def map_local_workers(fn, strategy: str, *stacked):
 class Ensemble:
   name = "ensemble"
 
-  def __init__(self, config, model, tx, mesh, image_shape):
+  def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.mesh = config, mesh
     m = config.method
     if "worker" not in mesh.shape:
@@ -74,9 +74,8 @@ class Ensemble:
     self.model = model.clone(bn_axis_name="data") if data_size > 1 else model
     self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
     self.modes = tuple(mode for mode in m.aggregation.split(",") if mode)
-    self.step_config = step_lib.StepConfig(
-        tuple(config.data.mean), tuple(config.data.std), config.optim.label_smoothing,
-        data_axis="data" if data_size > 1 else None)
+    self.step_config = step_lib.StepConfig.from_config(
+        config, data_axis="data" if data_size > 1 else None)
     self.train_layout = BatchLayout((m.num_workers, config.train.batch_size),
                                     NamedSharding(mesh, P("worker", "data")))
     self.eval_layout = BatchLayout((config.eval.batch_size,), NamedSharding(mesh, P("data")))
@@ -84,7 +83,7 @@ class Ensemble:
     self.excluded: list[dict] = []
 
     self._init_one = functools.partial(step_lib.create_train_state, self.model, tx,
-                                       image_shape=tuple(image_shape))
+                                       init_input=init_input)
     abstract = jax.eval_shape(self._init_stacked, jax.random.key(0))
     self.state_sharding = sharding_lib.state_shardings(abstract, mesh, fsdp=False, min_size=0,
                                                        leading=("worker",))
@@ -133,19 +132,19 @@ class Ensemble:
     return map_local_workers(one, self.strategy, states, batch)
 
   # ---- evaluation: per-worker logits, then the one reduction over workers ----
-  def _local_logits(self, states, images):
-    return map_local_workers(lambda j, s: step_lib.predict(s, images, self.step_config),
+  def _local_logits(self, states, batch):
+    return map_local_workers(lambda j, s: step_lib.predict(s, batch, self.step_config),
                              self.strategy, states)
 
   def _eval_sums(self, states, batch, weights_N):
-    logits_NxBxC = self._worker_logits(states, batch["image"])
-    labels, mask = batch["label"], batch["mask"]
-    sums = {"per_worker": jax.vmap(metrics_lib.classification_sums, (0, None, None))(
-        logits_NxBxC, labels, mask)}
+    logits_NxBx = self._worker_logits(states, batch)  # [N, B, C] or [N, B, T, V]
+    labels, mask = step_lib.targets(batch, self.step_config), batch["mask"]
+    sums = {"per_worker": jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
+        logits_NxBx, labels, mask)}
     for mode in self.modes:
       if mode != "soup":
-        sums[mode] = metrics_lib.classification_sums(
-            aggregate.combine(logits_NxBxC, weights_N, mode), labels, mask)
+        sums[mode] = metrics_lib.prediction_sums(
+            aggregate.combine(logits_NxBx, weights_N, mode), labels, mask)
     return sums
 
   def eval_step(self, states, batch):
@@ -155,11 +154,10 @@ class Ensemble:
     out = {}
     for mode in self.modes:
       if mode in sums:
-        for k, v in metrics_lib.finalize_classification(sums[mode]).items():
+        for k, v in metrics_lib.finalize(sums[mode], self.config.task).items():
           out[f"{mode}/{k}"] = v
-    per_worker = [metrics_lib.finalize_classification(jax.tree.map(lambda x: x[i],
-                                                                   sums["per_worker"]))
-                  for i in range(self.num_workers)]
+    per_worker = [metrics_lib.finalize(jax.tree.map(lambda x: x[i], sums["per_worker"]),
+                                       self.config.task) for i in range(self.num_workers)]
     healthy_acc = [w["accuracy"] for w, ok in zip(per_worker, self.healthy) if ok]
     out.update({"worker/accuracy_mean": float(np.mean(healthy_acc)),
                 "worker/accuracy_min": float(np.min(healthy_acc)),
@@ -168,8 +166,9 @@ class Ensemble:
                                                   zip(per_worker, self.healthy) if ok])),
                 "per_worker": per_worker})
     default = self.modes[0]
-    for k in ("accuracy", "nll", "ece", "num_examples"):
-      out[k] = out[f"{default}/{k}"]
+    for key in list(out):
+      if key.startswith(default + "/"):
+        out[key.split("/", 1)[1]] = out[key]
     return out
 
   # ---- divergence: a worker whose loss is not finite is excluded, and reported ----
@@ -185,7 +184,7 @@ class Ensemble:
                                "config.optim.learning_rate or set config.optim.grad_clip_norm.")
 
   # ---- soup: average the weights, then re-estimate BatchNorm statistics ----
-  def _soup_sums(self, states, weights_N, bn_images_KxNxBx, batch):
+  def _soup_sums(self, states, weights_N, bn_batches, batch):
     params = aggregate.soup_params(states.params, weights_N)
     stats = states.batch_stats
     if stats is not None:
@@ -194,33 +193,32 @@ class Ensemble:
       keep = 1.0 - self.model.bn_momentum
       model = self.model.clone(bn_axis_name=None)  # runs outside shard_map
 
-      def batch_stats(images):
-        images = images.reshape((-1,) + images.shape[2:])
+      def batch_stats(stacked):  # one [N, b, ...] train batch, seen as [N * b, ...]
+        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), stacked)
         _, upd = model.apply({"params": params, "batch_stats": zeros},
-                                  step_lib.normalize(images, self.step_config.mean,
-                                                     self.step_config.std),
-                                  train=True, mutable=["batch_stats"])
+                             step_lib.model_inputs(flat, self.step_config),
+                             train=True, mutable=["batch_stats"])
         return jax.tree.map(lambda x: x / keep, upd["batch_stats"])
 
-      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(batch_stats, bn_images_KxNxBx))
-    logits = self.model.apply({"params": params, "batch_stats": stats},
-                              step_lib.normalize(batch["image"], self.step_config.mean,
-                                                 self.step_config.std), train=False)
-    return metrics_lib.classification_sums(logits, batch["label"], batch["mask"])
+      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(batch_stats, bn_batches))
+    soup = states.replace(params=params, batch_stats=stats)
+    logits = step_lib.predict(soup, batch, self.step_config)
+    return metrics_lib.prediction_sums(logits, step_lib.targets(batch, self.step_config),
+                                       batch["mask"])
 
   def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
                     eval_batches) -> dict:
     ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
                        if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
     if "soup" in self.modes:
-      bn_images = np.stack([train_batches.local_batch(k)["image"]
-                            for k in range(self.config.method.soup_bn_batches)])
+      local = [train_batches.local_batch(k) for k in range(self.config.method.soup_bn_batches)]
+      bn_batches = {key: np.stack([b[key] for b in local]) for key in local[0]}
       weights = jnp.asarray(self.healthy, jnp.float32)
       soup_sums = jax.jit(self._soup_sums)
       sums = None
       for batch in eval_batches:
-        sums = metrics_lib.add_sums(sums, soup_sums(state, weights, bn_images, batch))
-      ensemble["soup"] = metrics_lib.finalize_classification(sums)
+        sums = metrics_lib.add_sums(sums, soup_sums(state, weights, bn_batches, batch))
+      ensemble["soup"] = metrics_lib.finalize(sums, self.config.task)
     return {"num_workers": self.num_workers,
             "steps_per_worker": num_steps,
             "local_strategy": self.strategy,

@@ -1,7 +1,9 @@
-"""One model's train state and its pure update step, shared by every method.
+"""One model's train state and its pure update step, shared by every method and task.
 
 `data_parallel` jits `train_step` over a sharded global batch; the stacked engine applies
 the same function to each worker inside `shard_map`. Nothing here knows about meshes.
+Two tasks share the code: `classification` (batch {"image", "label"}, logits [B, C]) and
+`lm` (batch {"tokens"} of T + 1 tokens, logits [B, T, V] predicting tokens[:, 1:]).
 """
 from __future__ import annotations
 
@@ -23,45 +25,69 @@ class TrainState(train_state.TrainState):
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
   """Static inputs of the step: hashable, so jit treats them as constants."""
-  mean: tuple[float, ...]
-  std: tuple[float, ...]
+  task: str = "classification"
+  mean: tuple[float, ...] = ()
+  std: tuple[float, ...] = ()
   label_smoothing: float = 0.0
   # Inside shard_map, the mesh axis one model's batch is split over (per-worker data
   # parallelism): gradients and metrics are averaged over it (BatchNorm syncs its batch
   # statistics itself, through the model's `bn_axis_name`).
   data_axis: str | None = None
 
+  @classmethod
+  def from_config(cls, config, data_axis: str | None = None) -> "StepConfig":
+    return cls(config.task, tuple(config.data.mean), tuple(config.data.std),
+               config.optim.label_smoothing, data_axis)
+
+
+def model_inputs(batch: dict, cfg: StepConfig) -> jax.Array:
+  if cfg.task == "lm":
+    return batch["tokens"][:, :-1]
+  return normalize(batch["image"], cfg.mean, cfg.std)
+
+
+def targets(batch: dict, cfg: StepConfig) -> jax.Array:
+  """[B] class labels, or [B, T] next tokens."""
+  return batch["tokens"][:, 1:] if cfg.task == "lm" else batch["label"]
+
 
 def create_train_state(model, tx: optax.GradientTransformation, rng: jax.Array,
-                       image_shape: tuple[int, ...]) -> TrainState:
-  variables = model.init(rng, jnp.zeros((1, *image_shape), jnp.float32), train=False)
+                       init_input: jax.ShapeDtypeStruct) -> TrainState:
+  variables = model.init(rng, jnp.zeros(init_input.shape, init_input.dtype), train=False)
   return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
                            batch_stats=variables.get("batch_stats"))
 
 
-def cross_entropy(logits_BxC: jax.Array, labels_B: jax.Array,
-                  label_smoothing: float = 0.0) -> jax.Array:
-  """Per-example loss with optional label smoothing."""
-  num_classes = logits_BxC.shape[-1]
-  targets_BxC = optax.smooth_labels(jax.nn.one_hot(labels_B, num_classes), label_smoothing)
-  return optax.softmax_cross_entropy(logits_BxC.astype(jnp.float32), targets_BxC)
+def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
+                  ) -> jax.Array:
+  """Per-example (or per-token) loss with optional label smoothing; classes on the last axis."""
+  num_classes = logits.shape[-1]
+  targets_onehot = optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
+  return optax.softmax_cross_entropy(logits.astype(jnp.float32), targets_onehot)
+
+
+def _variables(state: TrainState, params) -> dict:
+  if state.batch_stats is None:
+    return {"params": params}
+  return {"params": params, "batch_stats": state.batch_stats}
 
 
 def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
                ) -> tuple[TrainState, dict]:
   """(state, batch, rng) -> (state, metrics); the rng is folded with the step inside."""
   rng = jax.random.fold_in(rng, state.step)
-  inputs = normalize(batch["image"], cfg.mean, cfg.std)
+  inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
+  mutable = ["batch_stats"] if state.batch_stats is not None else False
 
   def loss_fn(params):
-    logits, updates = state.apply_fn({"params": params, "batch_stats": state.batch_stats},
-                                     inputs, train=True, mutable=["batch_stats"],
-                                     rngs={"dropout": rng})
-    loss = cross_entropy(logits, batch["label"], cfg.label_smoothing).mean()
-    return loss, (logits, updates["batch_stats"])
+    out = state.apply_fn(_variables(state, params), inputs, train=True, mutable=mutable,
+                         rngs={"dropout": rng})
+    logits, updates = out if mutable else (out, {})
+    loss = cross_entropy(logits, labels, cfg.label_smoothing).mean()
+    return loss, (logits, updates.get("batch_stats"))
 
   (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  accuracy = jnp.mean(jnp.argmax(logits, -1) == batch["label"])
+  accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
   if cfg.data_axis is not None:
     grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
@@ -69,10 +95,9 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
   return state, metrics
 
 
-def predict(state: TrainState, images: jax.Array, cfg: StepConfig) -> jax.Array:
-  """Eval-mode logits [B, C] (running BatchNorm statistics)."""
-  return state.apply_fn({"params": state.params, "batch_stats": state.batch_stats},
-                        normalize(images, cfg.mean, cfg.std), train=False)
+def predict(state: TrainState, batch: dict, cfg: StepConfig) -> jax.Array:
+  """Eval-mode logits [B, C] or [B, T, V] (running BatchNorm statistics)."""
+  return state.apply_fn(_variables(state, state.params), model_inputs(batch, cfg), train=False)
 
 
 def num_params(params) -> int:

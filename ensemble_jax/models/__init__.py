@@ -1,0 +1,19 @@
+"""Model zoo: ResNets for classification, GPT-2 for language modelling."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def create_model(model_config, num_classes: int, context: int = 0):
+  """From `config.model`; `num_classes` is the vocabulary size for GPT-2."""
+  dtype = jnp.dtype(model_config.dtype)
+  if model_config.name == "gpt2":
+    from ensemble_jax.models import gpt2
+
+    return gpt2.create_model(model_config.size, vocab_size=num_classes, context=context,
+                             dtype=dtype, remat=model_config.remat,
+                             dropout=model_config.dropout)
+  from ensemble_jax.models import resnet
+
+  return resnet.create_model(model_config.name, num_classes=num_classes,
+                             width=model_config.width, stem=model_config.stem, dtype=dtype)

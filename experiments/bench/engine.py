@@ -71,7 +71,8 @@ def main():
   from ensemble_jax.sharding import make_mesh
   from experiments.configs import fashion_mnist
 
-  image_shape = (28, 28, 1)
+  init_input = jax.ShapeDtypeStruct((1, 28, 28, 1), jax.numpy.float32)
+  image_shape = init_input.shape[1:]
   model = resnet.create_model("resnet18", num_classes=10, width=args.width, stem="small")
   config = fashion_mnist.get_config("ensemble")
   config.train.batch_size = args.batch
@@ -80,9 +81,9 @@ def main():
   backend = jax.default_backend()
 
   # The reference: one worker's step, jitted alone on one device.
-  cfg = step_lib.StepConfig(tuple(config.data.mean), tuple(config.data.std))
+  cfg = step_lib.StepConfig.from_config(config)
   single = jax.jit(step_lib.train_step, static_argnums=3, donate_argnums=0)
-  state = step_lib.create_train_state(model, tx, jax.random.key(0), image_shape)
+  state = step_lib.create_train_state(model, tx, jax.random.key(0), init_input)
   batch = {"image": rng.integers(0, 255, (args.batch, *image_shape), dtype=np.uint8),
            "label": rng.integers(0, 10, (args.batch,), dtype=np.int32)}
   t_single, _ = _time(lambda s, b, r: single(s, b, r, cfg), state, batch, jax.random.key(1),
@@ -101,7 +102,7 @@ def main():
     for strategy in args.strategies.split(","):
       config.mesh = [("worker", args.devices), ("data", 1)]
       config.method.num_workers, config.method.local_strategy = n, strategy
-      engine = Ensemble(config, model, tx, make_mesh(config.mesh), image_shape)
+      engine = Ensemble(config, model, tx, make_mesh(config.mesh), init_input)
       states = engine.init(jax.random.key(0))
       local = {"image": rng.integers(0, 255, (n, args.batch, *image_shape), dtype=np.uint8),
                "label": rng.integers(0, 10, (n, args.batch), dtype=np.int32)}
