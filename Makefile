@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo clean
+.PHONY: install data test demo pile imagenet clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,29 @@ test: install data
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo
+
+# GPT-2 small on the Pile: PILE_DIR (shards *.jsonl.zst) and TOKENIZER_DIR (GPT-2 BPE files).
+pile: install
+	@if [ -z "$(PILE_DIR)" ] || [ -z "$(TOKENIZER_DIR)" ]; then \
+	  echo "make pile needs PILE_DIR and TOKENIZER_DIR:"; \
+	  echo "  PILE_DIR=/data/pile       shards *.jsonl.zst (or *.jsonl), one JSON object per line:"; \
+	  echo "                            {\"text\": ..., \"meta\": {\"pile_set_name\": ...}}"; \
+	  echo "  TOKENIZER_DIR=/data/gpt2  GPT-2 encoder.json + vocab.bpe, or a tokenizer.json"; \
+	  echo "e.g. make pile PILE_DIR=/data/pile TOKENIZER_DIR=/data/gpt2 [WORKDIR=gs://bucket/runs]"; \
+	  exit 2; fi
+	$(PY) -m ensemble_jax.main --config=experiments/configs/pile_gpt2.py --workdir=$(WORKDIR)/pile \
+	  --config.data.path=$(PILE_DIR) --config.data.tokenizer_dir=$(TOKENIZER_DIR)
+
+# ResNet-50 on ImageNet from TFDS array_record files in DATA_DIR.
+imagenet: install
+	@if [ -z "$(DATA_DIR)" ]; then \
+	  echo "make imagenet needs DATA_DIR, a TFDS data_dir holding imagenet2012 as array_record."; \
+	  echo "Prepare it once (the tar files come from image-net.org):"; \
+	  echo "  tfds build imagenet2012 --manual_dir=/path/to/tars --data_dir=DATA_DIR --file_format=array_record"; \
+	  echo "e.g. make imagenet DATA_DIR=/data/tfds [WORKDIR=gs://bucket/runs]"; \
+	  exit 2; fi
+	$(PY) -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py \
+	  --workdir=$(WORKDIR)/imagenet --config.data.data_dir=$(DATA_DIR)
 
 clean:
 	rm -rf $(WORKDIR)

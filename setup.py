@@ -20,6 +20,8 @@ setup(
         "grain>=0.2.18",
         "clu>=0.0.12",
         "tensorboardX>=2.6",
+        "zstandard>=0.25.0",
+        "tokenizers>=0.23.3",
         "matplotlib>=3.8",
         "tqdm>=4.66",
         "absl-py>=2.1",

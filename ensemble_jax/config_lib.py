@@ -80,6 +80,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.learning_rate = 3e-3
   c.optim.base_batch_size = 128
   c.optim.warmup_epochs = 0.1
+  c.optim.warmup_steps = 0  # > 0 overrides warmup_epochs (language models count steps)
   c.optim.schedule = "cosine"  # cosine | constant (both after linear warmup)
   c.optim.weight_decay = 5e-4  # decoupled for adamw; L2 added to grads for sgd
   c.optim.momentum = 0.9  # sgd
@@ -197,7 +198,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _need(value > 0, field, value, "must be > 0.")
   for field in ("train.num_steps", "train.num_epochs", "eval.every_steps",
                 "eval.num_examples", "checkpoint.every_steps", "optim.learning_rate",
-                "optim.weight_decay", "optim.warmup_epochs", "data.crop_padding"):
+                "optim.weight_decay", "optim.warmup_epochs", "optim.warmup_steps",
+                "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
   _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",

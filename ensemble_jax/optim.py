@@ -12,7 +12,9 @@ def peak_learning_rate(optim_config, batch_size: int) -> float:
 def create_schedule(optim_config, batch_size: int, total_steps: int,
                     steps_per_epoch: int) -> optax.Schedule:
   peak = peak_learning_rate(optim_config, batch_size)
-  warmup = min(int(round(optim_config.warmup_epochs * steps_per_epoch)), max(total_steps - 1, 0))
+  warmup = (optim_config.warmup_steps if optim_config.warmup_steps > 0
+            else int(round(optim_config.warmup_epochs * steps_per_epoch)))
+  warmup = min(warmup, max(total_steps - 1, 0))
   if optim_config.schedule == "constant":
     after = optax.constant_schedule(peak)
   else:

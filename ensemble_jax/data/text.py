@@ -20,8 +20,10 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import struct
+import tempfile
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -41,6 +43,7 @@ PILE_LAYOUT = (
     'JSON object per line: {"text": ..., "meta": {"pile_set_name": ...}}')
 
 Document = tuple[str, str]  # (doc_id, text)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # ---- document readers: generators of (doc_id, text) ----
@@ -52,7 +55,7 @@ def _valid_unicode(text: str) -> str:
     text.encode("utf-8")
     return text
   except UnicodeEncodeError:
-    return text.encode("utf-8", errors="replace").decode("utf-8")
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def read_jsonl(path: str | os.PathLike, pile_subsets: Iterable[str] = (),
@@ -331,9 +334,8 @@ def build_token_cache(documents: Iterable[Document], tokenizer, val_fraction: fl
   if stats_path.is_file():
     return {**json.loads(stats_path.read_text()), "cached": True}
   cache_dir.parent.mkdir(parents=True, exist_ok=True)
-  staging = cache_dir.with_name(f".{cache_dir.name}.tmp-{os.getpid()}")
-  shutil.rmtree(staging, ignore_errors=True)
-  staging.mkdir()
+  # Unique per builder (hosts sharing a file system may build at once); renamed when done.
+  staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.tmp-", dir=cache_dir.parent))
   dtype = token_dtype(tokenizer.vocab_size)
   writers = {split: _NpyWriter(staging / f"{split}.npy", dtype) for split in SPLITS}
   start = time.monotonic()
@@ -448,6 +450,7 @@ def corpus_from_config(data_config) -> Corpus:
 
 @dataclasses.dataclass
 class TextData:
+  """What training needs: the two window sources and the vocabulary facts."""
   train: PackedTokens
   eval: PackedTokens
   vocab_size: int
