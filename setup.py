@@ -29,7 +29,10 @@ setup(
         "pillow>=10.0",
     ],
     extras_require={
-        "test": ["pytest>=8", "pytest-xdist>=3.5", "chex>=0.1.90"],
+        # torch + transformers: the reference GPT-2 the Flax model is checked against.
+        # torch is pinned: 2.13.0 is the CPU wheel here; an open range pulls CUDA builds.
+        "test": ["pytest>=8", "pytest-xdist>=3.5", "chex>=0.1.90", "torch==2.13.0",
+                 "transformers>=5.23.0"],
         "cuda": ["jax[cuda12]>=0.10.2"],
         "tpu": ["jax[tpu]>=0.10.2"],
     },

@@ -112,7 +112,8 @@ class Block(nn.Module):
   def __call__(self, x_BxTxD, train: bool):
     D = x_BxTxD.shape[-1]
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
-                                     param_dtype=jnp.float32, name=name)
+                                     param_dtype=jnp.float32, use_fast_variance=False,
+                                     name=name)
     x_BxTxD = x_BxTxD + CausalSelfAttention(
         num_heads=self.num_heads, dtype=self.dtype, attn_dropout=self.attn_dropout,
         resid_dropout=self.resid_dropout, out_init_std=self.out_init_std,
@@ -196,7 +197,8 @@ class GPT2(nn.Module):
                           out_init_std=out_init_std, name=f'h_{i}')(x_BxTxD, train)
 
     x_BxTxD = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
-                           param_dtype=jnp.float32, name='ln_f')(x_BxTxD)
+                           param_dtype=jnp.float32, use_fast_variance=False,
+                           name='ln_f')(x_BxTxD)
     # Tied output layer (what `wte.attend` computes), but accumulated and returned in
     # float32 so bf16 compute does not round the logits to bf16.
     embedding_VxD = wte.embedding.astype(self.dtype)
