@@ -181,6 +181,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "history": history,
       **method.final_results(state, last_eval, num_steps, train_batches, eval_batches),
   }
+  if config.task == "lm":
+    results["tokens_per_step"] = method.examples_per_step * config.data.context
+    results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
   if is_main:
     with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
       json.dump(_jsonable(results), f, indent=2)

@@ -27,6 +27,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
   assert final["perplexity"] == pytest.approx(np.exp(final["nll"]))
   assert final["perplexity"] < 256  # better than uniform over bytes after 4 steps
   assert on_disk["data"]["tokenizer"] == "byte"
+  assert on_disk["tokens_per_step"] == 8 * 32 and on_disk["tokens_per_s"] > 0
   assert r["target"]["metric"] == "perplexity" and r["target"]["reached"]
 
 
