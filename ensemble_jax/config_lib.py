@@ -106,6 +106,14 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.target_metric = "accuracy"  # accuracy | nll
   c.eval.target_value = 0.91
 
+  # Multi-host: JAX's own runtime (jax.distributed.initialize), one process per host.
+  c.distributed = ml_collections.ConfigDict()
+  c.distributed.initialize = False  # True on multi-host runs (TPU pods auto-detect the rest)
+  c.distributed.coordinator_address = ""  # "host:port" of process 0; "" = auto-detect
+  c.distributed.num_processes = 0  # 0 = auto-detect
+  c.distributed.process_id = -1  # -1 = auto-detect
+  c.distributed.local_device_count = 0  # CPU only: fake devices per process (tests)
+
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
   c.checkpoint.max_to_keep = 2

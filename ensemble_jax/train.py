@@ -19,7 +19,7 @@ from absl import logging
 from clu import parameter_overview
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, optim, writers
+from ensemble_jax import config_lib, costs, distributed, optim, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import models
@@ -67,6 +67,7 @@ def _eval(method, state, eval_batches) -> dict:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json."""
   config_lib.validate(config)
+  distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
   data = data_lib.load(config)
   _prepare_workdir(workdir)
