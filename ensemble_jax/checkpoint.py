@@ -1,10 +1,21 @@
-"""Orbax checkpoints of (possibly stacked, sharded) train states plus a JSON record."""
+"""Orbax checkpoints of (possibly stacked, sharded) train states plus a JSON record.
+
+A checkpoint holds everything a run needs to continue bit for bit: the train state
+(params, optimizer state, BatchNorm statistics, step) and a JSON record (step, timing,
+eval history, target tracker, the method's host-side state). Data streams and rngs are
+pure functions of (seed, step), so the step number restores them.
+"""
 from __future__ import annotations
 
 import os
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging
+
+
+class CheckpointError(RuntimeError):
+  """No checkpoint in the directory can be restored."""
 
 
 def _abstract(tree):
@@ -27,13 +38,49 @@ class Checkpointer:
     return self.manager.latest_step()
 
   def restore(self, state):
-    """-> (state, meta) from the latest checkpoint, or (state, None) if there is none."""
-    step = self.manager.latest_step()
-    if step is None:
+    """-> (state, meta) from the newest checkpoint that restores, or (state, None).
+
+    A damaged checkpoint (truncated, corrupted, half-deleted) is logged with its path
+    and skipped for the one before it.
+    """
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    if not steps:
       return state, None
-    restored = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(state)), meta=ocp.args.JsonRestore()))
-    return restored["state"], restored["meta"]
+    abstract = _abstract(state)
+    damaged = []
+    for step in steps:
+      try:
+        restored = self.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+      except Exception as e:  # orbax/tensorstore raise many types for damaged files
+        logging.warning("checkpoint %s is damaged (%s: %s); trying an older one",
+                        self._path(step), type(e).__name__, str(e)[:300])
+        damaged.append(step)
+        continue
+      if not isinstance(restored["meta"], dict) or restored["meta"].get("step") != step:
+        logging.warning("checkpoint %s has a damaged record; trying an older one",
+                        self._path(step))
+        damaged.append(step)
+        continue
+      self._set_aside(damaged)
+      return restored["state"], restored["meta"]
+    raise CheckpointError(
+        f"none of the checkpoints {steps} in {self.manager.directory} can be restored (see "
+        f"the warnings above). Delete the damaged step directories (or the whole "
+        f"{self.manager.directory}) to start over.")
+
+  def _set_aside(self, steps: list[int]) -> None:
+    """Renames damaged steps to `<step>.damaged` (kept for inspection, out of the way of
+    the new saves that will reach those step numbers again)."""
+    if not steps:
+      return
+    if jax.process_index() == 0:
+      for step in steps:
+        os.replace(self._path(step), self._path(step) + ".damaged")
+    self.manager.reload()
+
+  def _path(self, step: int) -> str:
+    return os.path.join(str(self.manager.directory), str(step))
 
   def save(self, step: int, state, meta: dict, force: bool = False) -> None:
     if not force and (self.every_steps <= 0 or step % self.every_steps):

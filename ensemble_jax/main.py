@@ -3,11 +3,13 @@
 Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
 """
 import logging
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import train
+from ensemble_jax import checkpoint, config_lib, train
+from ensemble_jax.data import fetch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config).",
                                           lock_config=True)
@@ -24,7 +26,13 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.getLogger("absl").addFilter(_quiet_orbax)
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  try:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (config_lib.ConfigError, fetch.DatasetUnavailableError,
+          checkpoint.CheckpointError) as e:
+    # A config, dataset or checkpoint that cannot work: one message, exit status 2.
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

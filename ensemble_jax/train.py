@@ -10,6 +10,8 @@ import dataclasses
 import json
 import math
 import os
+import signal
+import threading
 import time
 
 import jax
@@ -17,6 +19,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 from clu import parameter_overview
+from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, distributed, optim, writers
@@ -52,7 +55,11 @@ class TargetTracker:
 
 
 def _prepare_workdir(workdir: str) -> None:
-  os.makedirs(workdir, exist_ok=True)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise config_lib.ConfigError(f"--workdir={workdir!r} cannot be created ({e}); choose "
+                                 "another.") from None
   if not os.access(workdir, os.W_OK):
     raise config_lib.ConfigError(f"--workdir={workdir!r} is not writable; choose another.")
 
@@ -70,7 +77,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
   data = data_lib.load(config)
-  _prepare_workdir(workdir)
   is_main = jax.process_index() == 0
 
   num_steps = config_lib.num_train_steps(config, len(data.train))
@@ -78,6 +84,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
+  _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
   eval_every = config.eval.every_steps or steps_per_epoch
 
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
@@ -91,6 +98,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                                              config.eval.target_value))}
   start_step = int(meta["step"])
   tracker = TargetTracker(**meta["target"])
+  method.load_host_state(meta.get("method", {}))
   if is_main:
     logging.info("Parameters:\n%s", parameter_overview.get_parameter_overview(
         jax.eval_shape(lambda s: s.params, state), include_stats=False))
@@ -111,8 +119,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   step_fn, flops_per_step, compile_time_s = None, float("nan"), 0.0
   durations: list[float] = []
   train_time_s, eval_time_s = meta["train_time_s"], meta["eval_time_s"]
+  checkpoint_time_s = 0.0  # this session's blocking part of checkpoint saves
   history = meta["history"]
   progress = _progress(start_step, num_steps, is_main)
+  preemption = PreemptionWatch()
   last_metrics = last_eval = None
   step = start_step
   for step in range(start_step, num_steps):
@@ -127,7 +137,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state, step_metrics = step_fn(state, batch, step_rng)
     # Fetched one step late, so the host queues the next step before it waits.
     if last_metrics is not None:
-      method.check_step_metrics(jax.device_get(last_metrics), step - 1)
+      method.check_step_metrics(_fetch(last_metrics), step - 1)
     jax.block_until_ready(step_metrics)
     now = time.perf_counter()
     durations.append(now - t_last)
@@ -138,7 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     progress.update(1)
     if done % config.train.log_every_steps == 0 or done == num_steps:
       scalars = {f"train/{k}": float(np.mean(v))
-                 for k, v in jax.device_get(step_metrics).items()}
+                 for k, v in _fetch(step_metrics).items()}
       writer.write_scalars(done, scalars)
       progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
     if done % eval_every == 0 or done == num_steps:
@@ -151,13 +161,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       writer.write_scalars(done, {f"eval/{k}": v for k, v in _scalars(eval_metrics).items()})
       logging.info("step %d eval %s", done, _scalars(eval_metrics))
     meta = {"step": done, "train_time_s": train_time_s, "eval_time_s": eval_time_s,
-            "history": history, "target": dataclasses.asdict(tracker)}
-    checkpointer.save(done, state, meta, force=done == num_steps)
+            "history": history, "target": dataclasses.asdict(tracker),
+            "method": method.host_state()}
+    stop = preemption.requested(done)
+    t = time.perf_counter()
+    checkpointer.save(done, state, meta, force=done == num_steps or stop)
+    t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
+    checkpoint_time_s += t_last - t
+    if stop and done < num_steps:
+      progress.close()
+      checkpointer.close()
+      writer.close()
+      preemption.close()
+      message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
+                 f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
+                 "resume.")
+      logging.warning(message)
+      raise Preempted(message)
   if last_metrics is not None:
-    method.check_step_metrics(jax.device_get(last_metrics), step)
+    method.check_step_metrics(_fetch(last_metrics), step)
   progress.close()
   checkpointer.close()
   writer.close()
+  preemption.close()
 
   if last_eval is None:  # resumed after the last step: evaluate the restored state
     last_eval = _eval(method, state, eval_batches)
@@ -173,6 +199,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "train_time_s": train_time_s,
       "eval_time_s": eval_time_s,
       "compile_time_s": compile_time_s,
+      "checkpoint_time_s": checkpoint_time_s,
       "flops_per_step": flops_per_step,
       "step_time_s": costs.median_step_time(durations, config.train.timing_warmup_steps),
       "final": _scalars(last_eval),
@@ -189,6 +216,58 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
       json.dump(_jsonable(results), f, indent=2)
   return results
+
+
+class Preempted(SystemExit):
+  """Raised after the checkpoint that a preemption notice asked for; exit status 143."""
+
+  def __init__(self, message: str):
+    super().__init__(143)
+    self.message = message
+
+  def __str__(self) -> str:
+    return self.message
+
+
+class PreemptionWatch:
+  """SIGTERM (a preemption notice) asks the loop to checkpoint and stop at the next step.
+
+  With several processes, JAX's preemption sync point makes them agree on the step.
+  """
+
+  def __init__(self):
+    self.notified = False
+    self._previous = None
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._notify)
+
+  def _notify(self, signum, frame):
+    del signum, frame
+    logging.warning("SIGTERM: checkpointing at the end of this step, then stopping")
+    self.notified = True
+
+  def requested(self, step: int) -> bool:
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils
+
+      return bool(multihost_utils.reached_preemption_sync_point(step))
+    return self.notified
+
+  def close(self) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+      self._previous = None
+
+
+def _fetch(tree):
+  """`jax.device_get`, but gathers arrays split across processes (the ensemble's per-worker
+  metrics), which no process can read alone. Every process must call it: it is a collective."""
+  def get(x):
+    if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+      return multihost_utils.process_allgather(x, tiled=True)
+    return jax.device_get(x)
+
+  return jax.tree.map(get, tree)
 
 
 def _scalars(metrics: dict) -> dict:

@@ -72,6 +72,13 @@ class DataParallel:
   def finalize_eval(self, sums) -> dict:
     return metrics_lib.finalize(sums, self.config.task)
 
+  def host_state(self) -> dict:
+    """What the checkpoint must carry besides the train state: nothing here."""
+    return {}
+
+  def load_host_state(self, host_state: dict) -> None:
+    del host_state
+
   def check_step_metrics(self, step_metrics: dict, step: int) -> None:
     loss = np.asarray(step_metrics["loss"])
     if not np.isfinite(loss):
@@ -80,4 +87,5 @@ class DataParallel:
 
   def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
                     eval_batches) -> dict:
-    return {"num_params": step_lib.num_params(jax.device_get(state.params))}
+    # Counted off shapes: FSDP params span processes, so no one process can fetch them.
+    return {"num_params": step_lib.num_params(state.params)}

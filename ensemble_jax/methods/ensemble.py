@@ -21,7 +21,7 @@ from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError
-from ensemble_jax.data.pipeline import BatchLayout
+from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.distill.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.data_parallel import check_divisible
@@ -172,6 +172,15 @@ class Ensemble:
     return out
 
   # ---- divergence: a worker whose loss is not finite is excluded, and reported ----
+  def host_state(self) -> dict:
+    """Which workers diverged: the checkpoint carries it so a resumed run agrees."""
+    return {"healthy": self.healthy.tolist(), "excluded": list(self.excluded)}
+
+  def load_host_state(self, host_state: dict) -> None:
+    if host_state:
+      self.healthy = np.asarray(host_state["healthy"], bool)
+      self.excluded = list(host_state["excluded"])
+
   def check_step_metrics(self, step_metrics: dict, step: int) -> None:
     loss_N = np.asarray(step_metrics["loss"])
     for i in np.flatnonzero(~np.isfinite(loss_N) & self.healthy):
@@ -211,8 +220,10 @@ class Ensemble:
     ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
                        if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
     if "soup" in self.modes:
-      local = [train_batches.local_batch(k) for k in range(self.config.method.soup_bn_batches)]
-      bn_batches = {key: np.stack([b[key] for b in local]) for key in local[0]}
+      # Global arrays: a process's local batch holds only its own workers' rows.
+      bn_batches = jax.tree.map(lambda *xs: jnp.stack(xs), *[
+          to_global(train_batches.local_batch(k), train_batches.layout)
+          for k in range(self.config.method.soup_bn_batches)])
       weights = jnp.asarray(self.healthy, jnp.float32)
       soup_sums = jax.jit(self._soup_sums)
       sums = None
@@ -226,5 +237,5 @@ class Ensemble:
             "per_worker": last_eval["per_worker"],
             "ensemble": ensemble,
             "excluded_workers": list(self.excluded),
-            "num_params_per_worker": step_lib.num_params(jax.device_get(state.params))
-                                     // self.num_workers}
+            # Counted off shapes: the params span processes, so no one process can fetch them.
+            "num_params_per_worker": step_lib.num_params(state.params) // self.num_workers}

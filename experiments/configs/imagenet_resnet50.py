@@ -1,7 +1,7 @@
 """ResNet-50 on ImageNet (TFDS imagenet2012 as array_record in config.data.data_dir).
 
   python -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py \
-      --workdir=gs://bucket/rn50 --config.data.data_dir=gs://bucket/tensorflow_datasets
+      --workdir=/ckpt/rn50 --config.data.data_dir=/data/tensorflow_datasets
 
 Prepare the data once: `tfds build imagenet2012 --manual_dir=DIR_WITH_TARS
 --data_dir=DATA_DIR --file_format=array_record`. The classic recipe: batch 1024,

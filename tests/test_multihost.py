@@ -1,0 +1,115 @@
+"""Multi-host through JAX's own runtime: 2 local processes x 4 fake CPU devices must give
+the results of 1 process x 8 devices (same mesh, same global batches, gloo collectives).
+
+Each run is a real `python -m ensemble_jax.main` in a fresh process: the runtime must be
+joined before JAX builds its backend, which this test process has long done.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 300
+RTOL, ATOL = 1e-4, 1e-6
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _env(devices_per_process: int) -> dict:
+  # Replace, not append to, conftest's XLA_FLAGS: the last device-count flag would win anyway,
+  # but one flag keeps the children's setup readable in a failure message.
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+           if not f.startswith("--xla_force_host_platform_device_count")]
+  flags.append(f"--xla_force_host_platform_device_count={devices_per_process}")
+  return {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
+
+
+def _run(variant: str, workdir, num_processes: int, extra=()) -> dict:
+  """Runs `variant` on 8 devices split over `num_processes`; -> process 0's results.json."""
+  cmd = [sys.executable, "-m", "ensemble_jax.main",
+         f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
+         *extra]
+  if num_processes > 1:
+    cmd += ["--config.distributed.initialize=True",
+            f"--config.distributed.coordinator_address=localhost:{_free_port()}",
+            f"--config.distributed.num_processes={num_processes}"]
+  env = _env(8 // num_processes)
+  procs, logs = [], []
+  for i in range(num_processes):
+    log = open(f"{workdir}.{i}.log", "w")  # files, not pipes: gloo and XLA log a lot
+    logs.append(log)
+    args = cmd + ([f"--config.distributed.process_id={i}"] if num_processes > 1 else [])
+    procs.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT))
+  try:
+    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
+  except subprocess.TimeoutExpired:
+    codes = None
+  finally:
+    for p in procs:  # one dead process leaves the other waiting on the coordinator
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+    for log in logs:
+      log.close()
+  if codes is None or any(codes):
+    tails = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n"
+                      + open(f"{workdir}.{i}.log").read()[-3000:]
+                      for i, p in enumerate(procs))
+    pytest.fail(f"{' '.join(cmd)} failed or timed out after {TIMEOUT_S}s:\n{tails}")
+  with open(os.path.join(workdir, "results.json")) as f:
+    results = json.load(f)
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    results["metrics_lines"] = [json.loads(line) for line in f]
+  return results
+
+
+def _numbers(tree, prefix=""):
+  """Flattens nested dicts/lists to {path: number}; timings are left out."""
+  if isinstance(tree, dict):
+    items = tree.items()
+  elif isinstance(tree, list):
+    items = enumerate(tree)
+  else:
+    return {prefix: float(tree)} if isinstance(tree, (int, float)) else {}
+  out = {}
+  for k, v in items:
+    if not str(k).endswith("time_s"):
+      out.update(_numbers(v, f"{prefix}/{k}"))
+  return out
+
+
+def _assert_match(multi: dict, single: dict, keys: tuple[str, ...]):
+  for key in keys:
+    got, want = _numbers(multi[key]), _numbers(single[key])
+    assert got.keys() == want.keys(), key
+    assert want, key
+    np.testing.assert_allclose([got[k] for k in want], list(want.values()),
+                               rtol=RTOL, atol=ATOL, err_msg=f"{key}: {sorted(want)}")
+
+
+@pytest.mark.parametrize("variant,method,mesh,extra_keys", [
+    ("smoke", "data_parallel", {"data": 8}, ("num_params",)),
+    ("ensemble,smoke", "ensemble", {"worker": 8, "data": 1},
+     ("per_worker", "ensemble", "num_params_per_worker")),
+])
+def test_two_processes_match_one(tmp_path, variant, method, mesh, extra_keys):
+  multi = _run(variant, str(tmp_path / "multi"), num_processes=2)
+  single = _run(variant, str(tmp_path / "single"), num_processes=1)
+  for r in (multi, single):
+    assert r["method"] == method and r["num_devices"] == 8 and r["mesh"] == mesh
+  assert [h["step"] for h in multi["history"]] == [2, 4]
+  # Eval after steps 2 and 4, the final eval, and the train metrics logged at steps 2 and 4.
+  _assert_match(multi, single, ("final", "history", "metrics_lines") + extra_keys)
