@@ -10,10 +10,10 @@ perplexity is set from a measured DP run of this config (see TARGET_PERPLEXITY).
 """
 from ensemble_jax.config_lib import base_config
 
-# Measured: the DP default reaches perplexity PPL_DP on the validation windows
+# Measured: the DP default reaches perplexity 6.29 on 512 validation windows at step 600
 # (1 seed, 2 CPU cores); the target is set a little above it so that DP reaches it
 # late in its run and other methods are measured against the same bar.
-TARGET_PERPLEXITY = 4.0
+TARGET_PERPLEXITY = 6.5
 DP_STEPS = 600
 
 
