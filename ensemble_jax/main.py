@@ -22,18 +22,41 @@ def _quiet_orbax(record: logging.LogRecord) -> bool:
   return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
 
 
+USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
+                checkpoint.CheckpointError)
+
+
+def run(config, workdir: str) -> int:
+  """Trains; a config, dataset or checkpoint that cannot work is one line and status 2."""
+  try:
+    train.train_and_evaluate(config, workdir)
+  except USAGE_ERRORS as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+def parse_flags(argv):
+  """absl's parser, but a bad flag or config override is one line and exit status 2."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f"error: {e}", file=sys.stderr)
+  except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
+    detail = str(e.args[0] if e.args else e).replace("\\n", " ").replace("\\'", "")
+    detail = " ".join(detail.replace("'", "").split())
+    overrides = [a for a in argv[1:] if a.startswith("--config.")]
+    print(f"error: unknown config field in {' '.join(overrides)}: {detail}. Known fields: "
+          "ensemble_jax/config_lib.py:base_config().", file=sys.stderr)
+  sys.exit(2)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   logging.getLogger("absl").addFilter(_quiet_orbax)
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (config_lib.ConfigError, fetch.DatasetUnavailableError,
-          checkpoint.CheckpointError) as e:
-    # A config, dataset or checkpoint that cannot work: one message, exit status 2.
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  sys.exit(run(_CONFIG.value, _WORKDIR.value))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

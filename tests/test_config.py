@@ -59,11 +59,74 @@ def test_shape_errors_before_compilation(smoke_config, tmp_path, field, value, m
   assert not (tmp_path / "wd").exists() or not os.listdir(tmp_path / "wd")
 
 
-def test_main_rejects_unknown_override(tmp_path):
+def _ensemble(config, **method):
+  config = _set(config, "method.name", "ensemble")
+  config = _set(config, "mesh", [("worker", -1), ("data", 1)])
+  for key, value in method.items():
+    config = _set(config, key, value)
+  return config
+
+
+MALFORMED = [  # (what, config edit, message)
+    ("zero batch", lambda c: _set(c, "train.batch_size", 0), "train.batch_size=0"),
+    ("negative steps", lambda c: _set(c, "train.num_steps", -5), "train.num_steps"),
+    ("wrong type", lambda c: _set(c, "optim.learning_rate", "fast"), "optim.learning_rate"),
+    ("unknown key", lambda c: _set(c, "optim.lr", 0.1), "config.optim.lr: unknown key"),
+    ("unknown method", lambda c: _set(c, "method.name", "diloko"), "method.name='diloko'"),
+    ("mesh too large", lambda c: _set(c, "mesh", [("data", 64)]), "needs 64 devices"),
+    ("batch vs data axis", lambda c: _set(c, "train.batch_size", 12), "not divisible by"),
+    ("eval batch vs data axis", lambda c: _set(c, "eval.batch_size", 60), "eval.batch_size=60"),
+    ("N vs worker axis", lambda c: _ensemble(c, **{"method.num_workers": 12}),
+     "num_workers=12 is not a multiple"),
+    ("soup without shared init",
+     lambda c: _ensemble(c, **{"method.aggregation": "logits,soup"}), "shared_init=True"),
+    ("target out of range", lambda c: _set(c, "eval.target_value", -0.5), "target_value=-0.5"),
+    ("ppl target for accuracy", lambda c: _set(c, "eval.target_metric", "bleu"),
+     "target_metric='bleu'"),
+    ("missing dataset", lambda c: _set(c, "data.data_dir", "/nonexistent/data"),
+     "make data"),
+    ("missing tokenizer", lambda c: _lm(c, "data.tokenizer_dir", "/nonexistent/tok"),
+     "/nonexistent/tok"),
+    ("lm with a resnet", lambda c: _set(c, "task", "lm"), "model.name='resnet18'"),
+    ("bad augment", lambda c: _set(c, "data.train_augment", "mixup"), "train_augment"),
+    ("bad local strategy", lambda c: _ensemble(c, **{"method.local_strategy": "pmap"}),
+     "local_strategy='pmap'"),
+    ("both durations", lambda c: _set(c, "train.num_epochs", 1.0), "exactly one of"),
+]
+
+
+def _lm(config, key, value):
+  """The LM smoke config with the GPT-2 tokenizer and one field changed."""
+  del config
+  from experiments.configs import pydocs_gpt2
+
+  return _set(_set(pydocs_gpt2.get_config("smoke"), "data.tokenizer", "gpt2"), key, value)
+
+
+@pytest.mark.parametrize("what,edit,message", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_path, capsys,
+                                                            what, edit, message):
+  from ensemble_jax import main
+
+  workdir = tmp_path / "wd"
+  assert main.run(edit(smoke_config), str(workdir)) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err and err[0].startswith("error: ") and message in "\n".join(err), (what, err)
+  if not what.startswith("missing"):  # data errors carry a how-to-get-it block
+    assert len(err) == 1, err
+  assert not workdir.exists() or not os.listdir(workdir)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
+    ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
+])
+def test_cli_exits_2_on_bad_override(tmp_path, override, message):
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
-         "--config.train.batchsize=3"]
+         override]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
-  assert proc.returncode != 0
-  assert "batchsize" in proc.stderr
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+  assert message in proc.stderr
   assert not os.listdir(tmp_path)
