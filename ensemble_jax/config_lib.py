@@ -11,7 +11,7 @@ import math
 
 import ml_collections
 
-METHODS = ("data_parallel", "ensemble")
+METHODS = ("data_parallel", "ensemble", "diloco")
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
 TASKS = ("classification", "lm")
@@ -43,6 +43,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.method.sampler = "random"  # random | disjoint (see ensemble_jax/distill/samplers.py)
   c.method.aggregation = "logits,probs"  # modes reported; the first is the headline
   c.method.soup_bn_batches = 4  # train batches to re-estimate BatchNorm stats of the soup
+  # diloco: the ensemble's engine plus an outer step every H inner steps (DiLoCo).
+  c.method.sync_every = 0  # H; diloco needs H > 0 (H = infinity is the ensemble)
+  c.method.outer_learning_rate = 0.7
+  c.method.outer_momentum = 0.9  # Nesterov; 0 disables momentum
+  c.method.outer_nesterov = True
 
   c.data = ml_collections.ConfigDict()
   c.data.dataset = "fashion_mnist"  # fashion_mnist | cifar10 | imagenet2012 | any TFDS image set
@@ -170,6 +175,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         "must be > 0.")
   _need(config.method.steps_per_worker >= 0, "method.steps_per_worker",
         config.method.steps_per_worker, "must be >= 0 (0: use train.num_steps/num_epochs).")
+  _need(config.method.name != "diloco" or config.method.sync_every > 0, "method.sync_every",
+        config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
+        "method.name='ensemble').")
   _need(config.method.sampler in ("random", "disjoint"), "method.sampler",
         config.method.sampler, "choose 'random' or 'disjoint'.")
   modes = [m for m in config.method.aggregation.split(",") if m]
@@ -244,7 +252,7 @@ def num_train_steps(config, num_train_examples: int) -> int:
 
   Epochs count one model's passes over the data: for the ensemble, one worker's.
   """
-  if config.method.name == "ensemble" and config.method.steps_per_worker > 0:
+  if config.method.name in ("ensemble", "diloco") and config.method.steps_per_worker > 0:
     return int(config.method.steps_per_worker)
   if config.train.num_steps > 0:
     return int(config.train.num_steps)

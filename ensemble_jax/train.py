@@ -135,6 +135,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       compile_time_s = time.perf_counter() - t
       t_last = time.perf_counter()
     state, step_metrics = step_fn(state, batch, step_rng)
+    state = method.after_step(state, step + 1)  # DiLoCo's outer sync every H steps
     # Fetched one step late, so the host queues the next step before it waits.
     if last_metrics is not None:
       method.check_step_metrics(_fetch(last_metrics), step - 1)

@@ -92,3 +92,15 @@ def test_ensemble_few_steps_with_soup(tmp_path):
   assert on_disk["final"]["worker/accuracy_mean"] == pytest.approx(np.mean(worker_acc))
   assert on_disk["final"]["accuracy"] == on_disk["ensemble"]["logits"]["accuracy"]
   assert r["examples_per_step"] == 8 * config.train.batch_size
+
+
+def test_diloco_few_steps(tmp_path):
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("diloco,smoke")
+  r = train.train_and_evaluate(config, str(tmp_path))
+  assert r["method"] == "diloco" and r["sync_every"] == 2 and r["num_syncs"] == 2
+  assert set(r["ensemble"]) == {"global"} and len(r["per_worker"]) == 8
+  assert r["final"]["accuracy"] == r["ensemble"]["global"]["accuracy"]
+  # after the last sync every worker holds the global model: all score the same
+  assert len({w["nll"] for w in r["per_worker"]}) == 1

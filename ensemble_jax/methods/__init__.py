@@ -1,8 +1,9 @@
 """Training methods: each builds its state, step and batch layout; `train.py` runs them."""
 from ensemble_jax.methods.data_parallel import DataParallel
+from ensemble_jax.methods.diloco import DiLoCo
 from ensemble_jax.methods.ensemble import Ensemble
 
-METHODS = {DataParallel.name: DataParallel, Ensemble.name: Ensemble}
+METHODS = {m.name: m for m in (DataParallel, Ensemble, DiLoCo)}
 
 
 def create_method(config, model, tx, mesh, init_input):

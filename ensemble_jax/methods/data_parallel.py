@@ -72,6 +72,10 @@ class DataParallel:
   def finalize_eval(self, sums) -> dict:
     return metrics_lib.finalize(sums, self.config.task)
 
+  def after_step(self, state, step: int):
+    del step
+    return state
+
   def host_state(self) -> dict:
     """What the checkpoint must carry besides the train state: nothing here."""
     return {}

@@ -84,18 +84,16 @@ class Ensemble:
 
     self._init_one = functools.partial(step_lib.create_train_state, self.model, tx,
                                        init_input=init_input)
-    abstract = jax.eval_shape(self._init_stacked, jax.random.key(0))
-    self.state_sharding = sharding_lib.state_shardings(abstract, mesh, fsdp=False, min_size=0,
-                                                       leading=("worker",))
+    self.state_sharding = self._shardings(jax.eval_shape(self._init_state, jax.random.key(0)))
     rep = sharding_lib.replicated(mesh)
     per_worker = NamedSharding(mesh, P("worker"))
-    local_step = jax.shard_map(self._local_step, mesh=mesh,
-                               in_specs=(P("worker"), P("worker", "data"), P()),
-                               out_specs=(P("worker"), P("worker")),
-                               # Replication over `data` holds by construction: the step
-                               # pmeans grads, stats and metrics over `data` when it is > 1.
-                               check_vma=False)
-    self.train_step = jax.jit(local_step,
+    self._stacked_step = jax.shard_map(
+        self._local_step, mesh=mesh, in_specs=(P("worker"), P("worker", "data"), P()),
+        out_specs=(P("worker"), P("worker")),
+        # Replication over `data` holds by construction: the step pmeans grads and
+        # metrics over `data` when it is > 1 (BatchNorm syncs over it itself).
+        check_vma=False)
+    self.train_step = jax.jit(self._step,
                               in_shardings=(self.state_sharding, self.train_layout.sharding, rep),
                               out_shardings=(self.state_sharding, per_worker), donate_argnums=0)
     self._worker_logits = jax.shard_map(self._local_logits, mesh=mesh,
@@ -111,8 +109,20 @@ class Ensemble:
       keys = jax.random.split(rng, self.num_workers)
     return jax.vmap(self._init_one)(keys)
 
+  def _init_state(self, rng):
+    return self._init_stacked(rng)
+
+  def _shardings(self, abstract_state):
+    return sharding_lib.state_shardings(abstract_state, self.mesh, fsdp=False, min_size=0,
+                                        leading=("worker",))
+
   def init(self, rng: jax.Array):
-    return jax.jit(self._init_stacked, out_shardings=self.state_sharding)(rng)
+    return jax.jit(self._init_state, out_shardings=self.state_sharding)(rng)
+
+  def after_step(self, state, step: int):
+    """Workers never talk during training (DiLoCo syncs here)."""
+    del step
+    return state
 
   def sampler(self, num_examples: int, seed: int) -> Sampler:
     return create_sampler(self.config.method.sampler, num_examples, self.num_workers, seed)
@@ -122,6 +132,9 @@ class Ensemble:
     return self.num_workers * self.config.train.batch_size
 
   # ---- the step: no collective over `worker` ----
+  def _step(self, states, batch, rng):
+    return self._stacked_step(states, batch, rng)
+
   def _local_step(self, states, batch, rng):
     first = jax.lax.axis_index("worker") * self.workers_per_shard
 

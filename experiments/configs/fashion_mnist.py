@@ -1,7 +1,7 @@
 """Fashion-MNIST, embedded offline data (Debian's dataset-fashion-mnist via `make data`).
 
   python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py --workdir=/tmp/fm
-  # variants (comma-separated): ensemble, smoke; e.g. fashion_mnist.py:ensemble,smoke
+  # variants (comma-separated): ensemble, diloco, smoke; e.g. fashion_mnist.py:ensemble,smoke
 
 Default: data-parallel ResNet-18 (small stem, width 16, 0.70M params), AdamW, batch 128,
 2 epochs, warmup + cosine.
@@ -29,10 +29,11 @@ def get_config(arg: str = ""):
   c.eval.batch_size = 1000
   c.eval.target_metric, c.eval.target_value = "accuracy", 0.91
   variants = set(filter(None, arg.split(",")))
-  if variants - {"smoke", "ensemble"}:
-    raise ValueError(f"unknown variant(s) {sorted(variants - {'smoke', 'ensemble'})} of "
-                     "fashion_mnist.py; choose from 'ensemble', 'smoke'")
-  if "ensemble" in variants:
+  known = {"smoke", "ensemble", "diloco"}
+  if variants - known:
+    raise ValueError(f"unknown variant(s) {sorted(variants - known)} of fashion_mnist.py; "
+                     f"choose from {sorted(known)}")
+  if variants & {"ensemble", "diloco"}:
     c.method.name = "ensemble"
     c.mesh = [("worker", -1), ("data", 1)]
     c.method.num_workers = 8
@@ -40,6 +41,9 @@ def get_config(arg: str = ""):
     c.method.sampler = "random"
     c.method.aggregation = "logits,probs"
     c.optim.warmup_epochs = 0.02
+  if "diloco" in variants:  # the same engine, with an outer Nesterov step every H steps
+    c.method.name = "diloco"
+    c.method.sync_every = 25
   if "smoke" in variants:
     c.model.name, c.model.width = "resnet18", 4
     c.train.batch_size = 32
@@ -50,5 +54,6 @@ def get_config(arg: str = ""):
     c.eval.num_examples = 128
     c.eval.target_value = 0.05
     c.checkpoint.every_steps = 2
-    c.method.steps_per_worker = 4 if "ensemble" in variants else 0
+    c.method.steps_per_worker = 4 if variants & {"ensemble", "diloco"} else 0
+    c.method.sync_every = 2 if "diloco" in variants else 0
   return c
