@@ -73,6 +73,7 @@ def test_notebook_is_clean_with_one_parameters_cell(path):
   assert "ENSEMBLE_JAX_NOTEBOOK_WORKDIR" in params[0].source
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_smoke_mode(path, tmp_path):
   workdir = tmp_path / "workdir"

@@ -88,6 +88,7 @@ def reference(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["smoke", "ensemble,smoke"])
 def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path, variant):
   rng = random.Random(0)
@@ -105,6 +106,7 @@ def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path
   assert interrupted >= 1, "no trial was killed before the end; the test proved nothing"
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_143_then_resumes(reference, tmp_path):
   workdir = str(tmp_path)
   proc = subprocess.Popen(_cmd(workdir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
