@@ -66,3 +66,46 @@ def critical_path_diloco(steps: int, step_time: float, sync_every: int,
                          allreduce: float) -> float:
   """Inner steps plus one weight all-reduce every H steps."""
   return steps * step_time + (steps // sync_every) * allreduce
+
+
+def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict,
+                  num_workers: int = 1, sync_every: int = 0) -> dict:
+  """The collectives a run needs during training, and their modelled time per preset.
+
+  data_parallel: a gradient all-reduce every step over the `data` axis; ensemble: none
+  (its one reduction is at evaluation); diloco: a weight all-reduce over the workers every
+  H steps. Bytes are float32 parameters, as the gradients and weights are exchanged.
+  """
+  if method == "data_parallel":
+    count, devices = steps, mesh_shape.get("data", 1)
+  elif method == "diloco":
+    count, devices = steps // max(sync_every, 1), num_workers
+  else:
+    count, devices = 0, 1
+  per_preset = {}
+  for name, link in INTERCONNECTS.items():
+    t = allreduce_time(param_bytes, devices, link) if count else 0.0
+    per_preset[name] = {"allreduce_s": t, "total_s": count * t}
+  return {"allreduces": count, "devices": devices, "bytes_each": param_bytes,
+          "per_preset": per_preset}
+
+
+def summary(results: dict, param_bytes: int) -> dict:
+  """The `cost` block of results.json: what was measured here and what is modelled."""
+  mesh_devices = 1
+  for size in results["mesh"].values():
+    mesh_devices *= size
+  measured = {
+      "train_time_s": results["train_time_s"],
+      "step_time_s": results["step_time_s"],
+      "flops": results["flops_per_step"] * results["steps"],
+      "device_seconds": results["train_time_s"] * mesh_devices,
+      "devices": mesh_devices,
+      "where": "this host (simulated devices share its cores)",
+  }
+  modelled = communication(results["method"], param_bytes=param_bytes, steps=results["steps"],
+                           mesh_shape=results["mesh"],
+                           num_workers=results.get("num_workers", 1),
+                           sync_every=results.get("sync_every", 0))
+  modelled["model"] = "ring all-reduce: 2(D-1)/D * bytes / bandwidth + 2(D-1) * latency"
+  return {"measured": measured, "modelled": {"communication": modelled}}

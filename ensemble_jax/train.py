@@ -210,6 +210,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "history": history,
       **method.final_results(state, last_eval, num_steps, train_batches, eval_batches),
   }
+  param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
+  results["cost"] = costs.summary(results, param_bytes)
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]

@@ -21,3 +21,17 @@ def test_critical_paths():
   assert costs.critical_path_ensemble(50, 0.2, pool_time=3.0, aggregation_time=0.5) == \
       pytest.approx(13.5)
   assert costs.critical_path_diloco(100, 0.2, 10, 0.05) == pytest.approx(20.5)
+
+
+def test_communication_per_method():
+  dp = costs.communication("data_parallel", param_bytes=4e6, steps=10, mesh_shape={"data": 4})
+  assert dp["allreduces"] == 10 and dp["devices"] == 4
+  link = costs.INTERCONNECTS["ib800"]
+  assert dp["per_preset"]["ib800"]["total_s"] == pytest.approx(
+      10 * costs.allreduce_time(4e6, 4, link))
+  ens = costs.communication("ensemble", param_bytes=4e6, steps=10,
+                            mesh_shape={"worker": 8, "data": 1}, num_workers=8)
+  assert ens["allreduces"] == 0 and ens["per_preset"]["eth10g"]["total_s"] == 0.0
+  dl = costs.communication("diloco", param_bytes=4e6, steps=10, mesh_shape={"worker": 8},
+                           num_workers=8, sync_every=5)
+  assert dl["allreduces"] == 2 and dl["devices"] == 8

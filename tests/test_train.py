@@ -32,6 +32,11 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert final["num_examples"] == smoke_config.eval.num_examples
   assert [h["step"] for h in on_disk["history"]] == [2, 4]
   assert results["final"] == pytest.approx(final)
+  cost = on_disk["cost"]
+  assert cost["measured"]["flops"] == on_disk["flops_per_step"] * 4
+  assert cost["measured"]["device_seconds"] == pytest.approx(8 * on_disk["train_time_s"])
+  comm = cost["modelled"]["communication"]
+  assert comm["allreduces"] == 4 and comm["bytes_each"] == 4 * on_disk["num_params"]
   # metrics files on process 0
   assert any(p.startswith("events.out.tfevents") for p in os.listdir(tmp_path))
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") >= 4
