@@ -79,3 +79,52 @@ def create_sampler(name: str, num_examples: int, num_consumers: int, seed: int) 
     raise ValueError(f"sampler 'disjoint' needs at least one example per consumer: "
                      f"{num_examples} examples for {num_consumers} consumers")
   return SAMPLERS[name](num_examples, num_consumers, seed)
+
+
+class PoolSampler(Sampler):
+  """Explicit pools, one per consumer: cluster i for worker i, or one coreset shared by all.
+
+  The pool builders (`scores`, `coresets`, `clusters`) only choose indices; this puts them
+  into the same deterministic, resumable stream as the built-in samplers.
+  """
+
+  def __init__(self, pools, num_examples: int, seed: int = 0):
+    pools = [np.asarray(p) for p in pools]
+    if not pools:
+      raise ValueError("PoolSampler needs one pool per consumer, got an empty list")
+    super().__init__(num_examples, len(pools), seed)
+    for i, p in enumerate(pools):
+      if p.ndim != 1 or p.size == 0:
+        raise ValueError(f"pool {i} must be a non-empty 1-D index array, got shape {p.shape}; "
+                         f"use fewer consumers or a larger fraction")
+      if not np.issubdtype(p.dtype, np.integer):
+        raise ValueError(f"pool {i} must hold integer indices, got dtype {p.dtype}")
+      if p.min() < 0 or p.max() >= num_examples:
+        raise ValueError(f"pool {i} has indices in [{p.min()}, {p.max()}], outside "
+                         f"[0, {num_examples}): build pools against the same dataset")
+    self._pools = [p.astype(np.int64) for p in pools]
+
+  def pool(self, consumer: int) -> np.ndarray:
+    return self._pools[consumer]
+
+
+def split_pool(indices, num_consumers: int, seed: int, disjoint: bool = True
+               ) -> list[np.ndarray]:
+  """One selected pool split for `num_consumers` workers, deterministic in seed.
+
+  disjoint: a shuffled partition into near-equal shards. Otherwise each consumer gets its
+  own random subset of the same size, ceil(len / num_consumers), overlapping across
+  consumers (bagging within the pool).
+  """
+  indices = np.asarray(indices)
+  if num_consumers < 1:
+    raise ValueError(f"num_consumers must be >= 1, got {num_consumers}")
+  if len(indices) < num_consumers:
+    raise ValueError(f"cannot give {num_consumers} consumers a non-empty pool each from "
+                     f"{len(indices)} indices; select a larger pool or use fewer consumers")
+  if disjoint:
+    order = np.random.default_rng([seed, 2**31 - 2]).permutation(len(indices))
+    return np.array_split(indices[order], num_consumers)
+  size = -(-len(indices) // num_consumers)
+  return [indices[np.random.default_rng([seed, 2**31 - 2, i]).choice(
+      len(indices), size, replace=False)] for i in range(num_consumers)]

@@ -1,0 +1,164 @@
+"""Pool builders of distilled sequences: scores, coresets, clusters, explicit pools."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ensemble_jax.distill import clusters, coresets, samplers, scores
+
+N, D, C = 400, 8, 4
+
+
+def _blobs(n, d, c, seed, spread=6.0):
+  rng = np.random.default_rng(seed)
+  centers_CxD = rng.normal(size=(c, d)) * spread
+  labels_N = rng.integers(0, c, n)
+  x_NxD = centers_CxD[labels_N] + rng.normal(size=(n, d))
+  return x_NxD.astype(np.float32), labels_N.astype(np.int32)
+
+
+def _linear_proxy(x_NxD, labels_N, steps=50, lr=0.1):
+  """A few full-batch gradient-descent steps of softmax regression: a cheap proxy."""
+  def loss(params):
+    logits = x_NxD @ params["w"] + params["b"]
+    return jnp.mean(-jnp.take_along_axis(jax.nn.log_softmax(logits), labels_N[:, None], 1))
+
+  params = {"w": jnp.zeros((x_NxD.shape[1], C)), "b": jnp.zeros(C)}
+  grad = jax.jit(jax.grad(loss))
+  for _ in range(steps):
+    params = jax.tree.map(lambda p, g: p - lr * g, params, grad(params))
+  return np.asarray(x_NxD @ params["w"] + params["b"])
+
+
+@pytest.fixture(scope="module")
+def noisy():
+  x_NxD, clean_N = _blobs(N, D, C, seed=0)
+  rng = np.random.default_rng(1)
+  flipped_N = np.zeros(N, bool)
+  flipped_N[rng.choice(N, N // 10, replace=False)] = True
+  labels_N = np.where(flipped_N, (clean_N + rng.integers(1, C, N)) % C, clean_N)
+  return x_NxD, labels_N.astype(np.int32), flipped_N, _linear_proxy(x_NxD, labels_N)
+
+
+def _auroc(scores_N, positive_N):
+  ranks = np.argsort(np.argsort(scores_N)) + 1
+  pos = positive_N.sum()
+  return (ranks[positive_N].sum() - pos * (pos + 1) / 2) / (pos * (len(scores_N) - pos))
+
+
+@pytest.mark.parametrize("fn", [scores.el2n_scores, scores.loss_scores])
+def test_scores_rank_mislabeled_first(noisy, fn):
+  x_NxD, labels_N, flipped_N, logits_NxC = noisy
+  s_N = fn(logits_NxC, labels_N, chunk=64)  # chunk not dividing N: exercises the padding
+  assert s_N.shape == (N,)
+  assert _auroc(s_N, flipped_N) > 0.9
+
+
+def test_grand_closed_form_and_averaging(noisy):
+  x_NxD, labels_N, flipped_N, logits_NxC = noisy
+  g_NxK = coresets.last_layer_gradients(x_NxD, logits_NxC, labels_N)
+  assert g_NxK.shape == (N, D * C + C)
+  np.testing.assert_allclose(scores.grand_scores(logits_NxC, labels_N, x_NxD),
+                             np.linalg.norm(g_NxK, axis=1), rtol=1e-4)
+  np.testing.assert_allclose(scores.grand_scores(logits_NxC, labels_N),
+                             scores.el2n_scores(logits_NxC, labels_N), rtol=1e-5)
+  avg = scores.average_over_proxies([np.zeros(3), np.ones(3) * 2])
+  np.testing.assert_allclose(avg, np.ones(3))
+  with pytest.raises(ValueError, match="same examples"):
+    scores.average_over_proxies([np.zeros(3), np.zeros(4)])
+
+
+def test_select_by_score_per_class_balanced():
+  labels_N = np.repeat(np.arange(4), [100, 50, 30, 20])
+  s_N = np.concatenate([np.full(100, 1e3), np.arange(100.0)])  # class 0 hardest overall
+  kept = scores.select_by_score(s_N, 0.5, "hardest", labels_N, per_class=True)
+  np.testing.assert_array_equal(np.bincount(labels_N[kept]), [50, 25, 15, 10])
+  global_kept = scores.select_by_score(s_N, 0.5, "hardest")
+  assert np.bincount(labels_N[global_kept], minlength=4)[0] == 100  # unbalanced without it
+  easiest = scores.select_by_score(np.arange(10.0), 0.3, "easiest")
+  np.testing.assert_array_equal(easiest, [0, 1, 2])
+  with pytest.raises(ValueError, match="fraction"):
+    scores.select_by_score(s_N, 1.5)
+
+
+def test_gradmatch_beats_random_subset(noisy):
+  x_NxD, labels_N, _, logits_NxC = noisy
+  g_NxK = coresets.last_layer_gradients(x_NxD, logits_NxC, labels_N).astype(np.float64)
+  mean_K = g_NxK.mean(0)
+  k = 20
+  idx, w = coresets.gradmatch(g_NxK, k, lam=1e-3)
+  assert 0 < len(idx) <= k and np.all(w > 0)
+  ours = np.linalg.norm(w @ g_NxK[idx] / N - mean_K)
+  rng = np.random.default_rng(0)
+  rand = np.mean([np.linalg.norm(g_NxK[rng.choice(N, k, replace=False)].mean(0) - mean_K)
+                  for _ in range(20)])
+  assert ours < 0.5 * rand, (ours, rand)
+
+
+def test_craig_objective_monotone_and_weights(noisy):
+  x_NxD, labels_N, _, logits_NxC = noisy
+  g_NxK = coresets.last_layer_gradients(x_NxD, logits_NxC, labels_N, include_weight=False)
+  idx, w = coresets.craig(g_NxK, 12, chunk=128)
+  assert len(set(idx.tolist())) == 12 and w.sum() == N
+  max_dist = coresets.max_distance(g_NxK)
+  values = [coresets.facility_location(g_NxK, idx[:m], max_dist) for m in range(0, 13)]
+  assert np.all(np.diff(values) >= -1e-3 * abs(values[-1])), values
+  # Greedy beats a random subset of the same size on its own objective.
+  rand = coresets.facility_location(g_NxK, np.random.default_rng(0).choice(N, 12, replace=False),
+                                   max_dist)
+  assert values[-1] >= rand
+
+
+def test_per_class_coreset(noisy):
+  x_NxD, labels_N, _, logits_NxC = noisy
+  g_NxK = coresets.last_layer_gradients(x_NxD, logits_NxC, labels_N, include_weight=False)
+  idx, w = coresets.per_class(coresets.craig, g_NxK, labels_N, 16)
+  assert set(labels_N[idx].tolist()) == set(range(C)) and len(idx) == len(w)
+  assert w.sum() == N  # each class's weights cover that class
+
+
+def test_kmeans_recovers_blobs_and_balanced_sizes():
+  x_NxD, labels_N = _blobs(300, 5, 3, seed=3, spread=10.0)
+  a_N, c_KxD = clusters.kmeans(x_NxD, 3, seed=0, iters=10)
+  assert c_KxD.shape == (3, 5)
+  # Each cluster is one blob (up to relabelling).
+  for k in range(3):
+    assert len(np.unique(labels_N[a_N == k])) == 1
+  assert len(np.unique(a_N)) == 3
+  a2_N, _ = clusters.kmeans(x_NxD, 3, seed=0, iters=10)
+  np.testing.assert_array_equal(a_N, a2_N)
+
+  x_NxD, _ = _blobs(103, 4, 2, seed=4)  # lopsided data, 7 clusters: balance must be forced
+  b_N, _ = clusters.kmeans(x_NxD, 7, seed=1, iters=5, balanced=True)
+  sizes = np.bincount(b_N, minlength=7)
+  assert sizes.sum() == 103 and sizes.max() - sizes.min() <= 1, sizes
+
+
+def test_routing_weights():
+  c_KxD = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]], np.float32)
+  x_BxD = c_KxD + 0.5
+  w_BxK = np.asarray(clusters.routing_weights(x_BxD, c_KxD, temperature=10.0, top_k=2))
+  np.testing.assert_allclose(w_BxK.sum(-1), 1.0, rtol=1e-6)
+  np.testing.assert_array_equal(w_BxK.argmax(-1), np.arange(4))
+  assert np.all(w_BxK.max(-1) > 0.5) and np.all((w_BxK > 0).sum(-1) == 2)
+  full = np.asarray(clusters.routing_weights(x_BxD, c_KxD, temperature=10.0))
+  assert np.all(full > 0)
+
+
+def test_pool_sampler_and_split_pool():
+  pools = samplers.split_pool(np.arange(10, 70), 4, seed=0)
+  flat = np.concatenate(pools)
+  assert len(flat) == 60 and len(np.unique(flat)) == 60  # disjoint, and covering
+  a = samplers.PoolSampler(pools, num_examples=100, seed=5)
+  b = samplers.PoolSampler(pools, num_examples=100, seed=5)
+  for i in range(4):
+    np.testing.assert_array_equal(a.batch_indices(i, 3, 8), b.batch_indices(i, 3, 8))
+    assert np.isin(a.batch_indices(i, 7, 8), pools[i]).all()
+  assert not np.array_equal(a.batch_indices(0, 0, 15),
+                            samplers.PoolSampler(pools, 100, seed=6).batch_indices(0, 0, 15))
+  shared = samplers.split_pool(np.arange(20), 3, seed=0, disjoint=False)
+  assert all(len(p) == 7 and len(np.unique(p)) == 7 for p in shared)
+  with pytest.raises(ValueError, match="outside"):
+    samplers.PoolSampler([np.array([0, 100])], num_examples=100)
+  with pytest.raises(ValueError, match="non-empty"):
+    samplers.PoolSampler([np.array([1]), np.array([], np.int64)], num_examples=100)
