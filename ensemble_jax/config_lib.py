@@ -100,6 +100,7 @@ def base_config() -> ml_collections.ConfigDict:
   # Duration: exactly one of num_steps / num_epochs is > 0.
   c.train.num_steps = 0
   c.train.num_epochs = 2.0
+  c.train.stop_at_target = False  # steps-to-target runs: stop at the first eval reaching it
   c.train.log_every_steps = 50
   c.train.timing_warmup_steps = 2  # steps excluded from the median step time
 

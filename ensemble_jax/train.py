@@ -125,7 +125,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   preemption = PreemptionWatch()
   last_metrics = last_eval = None
   step = start_step
-  for step in range(start_step, num_steps):
+  # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
+  stop_at_target = config.train.stop_at_target
+  end_step = start_step if stop_at_target and tracker.reached else num_steps
+  steps_done = start_step
+  for step in range(start_step, end_step):
     batch = next(batches)
     if step_fn is None:  # compile once, read XLA's FLOPs off the same executable
       t = time.perf_counter()
@@ -165,10 +169,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             "history": history, "target": dataclasses.asdict(tracker),
             "method": method.host_state()}
     stop = preemption.requested(done)
+    reached = stop_at_target and tracker.reached
     t = time.perf_counter()
-    checkpointer.save(done, state, meta, force=done == num_steps or stop)
+    checkpointer.save(done, state, meta, force=done == num_steps or stop or reached)
     t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
     checkpoint_time_s += t_last - t
+    steps_done = done
     if stop and done < num_steps:
       progress.close()
       checkpointer.close()
@@ -179,6 +185,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  "resume.")
       logging.warning(message)
       raise Preempted(message)
+    if reached:
+      logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
+                   tracker.metric, tracker.value, done)
+      break
   if last_metrics is not None:
     method.check_step_metrics(_fetch(last_metrics), step)
   progress.close()
@@ -194,7 +204,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "num_devices": jax.device_count(),
       "mesh": dict(mesh.shape),
       "data": data.info,
-      "steps": num_steps,
+      "steps": steps_done,  # trained; fewer than step_budget when stopped at the target
+      "step_budget": num_steps,
       "examples_per_step": method.examples_per_step,
       "wall_time_s": time.perf_counter() - wall_start,
       "train_time_s": train_time_s,
@@ -208,7 +219,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  "reached_step": tracker.reached_step, "reached_time_s": tracker.reached_time_s,
                  "reached_wall_time_s": tracker.reached_wall_time_s},
       "history": history,
-      **method.final_results(state, last_eval, num_steps, train_batches, eval_batches),
+      **method.final_results(state, last_eval, steps_done, train_batches, eval_batches),
   }
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
   results["cost"] = costs.summary(results, param_bytes)

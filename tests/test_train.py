@@ -109,3 +109,13 @@ def test_diloco_few_steps(tmp_path):
   assert r["final"]["accuracy"] == r["ensemble"]["global"]["accuracy"]
   # after the last sync every worker holds the global model: all score the same
   assert len({w["nll"] for w in r["per_worker"]}) == 1
+
+
+def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(smoke_config, tmp_path):
+  smoke_config.train.stop_at_target = True
+  smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
+  r = train.train_and_evaluate(smoke_config, str(tmp_path))
+  assert r["target"]["reached_step"] == 2 and r["steps"] == 2 and r["step_budget"] == 4
+  assert r["cost"]["measured"]["flops"] == r["flops_per_step"] * 2
+  again = train.train_and_evaluate(smoke_config, str(tmp_path))  # resumes: nothing left to do
+  assert again["steps"] == 2 and again["final"] == r["final"]
