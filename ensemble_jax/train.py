@@ -129,72 +129,70 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   stop_at_target = config.train.stop_at_target
   end_step = start_step if stop_at_target and tracker.reached else num_steps
   steps_done = start_step
-  for step in range(start_step, end_step):
-    batch = next(batches)
-    if step_fn is None:  # compile once, read XLA's FLOPs off the same executable
+  try:
+    for step in range(start_step, end_step):
+      batch = next(batches)
+      if step_fn is None:  # compile once, read XLA's FLOPs off the same executable
+        t = time.perf_counter()
+        step_fn = method.train_step.lower(state, batch, step_rng).compile()
+        # XLA counts the per-device SPMD program; the step costs that on every mesh device.
+        flops_per_step = costs.flops(step_fn) * mesh.devices.size
+        compile_time_s = time.perf_counter() - t
+        t_last = time.perf_counter()
+      state, step_metrics = step_fn(state, batch, step_rng)
+      state = method.after_step(state, step + 1)  # DiLoCo's outer sync every H steps
+      # Fetched one step late, so the host queues the next step before it waits.
+      if last_metrics is not None:
+        method.check_step_metrics(_fetch(last_metrics), step - 1)
+      jax.block_until_ready(step_metrics)
+      now = time.perf_counter()
+      durations.append(now - t_last)
+      train_time_s += now - t_last
+      t_last = now
+      last_metrics = step_metrics
+      done = step + 1
+      progress.update(1)
+      if done % config.train.log_every_steps == 0 or done == num_steps:
+        scalars = {f"train/{k}": float(np.mean(v))
+                   for k, v in _fetch(step_metrics).items()}
+        writer.write_scalars(done, scalars)
+        progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+      if done % eval_every == 0 or done == num_steps:
+        t = time.perf_counter()
+        eval_metrics = last_eval = _eval(method, state, eval_batches)
+        eval_time_s += time.perf_counter() - t
+        t_last = time.perf_counter()
+        tracker.update(eval_metrics, done, train_time_s, t_last - wall_start)
+        history.append({"step": done, "train_time_s": train_time_s, **_scalars(eval_metrics)})
+        writer.write_scalars(done, {f"eval/{k}": v for k, v in _scalars(eval_metrics).items()})
+        logging.info("step %d eval %s", done, _scalars(eval_metrics))
+      meta = {"step": done, "train_time_s": train_time_s, "eval_time_s": eval_time_s,
+              "history": history, "target": dataclasses.asdict(tracker),
+              "method": method.host_state()}
+      stop = preemption.requested(done)
+      reached = stop_at_target and tracker.reached
       t = time.perf_counter()
-      step_fn = method.train_step.lower(state, batch, step_rng).compile()
-      # XLA counts the per-device SPMD program; the step costs that on every mesh device.
-      flops_per_step = costs.flops(step_fn) * mesh.devices.size
-      compile_time_s = time.perf_counter() - t
-      t_last = time.perf_counter()
-    state, step_metrics = step_fn(state, batch, step_rng)
-    state = method.after_step(state, step + 1)  # DiLoCo's outer sync every H steps
-    # Fetched one step late, so the host queues the next step before it waits.
+      checkpointer.save(done, state, meta, force=done == num_steps or stop or reached)
+      t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
+      checkpoint_time_s += t_last - t
+      steps_done = done
+      if stop and done < num_steps:
+        message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
+                   f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
+                   "resume.")
+        logging.warning(message)
+        raise Preempted(message)
+      if reached:
+        logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
+                     tracker.metric, tracker.value, done)
+        break
     if last_metrics is not None:
-      method.check_step_metrics(_fetch(last_metrics), step - 1)
-    jax.block_until_ready(step_metrics)
-    now = time.perf_counter()
-    durations.append(now - t_last)
-    train_time_s += now - t_last
-    t_last = now
-    last_metrics = step_metrics
-    done = step + 1
-    progress.update(1)
-    if done % config.train.log_every_steps == 0 or done == num_steps:
-      scalars = {f"train/{k}": float(np.mean(v))
-                 for k, v in _fetch(step_metrics).items()}
-      writer.write_scalars(done, scalars)
-      progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
-    if done % eval_every == 0 or done == num_steps:
-      t = time.perf_counter()
-      eval_metrics = last_eval = _eval(method, state, eval_batches)
-      eval_time_s += time.perf_counter() - t
-      t_last = time.perf_counter()
-      tracker.update(eval_metrics, done, train_time_s, t_last - wall_start)
-      history.append({"step": done, "train_time_s": train_time_s, **_scalars(eval_metrics)})
-      writer.write_scalars(done, {f"eval/{k}": v for k, v in _scalars(eval_metrics).items()})
-      logging.info("step %d eval %s", done, _scalars(eval_metrics))
-    meta = {"step": done, "train_time_s": train_time_s, "eval_time_s": eval_time_s,
-            "history": history, "target": dataclasses.asdict(tracker),
-            "method": method.host_state()}
-    stop = preemption.requested(done)
-    reached = stop_at_target and tracker.reached
-    t = time.perf_counter()
-    checkpointer.save(done, state, meta, force=done == num_steps or stop or reached)
-    t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
-    checkpoint_time_s += t_last - t
-    steps_done = done
-    if stop and done < num_steps:
-      progress.close()
-      checkpointer.close()
-      writer.close()
-      preemption.close()
-      message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
-                 f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
-                 "resume.")
-      logging.warning(message)
-      raise Preempted(message)
-    if reached:
-      logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
-                   tracker.metric, tracker.value, done)
-      break
-  if last_metrics is not None:
-    method.check_step_metrics(_fetch(last_metrics), step)
-  progress.close()
-  checkpointer.close()
-  writer.close()
-  preemption.close()
+      method.check_step_metrics(_fetch(last_metrics), step)
+  finally:  # also on preemption or divergence: finish pending saves, restore SIGTERM
+    progress.close()
+    checkpointer.close()
+    writer.close()
+    preemption.close()
 
   if last_eval is None:  # resumed after the last step: evaluate the restored state
     last_eval = _eval(method, state, eval_batches)
@@ -262,8 +260,6 @@ class PreemptionWatch:
 
   def requested(self, step: int) -> bool:
     if jax.process_count() > 1:
-      from jax.experimental import multihost_utils
-
       return bool(multihost_utils.reached_preemption_sync_point(step))
     return self.notified
 

@@ -25,16 +25,21 @@ def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
                       f"choose a multiple of {divisor}.")
 
 
+def check_batch_sizes(config, data_size: int) -> None:
+  """Train and eval batches split evenly over the mesh's `data` axis."""
+  check_divisible(config.train.batch_size, "train.batch_size", data_size,
+                  "the mesh's data axis")
+  check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
+                  "the mesh's data axis")
+
+
 class DataParallel:
   name = "data_parallel"
 
   def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.model, self.tx, self.mesh = config, model, tx, mesh
     data_size = mesh.shape.get("data", 1)
-    check_divisible(config.train.batch_size, "train.batch_size", data_size,
-                    "the mesh's data axis")
-    check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
-                    "the mesh's data axis")
+    check_batch_sizes(config, data_size)
     check_divisible(config.train.batch_size, "train.batch_size", jax.process_count(),
                     "the process count")
     batch_sharding = NamedSharding(mesh, P("data"))

@@ -24,7 +24,7 @@ from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.distill.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
-from ensemble_jax.methods.data_parallel import check_divisible
+from ensemble_jax.methods.data_parallel import check_batch_sizes
 
 LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
 
@@ -66,10 +66,7 @@ class Ensemble:
       raise ConfigError(f"config.method.num_workers={m.num_workers} is not a multiple of the "
                         f"mesh's worker axis={num_shards}; use N = k * {num_shards}.")
     self.workers_per_shard = m.num_workers // num_shards
-    check_divisible(config.train.batch_size, "train.batch_size", data_size,
-                    "the mesh's data axis")
-    check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
-                    "the mesh's data axis")
+    check_batch_sizes(config, data_size)
     # A worker spanning several `data` devices normalises over its whole batch.
     self.model = model.clone(bn_axis_name="data") if data_size > 1 else model
     self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
@@ -102,15 +99,12 @@ class Ensemble:
     self.eval_step_fn = jax.jit(self._eval_sums, out_shardings=rep)
 
   # ---- init ----
-  def _init_stacked(self, rng):
+  def _init_state(self, rng):
     if self.config.method.shared_init:
       keys = jnp.broadcast_to(rng, (self.num_workers,))
     else:
       keys = jax.random.split(rng, self.num_workers)
     return jax.vmap(self._init_one)(keys)
-
-  def _init_state(self, rng):
-    return self._init_stacked(rng)
 
   def _shardings(self, abstract_state):
     return sharding_lib.state_shardings(abstract_state, self.mesh, fsdp=False, min_size=0,
