@@ -75,15 +75,16 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.width = 16  # channels of the first stage (64 for the published ResNets)
   c.model.stem = "small"  # small (28x28, 32x32) | imagenet
   c.model.dtype = "float32"  # compute dtype; params are float32
-  c.model.size = "tiny"  # gpt2: tiny | mini | small | medium | large | xl
+  c.model.size = "tiny"  # gpt2: micro | tiny | mini | small | medium | large | xl
   c.model.remat = False  # gpt2: rematerialise each block in the backward pass
   c.model.dropout = 0.0  # gpt2: embedding, attention and residual dropout
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adamw"  # sgd | adamw
-  # Linear scaling rule: peak lr = learning_rate * batch_size / base_batch_size.
+  # Peak lr = learning_rate * scale(batch_size / base_batch_size), scale from lr_scaling.
   c.optim.learning_rate = 3e-3
   c.optim.base_batch_size = 128
+  c.optim.lr_scaling = "linear"  # linear | sqrt (usual for Adam) | none
   c.optim.warmup_epochs = 0.1
   c.optim.warmup_steps = 0  # > 0 overrides warmup_epochs (language models count steps)
   c.optim.schedule = "cosine"  # cosine | constant (both after linear warmup)
@@ -119,6 +120,11 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.num_processes = 0  # 0 = auto-detect
   c.distributed.process_id = -1  # -1 = auto-detect
   c.distributed.local_device_count = 0  # CPU only: fake devices per process (tests)
+
+  # What the cost report models (ensemble_jax/costs.py): the cluster this run stands for.
+  c.cost = ml_collections.ConfigDict()
+  c.cost.devices = 0  # D; 0: one device per data-parallel replica / per worker
+  c.cost.overlap = 0.0  # fraction of each modelled all-reduce hidden behind compute
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
@@ -207,6 +213,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,
         "must lie in (0, 1).")
   _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
+  _need(config.optim.lr_scaling in ("linear", "sqrt", "none"), "optim.lr_scaling",
+        config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",
@@ -219,6 +227,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
+  _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
+        "must be >= 0 (0: one device per replica or worker).")
+  _need(0.0 <= config.cost.overlap <= 1.0, "cost.overlap", config.cost.overlap,
+        "is a fraction in [0, 1].")
   _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",
         (config.train.num_steps, config.train.num_epochs),
         "set exactly one of train.num_steps and train.num_epochs to a value > 0.")

@@ -69,7 +69,7 @@ def critical_path_diloco(steps: int, step_time: float, sync_every: int,
 
 
 def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict,
-                  num_workers: int = 1, sync_every: int = 0) -> dict:
+                  num_workers: int = 1, sync_every: int = 0, overlap: float = 0.0) -> dict:
   """The collectives a run needs during training, and their modelled time per preset.
 
   data_parallel: a gradient all-reduce every step over the `data` axis; ensemble: none
@@ -84,28 +84,77 @@ def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict
     count, devices = 0, 1
   per_preset = {}
   for name, link in INTERCONNECTS.items():
-    t = allreduce_time(param_bytes, devices, link) if count else 0.0
+    t = allreduce_time(param_bytes, devices, link, overlap) if count else 0.0
     per_preset[name] = {"allreduce_s": t, "total_s": count * t}
   return {"allreduces": count, "devices": devices, "bytes_each": param_bytes,
           "per_preset": per_preset}
 
 
-def summary(results: dict, param_bytes: int) -> dict:
-  """The `cost` block of results.json: what was measured here and what is modelled."""
-  mesh_devices = 1
-  for size in results["mesh"].values():
-    mesh_devices *= size
+def _prod(shape: dict) -> int:
+  n = 1
+  for size in shape.values():
+    n *= size
+  return n
+
+
+def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 0.0,
+            simulated: bool = True) -> dict:
+  """The `cost` block of results.json: what was measured here and what is modelled.
+
+  `devices` (D) is the cluster the run stands for: 0 means one device per model replica
+  of the mesh (data_parallel: the mesh's `data` axis) or one per worker (ensemble,
+  diloco). When the mesh is `simulated` on one host (CPU), the host did the work of all D
+  devices one after another, so one device's step is modelled as host step / D; on real
+  accelerators the measured step is already one device's (times mesh size / D).
+  Communication is modelled only when simulated; on real devices it is in the step.
+  Critical paths count the steps to the target (all steps when it was not reached) plus
+  the pool-building time of a distilled sequence (results['distill']).
+  """
+  method = results["method"]
+  mesh_devices = _prod(results["mesh"])
+  workers = results.get("num_workers", 1)
+  if devices <= 0:
+    devices = results["mesh"].get("data", mesh_devices) if method == "data_parallel" else workers
+  target = results["target"]
+  steps = target["reached_step"] if target["reached"] else results["steps"]
+  distill = results.get("distill") or {}
+  pool_time, pool_flops = distill.get("build_time_s", 0.0), distill.get("build_flops", 0.0)
   measured = {
       "train_time_s": results["train_time_s"],
       "step_time_s": results["step_time_s"],
-      "flops": results["flops_per_step"] * results["steps"],
-      "device_seconds": results["train_time_s"] * mesh_devices,
-      "devices": mesh_devices,
-      "where": "this host (simulated devices share its cores)",
+      "steps_to_target": steps,  # all steps trained when the target was not reached
+      "flops": results["flops_per_step"] * results["steps"] + pool_flops,
+      "flops_to_target": results["flops_per_step"] * steps + pool_flops,
+      "pool_build_time_s": pool_time,
+      "host_devices": mesh_devices,
+      "where": ("one host: the simulated devices share its cores" if simulated else
+                "real devices"),
   }
-  modelled = communication(results["method"], param_bytes=param_bytes, steps=results["steps"],
-                           mesh_shape=results["mesh"],
-                           num_workers=results.get("num_workers", 1),
-                           sync_every=results.get("sync_every", 0))
-  modelled["model"] = "ring all-reduce: 2(D-1)/D * bytes / bandwidth + 2(D-1) * latency"
-  return {"measured": measured, "modelled": {"communication": modelled}}
+  parallel = 1 if simulated else mesh_devices
+  device_step = results["step_time_s"] * parallel / devices
+  comm = communication(method, param_bytes=param_bytes, steps=steps,
+                       mesh_shape={"data": devices} if method == "data_parallel" else {},
+                       num_workers=devices, sync_every=results.get("sync_every", 0),
+                       overlap=overlap)
+  critical = {}
+  for name, preset in comm["per_preset"].items():
+    allreduce = preset["allreduce_s"] if simulated else 0.0
+    if method == "data_parallel":
+      t = critical_path_data_parallel(steps, device_step, allreduce)
+    elif method == "diloco":
+      t = critical_path_diloco(steps, device_step, results["sync_every"], allreduce)
+    else:
+      t = critical_path_ensemble(steps, device_step, pool_time=pool_time)
+    critical[name] = t + (pool_time if method != "ensemble" else 0.0)
+  comm["model"] = ("ring all-reduce: (1 - overlap) * (2(D-1)/D * bytes / bandwidth "
+                   "+ 2(D-1) * latency)")
+  modelled = {
+      "devices": devices,
+      "device_step_time_s": device_step,
+      "device_step_model": (f"measured host step x {parallel} / {devices} devices"),
+      "communication": comm,
+      "overlap": overlap,
+      "critical_path_s": critical,  # to the target, per interconnect preset
+      "device_seconds": {k: devices * v for k, v in critical.items()},
+  }
+  return {"measured": measured, "modelled": modelled}

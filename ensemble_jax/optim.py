@@ -4,9 +4,15 @@ from __future__ import annotations
 import optax
 
 
+SCALING_RULES = ("linear", "sqrt", "none")
+
+
 def peak_learning_rate(optim_config, batch_size: int) -> float:
-  """Linear scaling rule: lr = learning_rate * batch_size / base_batch_size."""
-  return optim_config.learning_rate * batch_size / optim_config.base_batch_size
+  """learning_rate at base_batch_size, scaled by the ratio (linear), its root (sqrt, the
+  usual rule for Adam), or not at all (none)."""
+  ratio = batch_size / optim_config.base_batch_size
+  factor = {"linear": ratio, "sqrt": ratio**0.5, "none": 1.0}[optim_config.lr_scaling]
+  return optim_config.learning_rate * factor
 
 
 def create_schedule(optim_config, batch_size: int, total_steps: int,

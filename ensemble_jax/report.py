@@ -1,11 +1,13 @@
-"""Cost vs time to a target, from results.json files: a Markdown table and a PNG.
+"""Cost vs time to a target, from results.json files: Markdown tables and PNGs.
 
   python -m ensemble_jax.report RESULTS_DIR [--out=RESULTS_DIR]
 
-Each run is one point: training time until its target was first reached (x) against the
-compute spent until then (y, FLOPs from XLA = flops_per_step x steps). Runs that never
-reached the target are listed with their totals and drawn hollow. Times are measured on
-the host that ran them (see each run's `cost.measured.where`).
+A run lives in `RESULTS_DIR/<curve>/<point>/seed<k>/results.json` (what the sweep writes);
+its seeds are averaged into one point of its curve. Each point is the training compute
+spent until the target was first reached (y: XLA FLOPs x steps, measured) against the
+critical-path time to it on the cluster the run stands for (x: modelled from the measured
+host step time and a ring all-reduce per interconnect preset; see `ensemble_jax.costs`).
+Points where some seed missed the target are drawn hollow and left out of the ratios.
 """
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ import argparse
 import glob
 import json
 import os
+import statistics
+
+from ensemble_jax import costs
+
+BASELINE = "data_parallel"
+PRESETS = tuple(costs.INTERCONNECTS)
 
 
 def load_runs(results_dir: str) -> list[dict]:
@@ -20,100 +28,179 @@ def load_runs(results_dir: str) -> list[dict]:
   for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
     with open(path) as f:
       r = json.load(f)
-    t = r["target"]
-    reached = bool(t["reached"])
-    steps = t["reached_step"] if reached else r["steps"]
+    rel = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
+    curve, point = (rel[0], rel[1]) if len(rel) >= 3 else (r["method"], rel[0])
+    t, cost = r["target"], r["cost"]
     runs.append({
-        "run": os.path.relpath(os.path.dirname(path), results_dir),
-        "method": r["method"],
-        "workers": r.get("num_workers", 1),
-        "seed": r["config"]["seed"],
-        "reached": reached,
-        "time_s": t["reached_time_s"] if reached else r["train_time_s"],
-        "flops": (r["flops_per_step"] or 0.0) * steps,
-        "metric": f"{t['metric']} {'<=' if t['metric'] in ('nll', 'perplexity') else '>='} "
+        "curve": curve, "point": point, "method": r["method"], "seed": r["config"]["seed"],
+        "devices": cost["modelled"]["devices"],
+        "reached": bool(t["reached"]),
+        "steps": cost["measured"]["steps_to_target"],
+        "flops": cost["measured"]["flops_to_target"],
+        "time_s": cost["modelled"]["critical_path_s"],
+        "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
+        "target": f"{t['metric']} {'<=' if t['metric'] in ('nll', 'perplexity') else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
     })
   return runs
 
 
-def pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+def _spread(values: list[float]) -> dict:
+  return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+
+
+def points(runs: list[dict]) -> list[dict]:
+  """One point per (curve, point): its seeds' mean, min and max."""
+  groups: dict[tuple, list] = {}
+  for r in runs:
+    groups.setdefault((r["curve"], r["point"]), []).append(r)
+  out = []
+  for (curve, point), rs in sorted(groups.items()):
+    out.append({
+        "curve": curve, "point": point, "devices": rs[0]["devices"], "seeds": len(rs),
+        "reached": sum(r["reached"] for r in rs),
+        "steps": _spread([r["steps"] for r in rs]),
+        "flops": _spread([r["flops"] for r in rs]),
+        "time_s": {p: _spread([r["time_s"][p] for r in rs]) for p in PRESETS},
+        "host_time_s": _spread([r["host_time_s"] for r in rs]),
+        "final": _spread([r["final"] for r in rs]),
+    })
+  return out
+
+
+def pareto(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
   """The points no other point beats in both time and cost, sorted by time."""
   front, best_cost = [], float("inf")
-  for time_s, flops in sorted(points):
+  for time_s, flops in sorted(pts):
     if flops < best_cost:
       front.append((time_s, flops))
       best_cost = flops
   return front
 
 
+def ratios(pts: list[dict], curve: str, preset: str) -> dict:
+  """`curve` against data-parallel, on the seed means of points that always reached the target.
+
+  at fixed compute: max over DP points p of t_p / (fastest `curve` time at compute <= c_p);
+  at fixed time: max over DP points p of c_p / (cheapest `curve` compute at time <= t_p).
+  Above 1, `curve` is better; None where no point of `curve` is within the DP point's
+  budget.
+  """
+  def done(name):
+    return [(p["time_s"][preset]["mean"], p["flops"]["mean"], p["point"]) for p in pts
+            if p["curve"] == name and p["reached"] == p["seeds"]]
+
+  base, mine = done(BASELINE), done(curve)
+  time_ratio = compute_ratio = None
+  for t_p, c_p, name in base:
+    faster = [t for t, c, _ in mine if c <= c_p]
+    if faster and (time_ratio is None or t_p / min(faster) > time_ratio[0]):
+      time_ratio = (t_p / min(faster), name)
+    cheaper = [c for t, c, _ in mine if t <= t_p]
+    if cheaper and (compute_ratio is None or c_p / min(cheaper) > compute_ratio[0]):
+      compute_ratio = (c_p / min(cheaper), name)
+  return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
+          "fastest_s": min((t for t, _, _ in mine), default=None),
+          "cheapest_flops": min((c for _, c, _ in mine), default=None)}
+
+
+def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
+  return (f"{s['mean'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
+          f"{s['max'] / scale:.{digits}f}]")
+
+
 def table(runs: list[dict]) -> str:
-  lines = ["| run | method | workers | seed | target | reached | time to target (s) | "
-           "TFLOPs to target | final |", "|---|---|---|---|---|---|---|---|---|"]
-  for r in runs:
-    lines.append(f"| {r['run']} | {r['method']} | {r['workers']} | {r['seed']} | {r['metric']} "
-                 f"| {'yes' if r['reached'] else 'no'} | {r['time_s']:.1f} | "
-                 f"{r['flops'] / 1e12:.2f} | {r['final']:.4f} |")
-  by_method: dict[str, list] = {}
-  for r in runs:
-    if r["reached"]:
-      by_method.setdefault(r["method"], []).append((r["time_s"], r["flops"]))
-  if by_method:
-    lines += ["", "| method | fastest time to target (s) | cheapest TFLOPs to target | "
-              "Pareto points |", "|---|---|---|---|"]
-    for method, points in sorted(by_method.items()):
-      lines.append(f"| {method} | {min(p[0] for p in points):.1f} | "
-                   f"{min(p[1] for p in points) / 1e12:.2f} | {len(pareto(points))} |")
+  pts = points(runs)
+  targets = sorted({r["target"] for r in runs})
+  lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
+           "host step time. Modelled: the critical-path time on D devices = steps x (host "
+           "step / D) + ring all-reduces per interconnect preset (ensemble_jax/costs.py). "
+           "Each cell: mean [min, max] over seeds.", "",
+           "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
+           + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |",
+           "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"]
+  for p in pts:
+    lines.append(f"| {p['curve']} | {p['point']} | {p['devices']} | {p['reached']}/{p['seeds']} "
+                 f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], 1e12, 2)} | "
+                 + " | ".join(_fmt(p["time_s"][q]) for q in PRESETS)
+                 + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |")
+  curves = sorted({p["curve"] for p in pts} - {BASELINE})
+  if any(p["curve"] == BASELINE for p in pts) and curves:
+    lines += ["", f"Against {BASELINE} (ratios > 1: the curve is better; 'up to' = the best "
+              "DP point it is compared at, named in brackets):", "",
+              "| curve | preset | fastest time (s) | cheapest TFLOPs | time ratio at fixed "
+              "compute | compute ratio at fixed time |", "|---|---|---|---|---|---|"]
+    for curve in curves:
+      for preset in PRESETS:
+        r = ratios(pts, curve, preset)
+        def show(x):
+          return "none within budget" if x is None else f"{x[0]:.2f}x (vs {x[1]})"
+        fastest = "-" if r["fastest_s"] is None else f"{r['fastest_s']:.1f}"
+        cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / 1e12:.2f}"
+        lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
+                     f"{show(r['time_at_fixed_compute'])} | {show(r['compute_at_fixed_time'])} |")
   return "\n".join(lines) + "\n"
 
 
-def plot(runs: list[dict], path: str, title: str) -> None:
+def plot(runs: list[dict], path: str, preset: str) -> None:
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, ax = plt.subplots(figsize=(6, 4.5))
-  for i, method in enumerate(sorted({r["method"] for r in runs})):
-    color = f"C{i}"
-    mine = [r for r in runs if r["method"] == method]
-    done = [r for r in mine if r["reached"]]
-    ax.scatter([r["time_s"] for r in done], [r["flops"] / 1e12 for r in done], color=color,
-               label=method)
-    ax.scatter([r["time_s"] for r in mine if not r["reached"]],
-               [r["flops"] / 1e12 for r in mine if not r["reached"]], facecolors="none",
-               edgecolors=color)
-    front = pareto([(r["time_s"], r["flops"]) for r in done])
-    if len(front) > 1:
-      ax.plot([p[0] for p in front], [p[1] / 1e12 for p in front], color=color)
-  ax.ticklabel_format(useOffset=False, style="plain")
-  ax.set_xlabel("training time to target (s, measured)")
+  pts = points(runs)
+  fig, ax = plt.subplots(figsize=(6.5, 4.8))
+  for i, curve in enumerate(sorted({p["curve"] for p in pts})):
+    color, mine = f"C{i}", [p for p in pts if p["curve"] == curve]
+    for p in mine:
+      t, c = p["time_s"][preset], p["flops"]
+      full = p["reached"] == p["seeds"]
+      ax.errorbar(t["mean"], c["mean"] / 1e12,
+                  xerr=[[t["mean"] - t["min"]], [t["max"] - t["mean"]]],
+                  yerr=[[(c["mean"] - c["min"]) / 1e12], [(c["max"] - c["mean"]) / 1e12]],
+                  fmt="o", color=color, mfc=color if full else "none", ms=5, capsize=2,
+                  label=curve if p is mine[0] else None)
+    front = pareto([(p["time_s"][preset]["mean"], p["flops"]["mean"]) for p in mine
+                    if p["reached"] == p["seeds"]])
+    ax.plot([f[0] for f in front], [f[1] / 1e12 for f in front], color=color, lw=1)
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel(f"time to target on D devices (s; modelled from measured steps, {preset})")
   ax.set_ylabel("training compute to target (TFLOPs, XLA)")
-  ax.set_title(title, fontsize=9)
-  ax.legend()
+  targets = ", ".join(sorted({r["target"] for r in runs}))
+  ax.set_title(f"cost vs time to {targets}; interconnect {preset}\n"
+               "mean and min-max over seeds; hollow: some seed missed the target",
+               fontsize=9)
+  ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
 
+def write(results_dir: str, out: str) -> str:
+  runs = load_runs(results_dir)
+  if not runs:
+    raise FileNotFoundError(f"no results.json under {results_dir}")
+  os.makedirs(out, exist_ok=True)
+  text = table(runs)
+  with open(os.path.join(out, "table.md"), "w") as f:
+    f.write(text)
+  for preset in PRESETS:
+    plot(runs, os.path.join(out, f"cost_vs_time_{preset}.png"), preset)
+  return text
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("results_dir")
-  p.add_argument("--out", default="", help="where table.md and cost_vs_time.png go")
+  p.add_argument("--out", default="", help="where table.md and the PNGs go")
   args = p.parse_args(argv)
-  runs = load_runs(args.results_dir)
-  if not runs:
-    print(f"error: no results.json under {args.results_dir}")
+  try:
+    print(write(args.results_dir, args.out or args.results_dir))
+  except FileNotFoundError as e:
+    print(f"error: {e}")
     return 2
-  out = args.out or args.results_dir
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "table.md"), "w") as f:
-    f.write(table(runs))
-  metrics = sorted({r["metric"] for r in runs})
-  plot(runs, os.path.join(out, "cost_vs_time.png"),
-       f"cost vs time to target ({', '.join(metrics)}); hollow: not reached")
-  print(table(runs))
   return 0
 
 

@@ -220,7 +220,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       **method.final_results(state, last_eval, steps_done, train_batches, eval_batches),
   }
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
-  results["cost"] = costs.summary(results, param_bytes)
+  results["cost"] = costs.summary(results, param_bytes, config.cost.devices, config.cost.overlap,
+                                  simulated=jax.devices()[0].platform == "cpu")
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]

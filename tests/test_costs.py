@@ -35,3 +35,32 @@ def test_communication_per_method():
   dl = costs.communication("diloco", param_bytes=4e6, steps=10, mesh_shape={"worker": 8},
                            num_workers=8, sync_every=5)
   assert dl["allreduces"] == 2 and dl["devices"] == 8
+
+
+def _results(method, **extra):
+  return {"method": method, "mesh": {"data": 1}, "train_time_s": 40.0, "step_time_s": 0.4,
+          "steps": 100, "flops_per_step": 1e9,
+          "target": {"reached": True, "reached_step": 60}, **extra}
+
+
+def test_summary_models_the_cluster_from_the_host_step():
+  eth = costs.INTERCONNECTS["eth10g"]
+  dp = costs.summary(_results("data_parallel"), param_bytes=4e6, devices=4)
+  # The host did 4 devices' work per step: one device's step is 0.1 s, plus the all-reduce.
+  assert dp["modelled"]["device_step_time_s"] == pytest.approx(0.1)
+  assert dp["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
+      60 * (0.1 + costs.allreduce_time(4e6, 4, eth)))
+  assert dp["measured"]["flops_to_target"] == 60e9 and dp["measured"]["flops"] == 100e9
+  ens = costs.summary(_results("ensemble", num_workers=8,
+                               distill={"build_time_s": 3.0, "build_flops": 5e9}),
+                      param_bytes=4e6)
+  assert ens["modelled"]["devices"] == 8  # one per worker
+  assert ens["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(3.0 + 60 * 0.05)
+  assert ens["measured"]["flops_to_target"] == 65e9
+  dl = costs.summary(_results("diloco", num_workers=4, sync_every=20), param_bytes=4e6)
+  assert dl["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
+      60 * 0.1 + 3 * costs.allreduce_time(4e6, 4, eth))
+  real = costs.summary(_results("data_parallel", mesh={"data": 4}), param_bytes=4e6,
+                       simulated=False)
+  # On real devices the measured step is one device's and already holds the all-reduce.
+  assert real["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.4)

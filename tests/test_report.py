@@ -1,35 +1,57 @@
-"""The report regenerates the same table from the same JSON, and draws the figure."""
+"""The report regenerates the same tables from the same JSON, draws the figures, and
+computes the ratios to data-parallel the way its docstring says."""
 import json
-import os
+
+import pytest
 
 from ensemble_jax import report
 
 
-def _write(root, name, method, reached, time_s, step, flops_per_step, workers=None):
-  os.makedirs(root / name)
-  r = {"method": method, "config": {"seed": 0}, "steps": 100, "train_time_s": 50.0,
-       "flops_per_step": flops_per_step, "final": {"accuracy": 0.9},
-       "target": {"metric": "accuracy", "value": 0.9, "reached": reached,
-                  "reached_step": step if reached else None,
-                  "reached_time_s": time_s if reached else None}}
-  if workers:
-    r["num_workers"] = workers
-  (root / name / "results.json").write_text(json.dumps(r))
+def _write(root, curve, point, seed, method, reached, steps, flops, time_s):
+  d = root / curve / point / f"seed{seed}"
+  d.mkdir(parents=True)
+  r = {"method": method, "config": {"seed": seed}, "steps": 100, "train_time_s": 50.0,
+       "final": {"accuracy": 0.9 if reached else 0.8},
+       "target": {"metric": "accuracy", "value": 0.85, "reached": reached,
+                  "reached_step": steps if reached else None,
+                  "reached_time_s": time_s if reached else None},
+       "cost": {"measured": {"steps_to_target": steps, "flops_to_target": flops},
+                "modelled": {"devices": 4, "critical_path_s": {
+                    "nvlink": time_s, "ib800": 1.5 * time_s, "eth10g": 3 * time_s}}}}
+  (d / "results.json").write_text(json.dumps(r))
 
 
-def test_table_and_png_from_json(tmp_path):
-  _write(tmp_path, "dp", "data_parallel", True, 40.0, 80, 1e10)
-  _write(tmp_path, "ens_a", "ensemble", True, 10.0, 20, 8e10, workers=8)
-  _write(tmp_path, "ens_b", "ensemble", False, 0, 0, 8e10, workers=8)
+def _sweep(root):
+  for seed in (0, 1):  # DP: a slow cheap point and a fast expensive one
+    _write(root, "data_parallel", "D1", seed, "data_parallel", True, 400, 4e12, 40.0 + seed)
+    _write(root, "data_parallel", "D4", seed, "data_parallel", True, 150, 6e12, 15.0 + seed)
+    _write(root, "ensemble", "N4_L100", seed, "ensemble", True, 100, 4e12, 10.0)
+    _write(root, "ensemble", "N8_L50", seed, "ensemble", seed == 0, 50, 4e12, 5.0)
+
+
+def test_tables_and_pngs_from_json(tmp_path):
+  _sweep(tmp_path)
   out = tmp_path / "out"
   assert report.main([str(tmp_path), f"--out={out}"]) == 0
   first = (out / "table.md").read_text()
   assert report.main([str(tmp_path), f"--out={out}"]) == 0
   assert (out / "table.md").read_text() == first  # regenerates identically
-  assert (out / "cost_vs_time.png").stat().st_size > 1000
-  assert "| ens_a | ensemble | 8 | 0 | accuracy >= 0.9 | yes | 10.0 | 1.60 |" in first
-  assert "| ens_b | ensemble | 8 | 0 | accuracy >= 0.9 | no | 50.0 | 8.00 |" in first
-  assert "| data_parallel | 40.0 | 0.80 | 1 |" in first
+  for preset in report.PRESETS:
+    assert (out / f"cost_vs_time_{preset}.png").stat().st_size > 1000
+  # Seed means with [min, max]; the half-reached point is marked 1/2.
+  assert ("| data_parallel | D1 | 4 | 2/2 | 400 [400, 400] | 4.00 [4.00, 4.00] | "
+          "40.5 [40.0, 41.0] |") in first
+  assert "| ensemble | N8_L50 | 4 | 1/2 |" in first
+  # nvlink: at DP D1's compute (4 TFLOPs) the ensemble's fastest full point takes 10 s.
+  assert "| ensemble | nvlink | 10.0 | 4.00 | 4.05x (vs D1) | 1.50x (vs D4) |" in first
+
+
+def test_ratios_skip_points_that_missed_the_target(tmp_path):
+  _sweep(tmp_path)
+  pts = report.points(report.load_runs(str(tmp_path)))
+  r = report.ratios(pts, "ensemble", "eth10g")
+  assert r["time_at_fixed_compute"] == (pytest.approx(121.5 / 30), "D1")
+  assert r["fastest_s"] == 30.0  # N8_L50 (15 s) missed the target in one seed
 
 
 def test_pareto_front():

@@ -20,8 +20,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 # Presets: (num_layers, num_heads, embed_dim). The four published GPT-2 sizes plus
-# two small ones that train on a CPU in tests and smoke runs.
+# small ones that train on a CPU in tests, smoke runs and sweeps.
 SIZES: dict[str, dict[str, int]] = {
+    'micro': dict(num_layers=1, num_heads=2, embed_dim=64),
     'tiny': dict(num_layers=2, num_heads=2, embed_dim=64),
     'mini': dict(num_layers=4, num_heads=4, embed_dim=128),
     'small': dict(num_layers=12, num_heads=12, embed_dim=768),

@@ -1,12 +1,15 @@
 """Fashion-MNIST, embedded offline data (Debian's dataset-fashion-mnist via `make data`).
 
   python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py --workdir=/tmp/fm
-  # variants (comma-separated): ensemble, diloco, smoke; e.g. fashion_mnist.py:ensemble,smoke
+  # variants (comma-separated): ensemble, diloco, sweep, smoke; e.g. fashion_mnist.py:ensemble,smoke
 
 Default: data-parallel ResNet-18 (small stem, width 16, 0.70M params), AdamW, batch 128,
 2 epochs, warmup + cosine.
 `ensemble`: N=8 workers (own inits, own random streams), each L=117 steps at batch 128,
 so the ensemble's total compute equals the DP run's 938 steps; critical path 1/8 of it.
+`sweep`: the cost-vs-time workload (`sweep_grid`, experiments/sweeps/cost_vs_time.py):
+ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test images
+evaluated every 25 steps, small enough for 3 seeds of every point on 2 CPU cores.
 """
 from ensemble_jax.config_lib import base_config
 
@@ -29,7 +32,7 @@ def get_config(arg: str = ""):
   c.eval.batch_size = 1000
   c.eval.target_metric, c.eval.target_value = "accuracy", 0.91
   variants = set(filter(None, arg.split(",")))
-  known = {"smoke", "ensemble", "diloco"}
+  known = {"smoke", "ensemble", "diloco", "sweep"}
   if variants - known:
     raise ValueError(f"unknown variant(s) {sorted(variants - known)} of fashion_mnist.py; "
                      f"choose from {sorted(known)}")
@@ -44,6 +47,14 @@ def get_config(arg: str = ""):
   if "diloco" in variants:  # the same engine, with an outer Nesterov step every H steps
     c.method.name = "diloco"
     c.method.sync_every = 25
+  if "sweep" in variants:
+    c.model.width = 8
+    c.train.batch_size = c.optim.base_batch_size = 64  # per device (DP) or per worker
+    c.optim.lr_scaling = "sqrt"  # Adam at D x 64
+    c.eval.every_steps, c.eval.num_examples = 25, 2000
+    c.eval.target_value = SWEEP_TARGET
+    c.train.timing_warmup_steps = 5
+    c.method.num_workers, c.method.steps_per_worker = 4, 300
   if "smoke" in variants:
     c.model.name, c.model.width = "resnet18", 4
     c.train.batch_size = 32
@@ -57,3 +68,46 @@ def get_config(arg: str = ""):
     c.method.steps_per_worker = 4 if variants & {"ensemble", "diloco"} else 0
     c.method.sync_every = 2 if "diloco" in variants else 0
   return c
+
+
+# Measured (1 seed): DP width 8 at batch 64 with a 2-epoch cosine passes 85% on the sweep's
+# eval set at step ~500 of 1,875 and ends at ~90%; the target sits where every curve can
+# reach it within its budget or is reported as missing it.
+SWEEP_TARGET = 0.85
+
+
+def sweep_grid(name: str = "full") -> dict:
+  """{curve: {point: (variant, overrides)}} for experiments/sweeps/cost_vs_time.py.
+
+  data_parallel at D devices = one model at global batch 64 D (cost.devices = D), 2 epochs
+  budget; the survey's strong baselines: the same DP with a shorter full cosine schedule
+  (dp_short_schedule), and a smaller model (dp_small_model, width 4); the ensemble over
+  (N, L), one worker per device; DiLoCo with N = 4 over the sync period H.
+  """
+  def dp(d, **extra):
+    return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d, **extra})
+
+  def ensemble(n, l):
+    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l})
+
+  def diloco(h, l=469):  # 469 = DP D4's budget: 2 epochs at 4 x 64
+    return ("diloco,sweep", {"method.sync_every": h, "method.steps_per_worker": l})
+
+  if name == "smoke":  # the test of the sweep itself: seconds
+    return {"data_parallel": {f"D{d}": ("smoke", {"train.batch_size": 32 * d,
+                                                  "cost.devices": d}) for d in (1, 2)},
+            "ensemble": {"N8_L4": ("ensemble,smoke", {})}}
+  if name == "demo":  # make demo: one seed, <= 10 minutes on 2 cores
+    return {"data_parallel": {f"D{d}": dp(d) for d in (1, 4, 8)},
+            "ensemble": {"N4_L300": ensemble(4, 300), "N8_L150": ensemble(8, 150)},
+            "diloco": {"H50": diloco(50)}}
+  if name != "full":
+    raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo or smoke")
+  return {
+      "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
+      "dp_short_schedule": {f"D4_E{e}": dp(4, **{"train.num_epochs": e})
+                            for e in (0.25, 0.5, 1.0)},
+      "dp_small_model": {f"D{d}": dp(d, **{"model.width": 4}) for d in (1, 4, 8)},
+      "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 300), (8, 150))},
+      "diloco": {f"H{h}": diloco(h) for h in (10, 50, 300)},
+  }

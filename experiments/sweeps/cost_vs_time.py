@@ -1,8 +1,11 @@
 """Cost vs time to a target: DP over data-parallel width, the ensemble over (N, L), DiLoCo over H.
 
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-      --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|smoke]
+      --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke]
 
+The workload config file owns its grid: `sweep_grid(name)` returns
+{curve: {point: (config variant, {dotted key: value})}}, curves being data_parallel, the
+survey's strong baselines (a shorter full schedule, a smaller model), ensemble and diloco.
 Every point runs `train_and_evaluate` with `train.stop_at_target=True` (the step budget
 is the config's duration) in its own directory `<method>/<point>/seed<k>`; a point whose
 results.json exists is skipped, so an interrupted sweep resumes where it stopped (and a
@@ -17,22 +20,6 @@ import importlib.util
 import os
 
 from ensemble_jax import report, train
-
-# point name -> (config variant, overrides); per-device batch of the DP points: 128 / 32.
-GRIDS = {
-    "full": {
-        "data_parallel": {f"D{d}": ("", {"train.batch_size": 128 * d}) for d in (1, 2, 4)},
-        "ensemble": {f"N{n}_L{l}": ("ensemble", {"method.num_workers": n,
-                                                 "method.steps_per_worker": l})
-                     for n, l in ((4, 234), (8, 117), (8, 234))},
-        "diloco": {f"H{h}": ("diloco", {"method.sync_every": h}) for h in (10, 25, 50)},
-    },
-    "smoke": {
-        "data_parallel": {f"D{d}": ("smoke", {"train.batch_size": 32 * d}) for d in (1, 2)},
-        "ensemble": {"N8_L4": ("ensemble,smoke", {})},
-    },
-}
-
 
 def _load_config_module(path: str):
   spec = importlib.util.spec_from_file_location("sweep_config", path)
@@ -50,13 +37,18 @@ def _override(config, dotted: str, value):
 
 
 def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str, int]:
-  """Runs every (method, point, seed) not finished yet; returns counts trained/skipped."""
+  """Runs every (curve, point, seed) not finished yet; returns counts trained/skipped."""
   module = _load_config_module(config_path)
+  if not hasattr(module, "sweep_grid"):
+    raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
+                     "experiments/configs/fashion_mnist.py for one")
+  curves = module.sweep_grid(grid)
   counts = {"trained": 0, "skipped": 0}
-  for method, points in GRIDS[grid].items():
-    for point, (variant, overrides) in points.items():
-      for seed in seeds:
-        run_dir = os.path.join(workdir, method, point, f"seed{seed}")
+  # Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
+  for seed in seeds:
+    for curve, points in curves.items():
+      for point, (variant, overrides) in points.items():
+        run_dir = os.path.join(workdir, curve, point, f"seed{seed}")
         if os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
           counts["skipped"] += 1
           continue
@@ -67,7 +59,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str
           _override(config, key, value)
         train.train_and_evaluate(config, run_dir)
         counts["trained"] += 1
-  report.main([workdir])
+  print(report.write(workdir, workdir))
   return counts
 
 
@@ -76,7 +68,7 @@ def main(argv=None) -> int:
   p.add_argument("--config", required=True, help="a workload config file")
   p.add_argument("--workdir", required=True)
   p.add_argument("--seeds", default="0,1,2")
-  p.add_argument("--grid", default="full", choices=sorted(GRIDS))
+  p.add_argument("--grid", default="full", help="a grid the config's sweep_grid() knows")
   args = p.parse_args(argv)
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid)
   print(f"sweep: {counts['trained']} runs trained, {counts['skipped']} already finished")
