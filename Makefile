@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo pile imagenet clean
+.PHONY: install data test demo sweep-fashion sweep-pydocs pile imagenet clean
 
 install: $(VENV)/.installed
 
@@ -24,6 +24,15 @@ test: install data
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo
+
+# The cost-vs-time grids (3 seeds, resumable), written to experiments/results/<workload>.
+sweep-fashion: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
+	  --workdir=experiments/results/fashion_mnist --seeds=0,1,2
+
+sweep-pydocs: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
+	  --workdir=experiments/results/pydocs_gpt2 --seeds=0,1,2
 
 # GPT-2 small on the Pile: PILE_DIR (shards *.jsonl.zst) and TOKENIZER_DIR (GPT-2 BPE files).
 pile: install
