@@ -59,6 +59,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.eval_resize = 0  # resize the shorter side to this, then center-crop (0: resize to image_size)
   c.data.mean = (0.286,)  # per-channel, in [0, 1]; applied on device
   c.data.std = (0.353,)
+  c.data.train_examples = 0  # > 0: train on the first n examples only (quick runs, tests)
   c.data.prefetch = 4  # batches prepared ahead by grain's threads
   c.data.num_threads = 2
   # text (task='lm')
@@ -121,10 +122,28 @@ def base_config() -> ml_collections.ConfigDict:
   c.distributed.process_id = -1  # -1 = auto-detect
   c.distributed.local_device_count = 0  # CPU only: fake devices per process (tests)
 
+  # Distilled sequences (ensemble_jax/distill/pools.py): what each worker draws from.
+  c.distill = ml_collections.ConfigDict()
+  c.distill.method = "none"  # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch
+  c.distill.fraction = 0.3  # pool size / training set (scores, craig, gradmatch)
+  c.distill.keep = "hardest"  # scores: hardest | easiest (Sorscher et al.: small fractions)
+  c.distill.per_class = True  # select within each class, so classes stay balanced
+  c.distill.split = "shared"  # one pool for N workers: shared | disjoint | bagging
+  c.distill.gradient = "bias"  # craig/gradmatch: bias (dL/dlogits) | last_layer (+ weights)
+  c.distill.gradmatch_lambda = 0.5  # GradMatch's ridge regularisation
+  c.distill.balanced = True  # kmeans: equal-size clusters, one per worker
+  c.distill.proxy_models = 2  # proxies (seeds) whose scores / gradients are combined
+  c.distill.proxy_steps = 200  # each proxy's training steps on the full data
+  c.distill.proxy_width = 4  # the proxy ResNet's width (a cheap model)
+  c.distill.cache_dir = ""  # "" -> <workdir>/pools; pools are keyed by config + data
+
   # What the cost report models (ensemble_jax/costs.py): the cluster this run stands for.
   c.cost = ml_collections.ConfigDict()
   c.cost.devices = 0  # D; 0: one device per data-parallel replica / per worker
   c.cost.overlap = 0.0  # fraction of each modelled all-reduce hidden behind compute
+  # > 0: one device's step time measured apart (the sweep's calibration run of one model at
+  # the per-device batch); 0: the run's own host step / D
+  c.cost.device_step_time_s = 0.0
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
@@ -224,11 +243,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field in ("train.num_steps", "train.num_epochs", "eval.every_steps",
                 "eval.num_examples", "checkpoint.every_steps", "optim.learning_rate",
                 "optim.weight_decay", "optim.warmup_epochs", "optim.warmup_steps",
+                "data.train_examples",
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
+  _validate_distill(config)
   _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
         "must be >= 0 (0: one device per replica or worker).")
+  _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
+        config.cost.device_step_time_s, "must be >= 0 (0: the run's host step / devices).")
   _need(0.0 <= config.cost.overlap <= 1.0, "cost.overlap", config.cost.overlap,
         "is a fraction in [0, 1].")
   _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",
@@ -243,6 +266,30 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")
   _validate_mesh(config.mesh)
+
+
+DISTILL_METHODS = ("none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch")
+
+
+def _validate_distill(config) -> None:
+  d = config.distill
+  _need(d.method in DISTILL_METHODS, "distill.method", d.method,
+        f"choose one of {DISTILL_METHODS}.")
+  if d.method == "none":
+    return
+  _need(config.task == "classification", "distill.method", d.method,
+        "pools are built for image classification so far; use 'none' for task 'lm'.")
+  _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
+  _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
+        "choose 'hardest' or 'easiest'.")
+  _need(d.split in ("shared", "disjoint", "bagging"), "distill.split", d.split,
+        "choose 'shared', 'disjoint' or 'bagging'.")
+  _need(d.gradient in ("bias", "last_layer"), "distill.gradient", d.gradient,
+        "choose 'bias' or 'last_layer'.")
+  for field in ("proxy_models", "proxy_steps", "proxy_width"):
+    _need(d[field] > 0, f"distill.{field}", d[field], "must be > 0.")
+  _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
+        "must be >= 0.")
 
 
 def _validate_mesh(mesh) -> None:

@@ -98,14 +98,17 @@ def _prod(shape: dict) -> int:
 
 
 def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 0.0,
-            simulated: bool = True) -> dict:
+            simulated: bool = True, device_step_time_s: float = 0.0) -> dict:
   """The `cost` block of results.json: what was measured here and what is modelled.
 
   `devices` (D) is the cluster the run stands for: 0 means one device per model replica
   of the mesh (data_parallel: the mesh's `data` axis) or one per worker (ensemble,
   diloco). When the mesh is `simulated` on one host (CPU), the host did the work of all D
   devices one after another, so one device's step is modelled as host step / D; on real
-  accelerators the measured step is already one device's (times mesh size / D).
+  accelerators the measured step is already one device's (times mesh size / D). A
+  `device_step_time_s` > 0, measured apart (one model at the per-device batch, on a quiet
+  host: the sweep's calibration), replaces that estimate: it is immune to whatever else
+  shared the host during this run.
   Communication is modelled only when simulated; on real devices it is in the step.
   Critical paths count the steps to the target (all steps when it was not reached) plus
   the pool-building time of a distilled sequence (results['distill']).
@@ -131,7 +134,12 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
                 "real devices"),
   }
   parallel = 1 if simulated else mesh_devices
-  device_step = results["step_time_s"] * parallel / devices
+  if device_step_time_s > 0:
+    device_step = device_step_time_s
+    how = "calibrated: median step of one model at the per-device batch, timed apart"
+  else:
+    device_step = results["step_time_s"] * parallel / devices
+    how = f"measured host step x {parallel} / {devices} devices"
   comm = communication(method, param_bytes=param_bytes, steps=steps,
                        mesh_shape={"data": devices} if method == "data_parallel" else {},
                        num_workers=devices, sync_every=results.get("sync_every", 0),
@@ -151,7 +159,7 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
   modelled = {
       "devices": devices,
       "device_step_time_s": device_step,
-      "device_step_model": (f"measured host step x {parallel} / {devices} devices"),
+      "device_step_model": how,
       "communication": comm,
       "overlap": overlap,
       "critical_path_s": critical,  # to the target, per interconnect preset

@@ -25,11 +25,10 @@ PRESETS = tuple(costs.INTERCONNECTS)
 
 def load_runs(results_dir: str) -> list[dict]:
   runs = []
-  for path in sorted(glob.glob(os.path.join(results_dir, "**", "results.json"), recursive=True)):
+  for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
     with open(path) as f:
       r = json.load(f)
-    rel = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
-    curve, point = (rel[0], rel[1]) if len(rel) >= 3 else (r["method"], rel[0])
+    curve, point, _ = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
     t, cost = r["target"], r["cost"]
     runs.append({
         "curve": curve, "point": point, "method": r["method"], "seed": r["config"]["seed"],

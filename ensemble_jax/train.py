@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import jax
 import ml_collections
@@ -27,6 +28,7 @@ from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import models
 from ensemble_jax.data import pipeline
+from ensemble_jax.distill import pools
 from ensemble_jax.methods import create_method
 from ensemble_jax.sharding import make_mesh
 
@@ -73,6 +75,19 @@ def _eval(method, state, eval_batches) -> dict:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json."""
+  return fit(config, workdir).results
+
+
+@dataclasses.dataclass
+class Fit:
+  results: dict
+  state: Any  # the final train state (stacked for the ensemble and DiLoCo)
+  method: Any
+  data: Any
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
+  """`train_and_evaluate`, also handing back the final state (proxies for distill pools)."""
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
@@ -105,8 +120,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if start_step:
     logging.info("Resumed from step %d in %s", start_step, workdir)
 
+  # A distilled sequence's pool is built (or read from its cache) before training starts.
+  sampler, distill_info = pools.create_sampler(config, data, method, workdir)
   train_batches = pipeline.TrainBatches(
-      data.train, method.sampler(len(data.train), config.seed),
+      data.train, sampler,
       data.train_transform, method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
       data.eval, data.eval_transform, method.eval_layout,
@@ -219,16 +236,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       "history": history,
       **method.final_results(state, last_eval, steps_done, train_batches, eval_batches),
   }
+  if distill_info is not None:
+    results["distill"] = distill_info
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
   results["cost"] = costs.summary(results, param_bytes, config.cost.devices, config.cost.overlap,
-                                  simulated=jax.devices()[0].platform == "cpu")
+                                  simulated=jax.devices()[0].platform == "cpu",
+                                  device_step_time_s=config.cost.device_step_time_s)
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
   if is_main:
     with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
       json.dump(_jsonable(results), f, indent=2)
-  return results
+  return Fit(results, state, method, data)
 
 
 class Preempted(SystemExit):

@@ -64,3 +64,12 @@ def test_summary_models_the_cluster_from_the_host_step():
                        simulated=False)
   # On real devices the measured step is one device's and already holds the all-reduce.
   assert real["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.4)
+
+
+def test_calibrated_device_step_replaces_the_host_estimate():
+  dp = costs.summary(_results("data_parallel"), param_bytes=4e6, devices=4,
+                     device_step_time_s=0.08)
+  assert dp["modelled"]["device_step_time_s"] == 0.08
+  assert dp["modelled"]["device_step_model"].startswith("calibrated")
+  assert dp["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(
+      60 * (0.08 + costs.allreduce_time(4e6, 4, costs.INTERCONNECTS["nvlink"])))

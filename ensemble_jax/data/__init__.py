@@ -19,8 +19,31 @@ class Data:
   info: dict  # what the run should record about its data (sizes, tokens, ...)
 
 
+class Head:
+  """The first `n` examples of a source (config.data.train_examples: quick runs, tests)."""
+
+  def __init__(self, source, n: int):
+    self.source, self.n = source, min(n, len(source))
+
+  def __len__(self) -> int:
+    return self.n
+
+  def get(self, index: int) -> dict:
+    if not 0 <= index < self.n:
+      raise IndexError(f"example {index} outside [0, {self.n})")
+    return self.source.get(index)
+
+
 def load(config) -> Data:
-  """Images for task 'classification', packed token windows for task 'lm'."""
+  """Images or token windows; the training set cut to config.data.train_examples if > 0."""
+  data = _load(config)
+  if config.data.train_examples > 0:
+    data.train = Head(data.train, config.data.train_examples)
+    data.info = {**data.info, "train_examples_used": len(data.train)}
+  return data
+
+
+def _load(config) -> Data:
   if config.task == "lm":
     from ensemble_jax.data import text
 

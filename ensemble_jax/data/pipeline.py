@@ -76,7 +76,10 @@ class TrainBatches:
       # Drawn for the consumer's whole batch, then sliced: independent of process layout.
       uniforms = np.random.default_rng([self.seed, consumer, step]).random(
           (per_consumer, NUM_UNIFORMS))
-      blocks.append(_load_block(self.source, indices[rows], uniforms[rows], self.transform))
+      block = _load_block(self.source, indices[rows], uniforms[rows], self.transform)
+      if self.sampler.weights is not None:  # a weighted coreset: weights go into the loss
+        block["weight"] = self.sampler.weights[indices[rows]]
+      blocks.append(block)
     if self.layout.stacked:
       return {key: np.stack([b[key] for b in blocks]) for key in blocks[0]}
     return blocks[0]

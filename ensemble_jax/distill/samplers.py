@@ -15,6 +15,10 @@ import numpy as np
 class Sampler(abc.ABC):
   """An index stream per consumer: `batch_indices(consumer, step, batch_size)`."""
 
+  # Per-example loss weights over the whole dataset ([num_examples]), or None: coresets
+  # (CRAIG, GradMatch) stand for the full set only with their weights.
+  weights: np.ndarray | None = None
+
   def __init__(self, num_examples: int, num_consumers: int = 1, seed: int = 0):
     if num_examples <= 0:
       raise ValueError(f"a sampler needs a non-empty dataset, got num_examples={num_examples}")
@@ -88,7 +92,7 @@ class PoolSampler(Sampler):
   into the same deterministic, resumable stream as the built-in samplers.
   """
 
-  def __init__(self, pools, num_examples: int, seed: int = 0):
+  def __init__(self, pools, num_examples: int, seed: int = 0, weights=None):
     pools = [np.asarray(p) for p in pools]
     if not pools:
       raise ValueError("PoolSampler needs one pool per consumer, got an empty list")
@@ -103,6 +107,13 @@ class PoolSampler(Sampler):
         raise ValueError(f"pool {i} has indices in [{p.min()}, {p.max()}], outside "
                          f"[0, {num_examples}): build pools against the same dataset")
     self._pools = [p.astype(np.int64) for p in pools]
+    if weights is not None:
+      weights = np.asarray(weights, np.float32)
+      if weights.shape != (num_examples,) or not np.all(np.isfinite(weights)) or \
+          weights.min() < 0:
+        raise ValueError(f"weights must be a finite, non-negative [{num_examples}] array, got "
+                         f"shape {weights.shape}")
+      self.weights = weights
 
   def pool(self, consumer: int) -> np.ndarray:
     return self._pools[consumer]

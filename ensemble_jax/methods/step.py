@@ -83,7 +83,12 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
     out = state.apply_fn(_variables(state, params), inputs, train=True, mutable=mutable,
                          rngs={"dropout": rng})
     logits, updates = out if mutable else (out, {})
-    loss = cross_entropy(logits, labels, cfg.label_smoothing).mean()
+    loss = cross_entropy(logits, labels, cfg.label_smoothing)
+    if "weight" in batch:  # a weighted coreset: sum_i w_i l_i / sum_i w_i
+      per_example = loss.reshape(loss.shape[0], -1).mean(-1)
+      loss = jnp.sum(batch["weight"] * per_example) / jnp.maximum(jnp.sum(batch["weight"]), 1e-12)
+    else:
+      loss = loss.mean()
     return loss, (logits, updates.get("batch_stats"))
 
   (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

@@ -154,6 +154,7 @@ class ResNet(nn.Module):
 
     # Pool and classify in float32 for stable logits under bf16 compute.
     x_BxF = jnp.mean(x_BxHxWxF.astype(jnp.float32), axis=(1, 2))
+    self.sow('intermediates', 'features', x_BxF)  # embeddings for pools (distill)
     logits_BxK = nn.Dense(self.num_classes, dtype=jnp.float32,
                           param_dtype=jnp.float32, name='head')(x_BxF)
     return logits_BxK

@@ -11,12 +11,23 @@ is the config's duration) in its own directory `<method>/<point>/seed<k>`; a poi
 results.json exists is skipped, so an interrupted sweep resumes where it stopped (and a
 half-finished point resumes from its checkpoint). DP at D devices and per-device batch b
 is trained as one model at global batch D*b (the same math), with the config's learning
-rate scaling rule. Afterwards `ensemble_jax.report` writes table.md and cost_vs_time.png.
+rate scaling rule. Afterwards `ensemble_jax.report` writes table.md and the figures.
+
+Calibration first: the time axis needs one device's step time, and every point of a curve
+runs the same per-device program (one model at the per-device batch: DP at D devices and
+per-device batch b, an ensemble worker at batch b). Before the grid, each distinct
+per-device program is timed once, alone, as a short data-parallel run
+(`<workdir>/calibration/<key>/results.json`), and that median step is passed to every
+point as `cost.device_step_time_s`. The points' own host step times are still recorded
+(measured) but do not move the modelled time when something else shares the host.
 """
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import importlib.util
+import json
 import os
 
 from ensemble_jax import report, train
@@ -36,6 +47,45 @@ def _override(config, dotted: str, value):
   node[leaf] = value
 
 
+CALIBRATION_STEPS = 40
+
+
+def _point_config(module, variant: str, overrides: dict, seed: int):
+  config = module.get_config(variant)
+  config.seed = seed
+  config.train.stop_at_target = True
+  for key, value in overrides.items():
+    _override(config, key, value)
+  return config
+
+
+def device_config(config):
+  """One device's program of a point: one model at the per-device (per-worker) batch."""
+  c = copy.deepcopy(config)
+  if c.method.name == "data_parallel":
+    c.train.batch_size //= max(c.cost.devices, 1)
+  c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
+  c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
+  c.train.stop_at_target, c.train.timing_warmup_steps = False, 10
+  c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
+  c.checkpoint.every_steps, c.seed = 0, 0
+  return c
+
+
+def calibrate(config, workdir: str) -> float:
+  """The median step of `device_config(config)`, timed once per distinct program."""
+  c = device_config(config)
+  key = hashlib.sha256(json.dumps({k: c[k].to_dict() for k in ("model", "data", "optim")}
+                                  | {"batch": c.train.batch_size, "task": c.task},
+                                  sort_keys=True, default=str).encode()).hexdigest()[:12]
+  run_dir = os.path.join(workdir, "calibration", key)
+  path = os.path.join(run_dir, train.RESULTS_FILE)
+  if not os.path.exists(path):
+    train.train_and_evaluate(c, run_dir)
+  with open(path) as f:
+    return json.load(f)["step_time_s"]
+
+
 def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str, int]:
   """Runs every (curve, point, seed) not finished yet; returns counts trained/skipped."""
   module = _load_config_module(config_path)
@@ -43,6 +93,11 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str
     raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
                      "experiments/configs/fashion_mnist.py for one")
   curves = module.sweep_grid(grid)
+  # All calibrations before any point: they time a quiet host, not one shared with a sweep.
+  device_step = {(curve, point): calibrate(_point_config(module, variant, overrides, 0),
+                                           workdir)
+                 for curve, points in curves.items()
+                 for point, (variant, overrides) in points.items()}
   counts = {"trained": 0, "skipped": 0}
   # Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
   for seed in seeds:
@@ -52,11 +107,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str
         if os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
           counts["skipped"] += 1
           continue
-        config = module.get_config(variant)
-        config.seed = seed
-        config.train.stop_at_target = True
-        for key, value in overrides.items():
-          _override(config, key, value)
+        config = _point_config(module, variant, overrides, seed)
+        config.cost.device_step_time_s = device_step[curve, point]
         train.train_and_evaluate(config, run_dir)
         counts["trained"] += 1
   print(report.write(workdir, workdir))

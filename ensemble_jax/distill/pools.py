@@ -1,0 +1,199 @@
+"""Pools: the data each worker's distilled sequence draws from, built from a cheap proxy.
+
+`config.distill.method` picks the builder:
+  none                 the method's own sampler (config.method.sampler: random | disjoint)
+  el2n | grand | loss  the `fraction` of hardest (or easiest) examples by score, averaged
+                       over the proxies (Paul et al. 2021), per class if asked
+  kmeans               k = number of workers clusters of proxy embeddings (penultimate
+                       layer); worker i draws cluster i
+  craig | gradmatch    a weighted coreset of `fraction` on closed-form last-layer gradients
+                       of all proxies (concatenated), per class; the weights go into the loss
+A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
+
+The proxy is `distill.proxy_models` ResNets of width `proxy_width`, trained
+`proxy_steps` each on the full data by the stacked engine through the one training loop
+(its results.json sits next to the cached pool). Building costs time and compute, which are
+part of the method: `build_time_s` (wall clock of proxy training, scoring and selection)
+and `build_flops` (XLA: proxy training + scoring forward passes; the selection's own
+arithmetic is not counted) go into results.json `distill` and the cost report. Pools are
+cached as `<cache_dir>/<key>.npz`, the key hashing every config field the pool depends on
+and the data's fingerprint; a cached pool is reused and reports its original cost.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import time
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ensemble_jax import costs
+from ensemble_jax.data import pipeline
+from ensemble_jax.distill import clusters, coresets, samplers, scores
+from ensemble_jax.methods import step as step_lib
+
+SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
+
+
+def create_sampler(config, data, method, workdir: str):
+  """(sampler, distill info for results.json or None) for the run's workers."""
+  if config.distill.method == "none":
+    return method.sampler(len(data.train), config.seed), None
+  num_consumers = getattr(method, "num_workers", 1)
+  path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"),
+                      f"{cache_key(config, data, num_consumers)}.npz")
+  if os.path.exists(path):
+    with np.load(path) as f:
+      pools = np.split(f["indices"], f["offsets"][1:-1])
+      weights = f["weights"] if f["weights"].size else None
+      info = {**json.loads(str(f["info"])), "cached": path}
+  else:
+    pools, weights, info = build(config, data, num_consumers, os.path.dirname(path))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    offsets = np.cumsum([0] + [len(p) for p in pools])
+    tmp = path + ".tmp.npz"
+    np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
+             weights=np.zeros(0) if weights is None else weights, info=json.dumps(info))
+    os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
+    info = {**info, "cached": False}
+  return samplers.PoolSampler(pools, len(data.train), config.seed, weights), info
+
+
+def cache_key(config, data, num_consumers: int) -> str:
+  """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
+  blob = json.dumps({"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
+                     "model": config.model.to_dict(), "data": config.data.to_dict(),
+                     "optim": config.optim.to_dict(), "batch": config.train.batch_size,
+                     "seed": config.seed, "consumers": num_consumers,
+                     "fingerprint": fingerprint(data)}, sort_keys=True, default=str)
+  return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def fingerprint(data) -> str:
+  """Size, info and a hash of a spread of training examples."""
+  n = len(data.train)
+  h = hashlib.sha256(json.dumps(data.info, sort_keys=True, default=str).encode())
+  for i in np.linspace(0, n - 1, num=min(n, 64)).astype(int):
+    for key, value in sorted(data.train.get(int(i)).items()):
+      h.update(key.encode() + np.ascontiguousarray(value).tobytes())
+  return h.hexdigest()[:16]
+
+
+def proxy_config(config):
+  """The proxy run: the stacked engine with `proxy_models` small workers on random streams."""
+  d = config.distill
+  p = copy.deepcopy(config)
+  p.method.name, p.method.sampler, p.method.aggregation = "ensemble", "random", "logits"
+  p.method.num_workers, p.method.steps_per_worker = d.proxy_models, d.proxy_steps
+  p.method.shared_init = False
+  p.model.width = d.proxy_width
+  workers = math.gcd(d.proxy_models, jax.device_count())
+  p.mesh = [("worker", workers), ("data", jax.device_count() // workers)]
+  p.train.stop_at_target = False
+  p.eval.every_steps, p.eval.num_examples = d.proxy_steps, min(config.eval.num_examples or 1000,
+                                                               1000)
+  p.checkpoint.every_steps = 0
+  p.distill.method = "none"
+  return p
+
+
+def build(config, data, num_consumers: int, proxy_root: str):
+  """Trains the proxies, scores the training set, selects; returns (pools, weights, info)."""
+  from ensemble_jax import train  # the loop imports this module
+
+  d = config.distill
+  start = time.perf_counter()
+  proxy = train.fit(proxy_config(config), os.path.join(proxy_root, "proxy_" + cache_key(
+      config, data, num_consumers)))
+  proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
+  logits_MxNxC, features_MxNxF, labels_N, score_flops = forward_train_set(
+      proxy.state, proxy.method.step_config, data, config.eval.batch_size)
+  scoring_done = time.perf_counter()
+  n = len(labels_N)
+  weights = None
+  if d.method in ("el2n", "loss", "grand"):
+    per_proxy = [scores.grand_scores(l, labels_N, f) if d.method == "grand" else
+                 SCORES[d.method](l, labels_N) for l, f in zip(logits_MxNxC, features_MxNxF)]
+    selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
+                                      d.keep, labels_N, d.per_class)
+    pools = split(selected, num_consumers, config.seed, d.split)
+  elif d.method == "kmeans":
+    feats = features_MxNxF[0]
+    feats = (feats - feats.mean(0)) / (feats.std(0) + 1e-6)
+    assignment, _ = clusters.kmeans(feats, num_consumers, seed=config.seed,
+                                    balanced=d.balanced)
+    pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
+    selected = np.arange(n)
+  else:  # craig | gradmatch on all proxies' last-layer gradients side by side
+    g_NxK = np.concatenate([coresets.last_layer_gradients(
+        f, l, labels_N, include_weight=d.gradient == "last_layer")
+        for l, f in zip(logits_MxNxC, features_MxNxF)], axis=1)
+    k = max(1, int(round(d.fraction * n)))
+    kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
+    select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
+    if d.per_class:
+      selected, w = coresets.per_class(select, g_NxK, labels_N, k, **kwargs)
+    else:
+      selected, w = select(g_NxK, k, **kwargs)
+    weights = np.zeros(n, np.float32)
+    weights[selected] = w / w.mean()  # mean weight 1 over the coreset
+    pools = split(selected, num_consumers, config.seed, d.split)
+  info = {
+      "method": d.method, "pool_size": int(len(selected)),
+      "pool_sizes": [int(len(p)) for p in pools], "split": d.split,
+      "build_time_s": time.perf_counter() - start,
+      "build_flops": proxy_flops + score_flops,
+      "proxy": {"models": d.proxy_models, "steps": d.proxy_steps, "width": d.proxy_width,
+                "train_time_s": proxy.results["train_time_s"],
+                "wall_time_s": proxy.results["wall_time_s"], "flops": proxy_flops,
+                "accuracy": proxy.results["final"].get("accuracy")},
+      "scoring_flops": score_flops,
+      "selection_time_s": time.perf_counter() - scoring_done,
+      "weighted": weights is not None,
+  }
+  return pools, weights, info
+
+
+def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:
+  if how == "shared":
+    return [np.asarray(selected)] * num_consumers
+  return samplers.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
+
+
+def forward_train_set(stacked_state, step_config, data, batch_size: int):
+  """Eval-mode logits [M, N, C] and penultimate features [M, N, F] of every proxy on the
+  whole training set, in fixed batches sharded over all devices; and their XLA FLOPs."""
+  mesh = Mesh(np.asarray(jax.devices()), ("data",))
+  batch_size = -(-batch_size // mesh.size) * mesh.size
+  layout = pipeline.BatchLayout((batch_size,), NamedSharding(mesh, P("data")))
+  batches = pipeline.EvalBatches(data.train, data.eval_transform, layout)
+  num_models = jax.tree.leaves(stacked_state.params)[0].shape[0]
+  replicated = NamedSharding(mesh, P())
+
+  @jax.jit
+  def forward(state, batch):
+    logits, inter = state.apply_fn(
+        step_lib._variables(state, state.params), step_lib.model_inputs(batch, step_config),
+        train=False, mutable=["intermediates"])
+    return logits, inter["intermediates"]["features"][0], batch["label"]
+
+  members = [jax.device_put(jax.tree.map(lambda x, m=m: x[m], stacked_state), replicated)
+             for m in range(num_models)]
+  outs, labels, compiled = [], [], None
+  for batch in batches:  # each example is loaded once and scored by every proxy
+    if compiled is None:
+      compiled = forward.lower(members[0], batch).compile()
+    per_member = [compiled(member, batch) for member in members]
+    outs.append([[np.asarray(x) for x in o[:2]] for o in per_member])
+    labels.append(np.asarray(per_member[0][2]))
+  n = len(data.train)
+  logits = np.stack([np.concatenate([o[m][0] for o in outs])[:n] for m in range(num_models)])
+  features = np.stack([np.concatenate([o[m][1] for o in outs])[:n] for m in range(num_models)])
+  labels = np.concatenate(labels)[:n]
+  flops = costs.flops(compiled) * mesh.size * batches.num_batches * num_models
+  return logits, features, labels.astype(np.int32), flops

@@ -1,0 +1,95 @@
+"""Pools wired into runs: a proxy through the engine, cost in results.json, a cache that is
+reused and invalidated, coreset weights in the loss."""
+import glob
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from ensemble_jax import config_lib, train
+from ensemble_jax.distill import samplers
+from ensemble_jax.methods import step as step_lib
+from ensemble_jax.models import resnet
+
+
+def _config(method, cache_dir, **distill):
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("ensemble,smoke")
+  c.mesh = [("worker", 2), ("data", -1)]
+  c.method.num_workers = 2
+  c.data.train_examples = 256
+  c.distill.method = method
+  c.distill.proxy_steps, c.distill.proxy_width, c.distill.fraction = 2, 2, 0.25
+  c.distill.cache_dir = str(cache_dir)
+  for k, v in distill.items():
+    c.distill[k] = v
+  return c
+
+
+def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
+  cache = tmp_path / "pools"
+  first = train.train_and_evaluate(_config("el2n", cache), str(tmp_path / "a"))["distill"]
+  # 25% of 256, rounded within each class
+  assert first["cached"] is False and abs(first["pool_size"] - 64) <= 5
+  assert first["build_time_s"] > 0 and first["build_flops"] > first["proxy"]["flops"] > 0
+  assert first["pool_sizes"] == [first["pool_size"]] * 2  # 'shared': both draw the pool
+  assert len(glob.glob(str(cache / "*.npz"))) == 1
+  assert glob.glob(str(cache / "proxy_*" / "results.json"))  # the proxy's own run record
+  again = train.train_and_evaluate(_config("el2n", cache), str(tmp_path / "b"))
+  assert again["distill"]["cached"] and again["distill"]["build_time_s"] == first["build_time_s"]
+  # The pool's cost is part of the method's: its compute and its critical path.
+  assert again["cost"]["measured"]["flops"] == pytest.approx(
+      again["flops_per_step"] * again["steps"] + first["build_flops"])
+  changed = train.train_and_evaluate(_config("el2n", cache, fraction=0.5), str(tmp_path / "c"))
+  assert changed["distill"]["cached"] is False and abs(changed["distill"]["pool_size"] - 128) <= 5
+  assert len(glob.glob(str(cache / "*.npz"))) == 2
+
+
+@pytest.mark.parametrize("method,weighted", [("kmeans", False), ("craig", True)])
+def test_cluster_and_coreset_pools(tmp_path, method, weighted):
+  r = train.train_and_evaluate(_config(method, tmp_path / "pools", split="disjoint"),
+                               str(tmp_path / "run"))
+  info = r["distill"]
+  assert info["weighted"] is weighted
+  if method == "kmeans":  # balanced: the 256 examples in two clusters of 128
+    assert info["pool_sizes"] == [128, 128]
+  else:  # a ~64-example coreset split disjointly over the two workers
+    assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
+
+
+def test_distill_config_errors():
+  c = _config("coreset", "/tmp/x")
+  with pytest.raises(config_lib.ConfigError, match="distill.method='coreset'"):
+    config_lib.validate(c)
+  c = _config("el2n", "/tmp/x", fraction=1.5)
+  with pytest.raises(config_lib.ConfigError, match="distill.fraction=1.5"):
+    config_lib.validate(c)
+
+
+def test_weights_enter_the_loss():
+  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
+  state = step_lib.create_train_state(model, optax.sgd(0.0), jax.random.key(0),
+                                      jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
+  images = jax.random.normal(jax.random.key(1), (4, 8, 8, 1))
+  labels = jnp.array([0, 1, 2, 3])
+  cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
+  # Weight 2 on example 0 == example 0 twice in the batch (BatchNorm sees other batches,
+  # so compare in eval-free terms: the loss of the weighted batch, by its definition).
+  _, m_w = step_lib.train_step(state, {"image": images, "label": labels,
+                                       "weight": jnp.array([2.0, 1.0, 1.0, 0.0])},
+                               jax.random.key(2), cfg)
+  _, m_1 = step_lib.train_step(state, {"image": images, "label": labels,
+                                       "weight": jnp.ones(4)}, jax.random.key(2), cfg)
+  _, m_none = step_lib.train_step(state, {"image": images, "label": labels},
+                                  jax.random.key(2), cfg)
+  assert float(m_1["loss"]) == pytest.approx(float(m_none["loss"]), rel=1e-6)
+  assert float(m_w["loss"]) != pytest.approx(float(m_none["loss"]), rel=1e-4)
+
+
+def test_pool_sampler_weights_are_checked():
+  with pytest.raises(ValueError, match="non-negative"):
+    samplers.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
