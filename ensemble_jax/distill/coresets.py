@@ -152,20 +152,14 @@ def _nearest_counts(g_np: np.ndarray, g: jax.Array, picks: np.ndarray, chunk: in
   return np.bincount(owner_N, minlength=len(picks)).astype(np.float32)
 
 
-def _nnls_ridge(a_SxS: np.ndarray, c_S: np.ndarray, w_S: np.ndarray, sweeps: int = 200,
-                tol: float = 1e-10) -> np.ndarray:
-  """min_w w'Aw - 2c'w over w >= 0 by coordinate descent (A = G G' + lam I, positive
-  definite), warm-started: cheap for the few hundred columns OMP ever holds."""
-  diag = np.diag(a_SxS)
-  for _ in range(sweeps):
-    biggest = 0.0
-    for j in range(len(w_S)):
-      new = max(0.0, w_S[j] - (a_SxS[j] @ w_S - c_S[j]) / diag[j])
-      biggest = max(biggest, abs(new - w_S[j]))
-      w_S[j] = new
-    if biggest <= tol * max(1.0, np.abs(w_S).max()):
-      break
-  return w_S
+def _nnls_ridge(g_SxK: np.ndarray, target_K: np.ndarray, lam: float) -> np.ndarray:
+  """argmin_{w >= 0} |w G - target|^2 + lam |w|^2, as NNLS on [G'; sqrt(lam) I]."""
+  import scipy.optimize
+
+  s = len(g_SxK)
+  a = np.concatenate([g_SxK.T, np.sqrt(lam) * np.eye(s)], axis=0)
+  b = np.concatenate([target_K, np.zeros(s)])
+  return scipy.optimize.nnls(a, b, maxiter=50 * max(s, 1))[0]
 
 
 @jax.jit
@@ -173,44 +167,43 @@ def _correlations(g_NxK, r_K):
   return g_NxK @ r_K
 
 
-def gradmatch(g_NxK, k: int, lam: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+def gradmatch(g_NxK, k: int, lam: float = 0.5, picks_per_round: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
   """GradMatch (Killamsetty et al., 2021): orthogonal matching pursuit towards the full
   gradient sum, with non-negative, L2-regularised (lam) least-squares weights.
 
-  Returns (indices, weights) with sum_j w_j g_j ~ sum_i g_i (the weights need not sum to
-  N: they match the gradient, not the count). Fewer than k picks when no remaining example
-  correlates positively with the residual, or when NNLS zeroes a pick's weight.
+  Each round adds the `picks_per_round` examples (0: max(1, k // 64)) most correlated with
+  the residual, then re-solves the weights (NNLS in C, scipy): k / picks_per_round solves
+  instead of k. Returns (indices, weights) with sum_j w_j g_j ~ sum_i g_i (the weights
+  need not sum to N: they match the gradient, not the count). Fewer than k picks when no
+  remaining example correlates positively with the residual, or when NNLS zeroes a
+  pick's weight.
   """
   g_np = _check_k(g_NxK, k)
   if lam < 0:
     raise ValueError(f"lam must be >= 0, got {lam}; it is the L2 penalty on the weights")
+  per_round = picks_per_round or max(1, k // 64)
   g = jnp.asarray(g_np)
   g64 = g_np.astype(np.float64)
   target_K = g64.sum(axis=0)
   scale = max(np.linalg.norm(target_K), 1e-30)
   residual_K = target_K.copy()
-  picks: list[int] = []
-  gram = np.zeros((0, 0))
-  c_S = np.zeros(0)
+  picks = np.zeros(0, np.int64)
   w_S = np.zeros(0)
   taken = np.zeros(len(g_np), bool)
   while len(picks) < k and np.linalg.norm(residual_K) > 1e-7 * scale:
     corr_N = np.array(_correlations(g, jnp.asarray(residual_K, jnp.float32)))
     corr_N[taken] = -np.inf
-    j = int(np.argmax(corr_N))
-    if not corr_N[j] > 0:
+    best = np.argsort(-corr_N, kind="stable")[:min(per_round, k - len(picks))]
+    best = best[corr_N[best] > 0]
+    if not len(best):
       break
-    picks.append(j)
-    taken[j] = True
-    cross_S = g64[picks] @ g64[j]
-    gram = np.block([[gram, cross_S[:-1, None]], [cross_S[None, :-1], cross_S[-1:, None]]])
-    c_S = np.append(c_S, g64[j] @ target_K)
-    w_S = _nnls_ridge(gram + lam * np.eye(len(picks)), c_S, np.append(w_S, 0.0))
+    picks = np.concatenate([picks, best])
+    taken[best] = True
+    w_S = _nnls_ridge(g64[picks], target_K, lam)
     residual_K = target_K - w_S @ g64[picks]
   keep = w_S > 0  # an OMP pick whose NNLS weight fell to 0 represents nothing
-  return np.asarray(picks, np.int64)[keep], w_S[keep].astype(np.float32)
-
-
+  return picks[keep], w_S[keep].astype(np.float32)
 def per_class(select: Callable, g_NxK, labels_N, k: int, **kwargs
               ) -> tuple[np.ndarray, np.ndarray]:
   """Runs `select(g_class, k_class, **kwargs)` within each label, k split by class size
