@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 
 MODES = ("logits", "probs")  # plus "soup", which averages weights instead (see soup_params)
+# and "routed": `probs` with per-example weights from the distance of each example to the
+# workers' k-means clusters (c-BTM; ensemble_jax/distill/clusters.py:routing_weights).
 
 
 def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
@@ -16,14 +18,15 @@ def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
   (the mixture's predictive distribution: its NLL is the ensemble's proper perplexity).
 
   logits_Nx: [N, ..., C] (e.g. [N, B, C] or [N, B, T, V]); returns [..., C].
+  weights: [N] (one per worker) or [N, B] (per worker and example: routing).
   """
   weights_N = weights_N.astype(jnp.float32)
   valid_N = weights_N > 0
-  weights_N = weights_N / jnp.sum(weights_N)
-  expand = (slice(None),) + (None,) * (logits_Nx.ndim - 1)
+  weights_N = weights_N / jnp.sum(weights_N, axis=0)
+  expand = (slice(None),) * weights_N.ndim + (None,) * (logits_Nx.ndim - weights_N.ndim)
   logits_Nx = jnp.where(valid_N[expand], logits_Nx.astype(jnp.float32), 0.0)
   if mode == "logits":
-    return jnp.tensordot(weights_N, logits_Nx, axes=1)
+    return jnp.sum(weights_N[expand] * logits_Nx, axis=0)
   if mode == "probs":
     log_w_N = jnp.where(valid_N, jnp.log(jnp.where(valid_N, weights_N, 1.0)), -jnp.inf)
     return jax.nn.logsumexp(jax.nn.log_softmax(logits_Nx) + log_w_N[expand], axis=0)

@@ -124,7 +124,8 @@ def base_config() -> ml_collections.ConfigDict:
 
   # Distilled sequences (ensemble_jax/distill/pools.py): what each worker draws from.
   c.distill = ml_collections.ConfigDict()
-  c.distill.method = "none"  # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch
+  # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch
+  c.distill.method = "none"
   c.distill.fraction = 0.3  # pool size / training set (scores, craig, gradmatch)
   c.distill.keep = "hardest"  # scores: hardest | easiest (Sorscher et al.: small fractions)
   c.distill.per_class = True  # select within each class, so classes stay balanced
@@ -132,6 +133,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distill.gradient = "bias"  # craig/gradmatch: bias (dL/dlogits) | last_layer (+ weights)
   c.distill.gradmatch_lambda = 0.5  # GradMatch's ridge regularisation
   c.distill.balanced = True  # kmeans: equal-size clusters, one per worker
+  # aggregation 'routed' (kmeans): softmax(-d^2 / T) over the top-k nearest clusters,
+  # d^2 the squared distance of standardised proxy embeddings, divided by their dimension
+  c.distill.route_temperature = 0.1
+  c.distill.route_top_k = 2
   c.distill.proxy_models = 2  # proxies (seeds) whose scores / gradients are combined
   c.distill.proxy_steps = 200  # each proxy's training steps on the full data
   c.distill.proxy_width = 4  # the proxy ResNet's width (a cheap model)
@@ -207,11 +212,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.method.sampler in ("random", "disjoint"), "method.sampler",
         config.method.sampler, "choose 'random' or 'disjoint'.")
   modes = [m for m in config.method.aggregation.split(",") if m]
-  _need(bool(modes) and all(m in ("logits", "probs", "soup") for m in modes),
+  _need(bool(modes) and all(m in ("logits", "probs", "soup", "routed") for m in modes),
         "method.aggregation", config.method.aggregation,
         "a comma-separated list of logits, probs, soup (e.g. 'logits,probs').")
   _need(modes[0] != "soup", "method.aggregation", config.method.aggregation,
         "the first mode is evaluated during training; put 'logits' or 'probs' first.")
+  _need("routed" not in modes or config.distill.method == "kmeans", "method.aggregation",
+        config.method.aggregation, "'routed' weights each worker by the example's distance "
+        "to its k-means cluster: set config.distill.method='kmeans' or drop 'routed'.")
   _need("soup" not in modes or config.method.shared_init, "method.aggregation",
         config.method.aggregation, "'soup' averages weights, which is only meaningful from "
         "one shared init: set config.method.shared_init=True or drop 'soup'.")
@@ -277,6 +285,8 @@ def _validate_distill(config) -> None:
         f"choose one of {DISTILL_METHODS}.")
   if d.method == "none":
     return
+  _need(config.method.name != "data_parallel" or d.method != "kmeans", "distill.method",
+        d.method, "k-means gives each worker its own cluster: use an ensemble or diloco.")
   _need(config.task == "classification", "distill.method", d.method,
         "pools are built for image classification so far; use 'none' for task 'lm'.")
   _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
@@ -288,6 +298,9 @@ def _validate_distill(config) -> None:
         "choose 'bias' or 'last_layer'.")
   for field in ("proxy_models", "proxy_steps", "proxy_width"):
     _need(d[field] > 0, f"distill.{field}", d[field], "must be > 0.")
+  _need(d.route_temperature > 0, "distill.route_temperature", d.route_temperature,
+        "must be > 0.")
+  _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")
   _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
         "must be >= 0.")
 

@@ -121,13 +121,14 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
     logging.info("Resumed from step %d in %s", start_step, workdir)
 
   # A distilled sequence's pool is built (or read from its cache) before training starts.
-  sampler, distill_info = pools.create_sampler(config, data, method, workdir)
+  pool = pools.create(config, data, method, workdir)
   train_batches = pipeline.TrainBatches(
-      data.train, sampler,
+      data.train, pool.sampler,
       data.train_transform, method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
       data.eval, data.eval_transform, method.eval_layout,
-      config.eval.num_examples)
+      config.eval.num_examples,
+      None if pool.eval_route is None else {"route": pool.eval_route})
   writer = writers.MetricWriter(workdir, enabled=is_main)
 
   wall_start = time.perf_counter() - meta["train_time_s"] - meta["eval_time_s"]
@@ -236,8 +237,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
       "history": history,
       **method.final_results(state, last_eval, steps_done, train_batches, eval_batches),
   }
-  if distill_info is not None:
-    results["distill"] = distill_info
+  if pool.info is not None:
+    results["distill"] = pool.info
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
   results["cost"] = costs.summary(results, param_bytes, config.cost.devices, config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",

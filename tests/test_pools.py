@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from ensemble_jax import config_lib, train
+from ensemble_jax import aggregate, config_lib, train
 from ensemble_jax.distill import samplers
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
@@ -51,19 +51,37 @@ def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
 
 @pytest.mark.parametrize("method,weighted", [("kmeans", False), ("craig", True)])
 def test_cluster_and_coreset_pools(tmp_path, method, weighted):
-  r = train.train_and_evaluate(_config(method, tmp_path / "pools", split="disjoint"),
-                               str(tmp_path / "run"))
+  config = _config(method, tmp_path / "pools", split="disjoint")
+  if method == "kmeans":
+    config.method.aggregation = "logits,routed"
+  r = train.train_and_evaluate(config, str(tmp_path / "run"))
   info = r["distill"]
   assert info["weighted"] is weighted
   if method == "kmeans":  # balanced: the 256 examples in two clusters of 128
     assert info["pool_sizes"] == [128, 128]
+    assert 0.0 <= r["ensemble"]["routed"]["accuracy"] <= 1.0
   else:  # a ~64-example coreset split disjointly over the two workers
     assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
+
+
+def test_routed_combine_uses_per_example_weights():
+  logits_NxBxC = jax.random.normal(jax.random.key(0), (3, 5, 4))
+  route_NxB = jax.nn.one_hot(jnp.array([0, 2, 1, 1, 0]), 3).T  # example b -> one worker
+  mixed_BxC = aggregate.combine(logits_NxBxC, route_NxB, "probs")
+  chosen_BxC = logits_NxBxC[jnp.array([0, 2, 1, 1, 0]), jnp.arange(5)]
+  np.testing.assert_allclose(mixed_BxC, jax.nn.log_softmax(chosen_BxC), atol=1e-5)
+  # Per-worker weights broadcast as before.
+  np.testing.assert_allclose(aggregate.combine(logits_NxBxC, jnp.ones(3), "logits"),
+                             logits_NxBxC.mean(0), atol=1e-6)
 
 
 def test_distill_config_errors():
   c = _config("coreset", "/tmp/x")
   with pytest.raises(config_lib.ConfigError, match="distill.method='coreset'"):
+    config_lib.validate(c)
+  c = _config("el2n", "/tmp/x")
+  c.method.aggregation = "logits,routed"
+  with pytest.raises(config_lib.ConfigError, match="'routed'"):
     config_lib.validate(c)
   c = _config("el2n", "/tmp/x", fraction=1.5)
   with pytest.raises(config_lib.ConfigError, match="distill.fraction=1.5"):

@@ -104,7 +104,10 @@ def to_global(local: dict[str, np.ndarray], layout: BatchLayout) -> dict[str, ja
 class EvalBatches:
   """The eval split in fixed batches, padded to full size with `mask` = 0 rows."""
 
-  def __init__(self, source, transform, layout: BatchLayout, num_examples: int = 0):
+  def __init__(self, source, transform, layout: BatchLayout, num_examples: int = 0,
+               per_example: dict[str, np.ndarray] | None = None):
+    """per_example: extra arrays [len(source), ...] whose rows ride along in each batch
+    (e.g. routing weights precomputed for every eval example)."""
     if layout.stacked:
       raise ValueError("eval batches are shared by all workers: use a (B,) layout")
     self.source, self.transform, self.layout = source, transform, layout
@@ -112,6 +115,7 @@ class EvalBatches:
     self.batch_size = layout.leading_shape[0]
     self.num_batches = -(-self.num_examples // self.batch_size)
     self.rows = layout.local_block()[0]
+    self.per_example = per_example or {}
 
   def local_batch(self, i: int) -> dict[str, np.ndarray]:
     flat = i * self.batch_size + np.arange(self.batch_size)
@@ -119,7 +123,8 @@ class EvalBatches:
     indices = np.where(mask > 0, flat, 0)[self.rows]
     batch = _load_block(self.source, indices, np.zeros((len(indices), NUM_UNIFORMS)),
                         self.transform)
-    return {**batch, "mask": mask[self.rows]}
+    extra = {k: np.asarray(v[indices], np.float32) for k, v in self.per_example.items()}
+    return {**batch, **extra, "mask": mask[self.rows]}
 
   def __iter__(self) -> Iterator[dict[str, jax.Array]]:
     ds = grain.MapDataset.range(self.num_batches).map(self.local_batch)

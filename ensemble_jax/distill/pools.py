@@ -22,6 +22,7 @@ and the data's fingerprint; a cached pool is reused and reports its original cos
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -40,10 +41,17 @@ from ensemble_jax.methods import step as step_lib
 SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
 
 
-def create_sampler(config, data, method, workdir: str):
-  """(sampler, distill info for results.json or None) for the run's workers."""
+@dataclasses.dataclass
+class Pool:
+  sampler: samplers.Sampler
+  info: dict | None  # results.json `distill`; None without a distilled sequence
+  eval_route: np.ndarray | None = None  # [eval examples, N] routing weights ('routed')
+
+
+def create(config, data, method, workdir: str) -> Pool:
+  """The run's sampler: the method's own, or a distilled pool built or read from cache."""
   if config.distill.method == "none":
-    return method.sampler(len(data.train), config.seed), None
+    return Pool(method.sampler(len(data.train), config.seed), None)
   num_consumers = getattr(method, "num_workers", 1)
   path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"),
                       f"{cache_key(config, data, num_consumers)}.npz")
@@ -51,22 +59,29 @@ def create_sampler(config, data, method, workdir: str):
     with np.load(path) as f:
       pools = np.split(f["indices"], f["offsets"][1:-1])
       weights = f["weights"] if f["weights"].size else None
+      route = f["route"] if f["route"].size else None
       info = {**json.loads(str(f["info"])), "cached": path}
   else:
-    pools, weights, info = build(config, data, num_consumers, os.path.dirname(path))
+    pools, weights, route, info = build(config, data, num_consumers, os.path.dirname(path))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     offsets = np.cumsum([0] + [len(p) for p in pools])
     tmp = path + ".tmp.npz"
     np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
-             weights=np.zeros(0) if weights is None else weights, info=json.dumps(info))
+             weights=np.zeros(0) if weights is None else weights,
+             route=np.zeros(0) if route is None else route, info=json.dumps(info))
     os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
     info = {**info, "cached": False}
-  return samplers.PoolSampler(pools, len(data.train), config.seed, weights), info
+  return Pool(samplers.PoolSampler(pools, len(data.train), config.seed, weights), info, route)
+
+
+def _routed(config) -> bool:
+  return "routed" in config.method.aggregation.split(",")
 
 
 def cache_key(config, data, num_consumers: int) -> str:
   """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
   blob = json.dumps({"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
+                     "routed": _routed(config), "eval_split": config.eval.split,
                      "model": config.model.to_dict(), "data": config.data.to_dict(),
                      "optim": config.optim.to_dict(), "batch": config.train.batch_size,
                      "seed": config.seed, "consumers": num_consumers,
@@ -111,11 +126,12 @@ def build(config, data, num_consumers: int, proxy_root: str):
   proxy = train.fit(proxy_config(config), os.path.join(proxy_root, "proxy_" + cache_key(
       config, data, num_consumers)))
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
-  logits_MxNxC, features_MxNxF, labels_N, score_flops = forward_train_set(
-      proxy.state, proxy.method.step_config, data, config.eval.batch_size)
+  logits_MxNxC, features_MxNxF, labels_N, score_flops = forward(
+      proxy.state, proxy.method.step_config, data.train, data.eval_transform,
+      config.eval.batch_size)
   scoring_done = time.perf_counter()
   n = len(labels_N)
-  weights = None
+  weights = route = None
   if d.method in ("el2n", "loss", "grand"):
     per_proxy = [scores.grand_scores(l, labels_N, f) if d.method == "grand" else
                  SCORES[d.method](l, labels_N) for l, f in zip(logits_MxNxC, features_MxNxF)]
@@ -123,12 +139,19 @@ def build(config, data, num_consumers: int, proxy_root: str):
                                       d.keep, labels_N, d.per_class)
     pools = split(selected, num_consumers, config.seed, d.split)
   elif d.method == "kmeans":
-    feats = features_MxNxF[0]
-    feats = (feats - feats.mean(0)) / (feats.std(0) + 1e-6)
-    assignment, _ = clusters.kmeans(feats, num_consumers, seed=config.seed,
-                                    balanced=d.balanced)
+    mean, std = features_MxNxF[0].mean(0), features_MxNxF[0].std(0) + 1e-6
+    assignment, centroids = clusters.kmeans((features_MxNxF[0] - mean) / std, num_consumers,
+                                            seed=config.seed, balanced=d.balanced)
     pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
     selected = np.arange(n)
+    if _routed(config):  # route every eval example by proxy 0's embedding of it
+      _, eval_features, _, eval_flops = forward(
+          proxy.state, proxy.method.step_config, data.eval, data.eval_transform,
+          config.eval.batch_size)
+      score_flops += eval_flops
+      route = np.asarray(clusters.routing_weights(
+          (eval_features[0] - mean) / std, centroids,
+          d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
   else:  # craig | gradmatch on all proxies' last-layer gradients side by side
     g_NxK = np.concatenate([coresets.last_layer_gradients(
         f, l, labels_N, include_weight=d.gradient == "last_layer")
@@ -156,7 +179,7 @@ def build(config, data, num_consumers: int, proxy_root: str):
       "selection_time_s": time.perf_counter() - scoring_done,
       "weighted": weights is not None,
   }
-  return pools, weights, info
+  return pools, weights, route, info
 
 
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:
@@ -165,18 +188,18 @@ def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]
   return samplers.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
 
 
-def forward_train_set(stacked_state, step_config, data, batch_size: int):
-  """Eval-mode logits [M, N, C] and penultimate features [M, N, F] of every proxy on the
-  whole training set, in fixed batches sharded over all devices; and their XLA FLOPs."""
+def forward(stacked_state, step_config, source, transform, batch_size: int):
+  """Eval-mode logits [M, N, C], penultimate features [M, N, F] and labels [N] of every
+  proxy on a whole split, in fixed batches sharded over all devices; and their XLA FLOPs."""
   mesh = Mesh(np.asarray(jax.devices()), ("data",))
   batch_size = -(-batch_size // mesh.size) * mesh.size
   layout = pipeline.BatchLayout((batch_size,), NamedSharding(mesh, P("data")))
-  batches = pipeline.EvalBatches(data.train, data.eval_transform, layout)
+  batches = pipeline.EvalBatches(source, transform, layout)
   num_models = jax.tree.leaves(stacked_state.params)[0].shape[0]
   replicated = NamedSharding(mesh, P())
 
   @jax.jit
-  def forward(state, batch):
+  def apply(state, batch):
     logits, inter = state.apply_fn(
         step_lib._variables(state, state.params), step_lib.model_inputs(batch, step_config),
         train=False, mutable=["intermediates"])
@@ -187,11 +210,11 @@ def forward_train_set(stacked_state, step_config, data, batch_size: int):
   outs, labels, compiled = [], [], None
   for batch in batches:  # each example is loaded once and scored by every proxy
     if compiled is None:
-      compiled = forward.lower(members[0], batch).compile()
+      compiled = apply.lower(members[0], batch).compile()
     per_member = [compiled(member, batch) for member in members]
     outs.append([[np.asarray(x) for x in o[:2]] for o in per_member])
     labels.append(np.asarray(per_member[0][2]))
-  n = len(data.train)
+  n = len(source)
   logits = np.stack([np.concatenate([o[m][0] for o in outs])[:n] for m in range(num_models)])
   features = np.stack([np.concatenate([o[m][1] for o in outs])[:n] for m in range(num_models)])
   labels = np.concatenate(labels)[:n]

@@ -149,7 +149,11 @@ class Ensemble:
     sums = {"per_worker": jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
         logits_NxBx, labels, mask)}
     for mode in self.modes:
-      if mode != "soup":
+      if mode == "routed":  # per-example weights: the k-means routing of each eval example
+        routed_NxB = weights_N[:, None] * batch["route"].T
+        sums[mode] = metrics_lib.prediction_sums(
+            aggregate.combine(logits_NxBx, routed_NxB, "probs"), labels, mask)
+      elif mode != "soup":
         sums[mode] = metrics_lib.prediction_sums(
             aggregate.combine(logits_NxBx, weights_N, mode), labels, mask)
     return sums
