@@ -77,6 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.stem = "small"  # small (28x28, 32x32) | imagenet
   c.model.dtype = "float32"  # compute dtype; params are float32
   c.model.size = "tiny"  # gpt2: micro | tiny | mini | small | medium | large | xl
+  c.model.sparsity = 0.0  # > 0: SNIP-prune this fraction of kernel weights at init, kept 0
   c.model.remat = False  # gpt2: rematerialise each block in the backward pass
   c.model.dropout = 0.0  # gpt2: embedding, attention and residual dropout
 
@@ -140,6 +141,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distill.proxy_models = 2  # proxies (seeds) whose scores / gradients are combined
   c.distill.proxy_steps = 200  # each proxy's training steps on the full data
   c.distill.proxy_width = 4  # the proxy ResNet's width (a cheap model)
+  # standard: independent proxies on the full data; lipt (Ro et al. 2023): one shared init,
+  # each member on its own disjoint subset, augmented, SNIP-sparse, merged into one soup
+  c.distill.proxy = "standard"
+  c.distill.lipt_sparsity = 0.5  # lipt: fraction of kernel weights pruned at init
   c.distill.cache_dir = ""  # "" -> <workdir>/pools; pools are keyed by config + data
 
   # What the cost report models (ensemble_jax/costs.py): the cluster this run stands for.
@@ -255,6 +260,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
+  _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
+        "is the pruned fraction of kernel weights, in [0, 1).")
+  _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
+        config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
   _validate_distill(config)
   _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
         "must be >= 0 (0: one device per replica or worker).")
@@ -298,6 +307,10 @@ def _validate_distill(config) -> None:
         "choose 'bias' or 'last_layer'.")
   for field in ("proxy_models", "proxy_steps", "proxy_width"):
     _need(d[field] > 0, f"distill.{field}", d[field], "must be > 0.")
+  _need(d.proxy in ("standard", "lipt"), "distill.proxy", d.proxy,
+        "choose 'standard' or 'lipt'.")
+  _need(0.0 <= d.lipt_sparsity < 1.0, "distill.lipt_sparsity", d.lipt_sparsity,
+        "is a pruned fraction, in [0, 1).")
   _need(d.route_temperature > 0, "distill.route_temperature", d.route_temperature,
         "must be > 0.")
   _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")

@@ -96,7 +96,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
 
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
+  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch,
+                              sparse=config.model.sparsity > 0)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
@@ -125,6 +126,10 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
   train_batches = pipeline.TrainBatches(
       data.train, pool.sampler,
       data.train_transform, method.train_layout, config.seed)
+  if config.model.sparsity > 0 and start_step == 0:  # SNIP on the first batch, fixed after
+    state = method.prune(state, pipeline.to_global(train_batches.local_batch(0),
+                                                   train_batches.layout),
+                         config.model.sparsity)
   eval_batches = pipeline.EvalBatches(
       data.eval, data.eval_transform, method.eval_layout,
       config.eval.num_examples,

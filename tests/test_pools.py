@@ -9,8 +9,8 @@ import numpy as np
 import optax
 import pytest
 
-from ensemble_jax import aggregate, config_lib, train
-from ensemble_jax.distill import samplers
+from ensemble_jax import aggregate, config_lib, optim, train
+from ensemble_jax.distill import pools, samplers
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
 
@@ -49,9 +49,11 @@ def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
   assert len(glob.glob(str(cache / "*.npz"))) == 2
 
 
-@pytest.mark.parametrize("method,weighted", [("kmeans", False), ("craig", True)])
-def test_cluster_and_coreset_pools(tmp_path, method, weighted):
-  config = _config(method, tmp_path / "pools", split="disjoint")
+@pytest.mark.parametrize("method,weighted,proxy", [("kmeans", False, "standard"),
+                                                   ("craig", True, "standard"),
+                                                   ("gradmatch", True, "lipt")])
+def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
+  config = _config(method, tmp_path / "pools", split="disjoint", proxy=proxy)
   if method == "kmeans":
     config.method.aggregation = "logits,routed"
   r = train.train_and_evaluate(config, str(tmp_path / "run"))
@@ -62,6 +64,7 @@ def test_cluster_and_coreset_pools(tmp_path, method, weighted):
     assert 0.0 <= r["ensemble"]["routed"]["accuracy"] <= 1.0
   else:  # a ~64-example coreset split disjointly over the two workers
     assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
+  assert info["proxy"]["kind"] == proxy
 
 
 def test_routed_combine_uses_per_example_weights():
@@ -111,3 +114,40 @@ def test_weights_enter_the_loss():
 def test_pool_sampler_weights_are_checked():
   with pytest.raises(ValueError, match="non-negative"):
     samplers.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
+
+
+def _stacked_states(n, tx=optax.sgd(0.0)):
+  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
+  init = lambda key: step_lib.create_train_state(  # noqa: E731
+      model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
+  return jax.vmap(init)(jax.random.split(jax.random.key(0), n))
+
+
+def test_lipt_soup_is_the_mean_of_its_members():
+  stacked = _stacked_states(3)
+  merged = pools.soup(stacked)
+  for a, b in zip(jax.tree.leaves(merged.params), jax.tree.leaves(stacked.params)):
+    np.testing.assert_allclose(a[0], b.mean(0), rtol=1e-6, atol=1e-7)
+  for a, b in zip(jax.tree.leaves(merged.batch_stats), jax.tree.leaves(stacked.batch_stats)):
+    np.testing.assert_allclose(a[0], b.mean(0), rtol=1e-6, atol=1e-7)
+
+
+def test_snip_mask_is_data_driven_and_stays_fixed():
+  optim_config = config_lib.base_config().optim
+  optim_config.warmup_epochs = 0.0  # the first step moves the weights
+  tx = optim.create_optimizer(optim_config, 8, 10, 10, sparse=True)
+  state = jax.tree.map(lambda x: x[0], _stacked_states(1, tx))
+  batch = {"image": jax.random.normal(jax.random.key(1), (8, 8, 8, 1)),
+           "label": jnp.arange(8) % 10}
+  cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
+  pruned = step_lib.snip_prune(state, batch, cfg, sparsity=0.5)
+  kernels = [k for k in jax.tree.leaves(pruned.params) if k.ndim > 1]
+  zero_fraction = sum(int((k == 0).sum()) for k in kernels) / sum(k.size for k in kernels)
+  assert zero_fraction == pytest.approx(0.5, abs=0.01)
+  trained, _ = step_lib.train_step(pruned, batch, jax.random.key(2), cfg)
+  moved = []
+  for before, after in zip(jax.tree.leaves(pruned.params), jax.tree.leaves(trained.params)):
+    if before.ndim > 1:
+      assert bool(jnp.all(after[before == 0] == 0))  # the mask held through AdamW
+      moved.append(bool(jnp.any(after[before != 0] != before[before != 0])))
+  assert all(moved)  # the kept weights trained

@@ -11,8 +11,11 @@
 A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
 
 The proxy is `distill.proxy_models` ResNets of width `proxy_width`, trained
-`proxy_steps` each on the full data by the stacked engine through the one training loop
-(its results.json sits next to the cached pool). Building costs time and compute, which are
+`proxy_steps` each by the stacked engine through the one training loop (its results.json
+sits next to the cached pool): independent models on the full data (`proxy='standard'`),
+or the lightweight distributed proxy of Ro et al. 2023 (`proxy='lipt'`): members from one
+shared init, each on its own disjoint subset, with crop+flip augmentation and a SNIP mask
+fixed at init (`lipt_sparsity`), merged by weight averaging into one proxy. Building costs time and compute, which are
 part of the method: `build_time_s` (wall clock of proxy training, scoring and selection)
 and `build_flops` (XLA: proxy training + scoring forward passes; the selection's own
 arithmetic is not counted) go into results.json `distill` and the cost report. Pools are
@@ -33,7 +36,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import costs
+from ensemble_jax import aggregate, costs
 from ensemble_jax.data import pipeline
 from ensemble_jax.distill import clusters, coresets, samplers, scores
 from ensemble_jax.methods import step as step_lib
@@ -107,6 +110,9 @@ def proxy_config(config):
   p.method.num_workers, p.method.steps_per_worker = d.proxy_models, d.proxy_steps
   p.method.shared_init = False
   p.model.width = d.proxy_width
+  if d.proxy == "lipt":
+    p.method.shared_init, p.method.sampler = True, "disjoint"
+    p.data.train_augment, p.model.sparsity = "crop_flip", d.lipt_sparsity
   workers = math.gcd(d.proxy_models, jax.device_count())
   p.mesh = [("worker", workers), ("data", jax.device_count() // workers)]
   p.train.stop_at_target = False
@@ -126,8 +132,9 @@ def build(config, data, num_consumers: int, proxy_root: str):
   proxy = train.fit(proxy_config(config), os.path.join(proxy_root, "proxy_" + cache_key(
       config, data, num_consumers)))
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
+  proxy_state = soup(proxy.state) if d.proxy == "lipt" else proxy.state
   logits_MxNxC, features_MxNxF, labels_N, score_flops = forward(
-      proxy.state, proxy.method.step_config, data.train, data.eval_transform,
+      proxy_state, proxy.method.step_config, data.train, data.eval_transform,
       config.eval.batch_size)
   scoring_done = time.perf_counter()
   n = len(labels_N)
@@ -146,7 +153,7 @@ def build(config, data, num_consumers: int, proxy_root: str):
     selected = np.arange(n)
     if _routed(config):  # route every eval example by proxy 0's embedding of it
       _, eval_features, _, eval_flops = forward(
-          proxy.state, proxy.method.step_config, data.eval, data.eval_transform,
+          proxy_state, proxy.method.step_config, data.eval, data.eval_transform,
           config.eval.batch_size)
       score_flops += eval_flops
       route = np.asarray(clusters.routing_weights(
@@ -171,7 +178,7 @@ def build(config, data, num_consumers: int, proxy_root: str):
       "pool_sizes": [int(len(p)) for p in pools], "split": d.split,
       "build_time_s": time.perf_counter() - start,
       "build_flops": proxy_flops + score_flops,
-      "proxy": {"models": d.proxy_models, "steps": d.proxy_steps, "width": d.proxy_width,
+      "proxy": {"kind": d.proxy, "models": d.proxy_models, "steps": d.proxy_steps, "width": d.proxy_width,
                 "train_time_s": proxy.results["train_time_s"],
                 "wall_time_s": proxy.results["wall_time_s"], "flops": proxy_flops,
                 "accuracy": proxy.results["final"].get("accuracy")},
@@ -180,6 +187,14 @@ def build(config, data, num_consumers: int, proxy_root: str):
       "weighted": weights is not None,
   }
   return pools, weights, route, info
+
+
+def soup(stacked_state):
+  """The members' weights (and BatchNorm statistics) averaged: a stack of one model."""
+  weights = jax.numpy.ones(jax.tree.leaves(stacked_state.params)[0].shape[0])
+  merge = lambda tree: jax.tree.map(lambda x: x[None], aggregate.soup_params(tree, weights))
+  return stacked_state.replace(params=merge(stacked_state.params),
+                               batch_stats=merge(stacked_state.batch_stats))
 
 
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:

@@ -66,6 +66,11 @@ class DataParallel:
     """Abstract init gave the shardings; materialise directly into them."""
     return jax.jit(self._init_fn, out_shardings=self.state_sharding)(rng)
 
+  def prune(self, state, batch, sparsity: float):
+    """SNIP at init on the first global batch."""
+    prune = functools.partial(step_lib.snip_prune, cfg=self.step_config, sparsity=sparsity)
+    return jax.jit(prune, out_shardings=self.state_sharding)(state, batch)
+
   def sampler(self, num_examples: int, seed: int) -> Sampler:
     return RandomSampler(num_examples, 1, seed)
 

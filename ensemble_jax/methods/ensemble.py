@@ -9,6 +9,7 @@ DiLoCo is this engine plus an outer step every H steps; the ensemble is H = infi
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -112,6 +113,12 @@ class Ensemble:
 
   def init(self, rng: jax.Array):
     return jax.jit(self._init_state, out_shardings=self.state_sharding)(rng)
+
+  def prune(self, states, batch, sparsity: float):
+    """SNIP at init, each worker on its own first batch (a one-off: plain vmap)."""
+    cfg = dataclasses.replace(self.step_config, data_axis=None)
+    prune_one = functools.partial(step_lib.snip_prune, cfg=cfg, sparsity=sparsity)
+    return jax.jit(jax.vmap(prune_one), out_shardings=self.state_sharding)(states, batch)
 
   def after_step(self, state, step: int):
     """Workers never talk during training (DiLoCo syncs here)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax.training import train_state
 
@@ -98,6 +99,38 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
   metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
   return state, metrics
+
+
+def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float) -> TrainState:
+  """SNIP (Lee et al., 2019): zero the `sparsity` fraction of kernel weights (ndim > 1)
+  with the smallest saliency |dL/dw * w| on one batch, a data-driven mask fixed at init.
+
+  The forward uses running BatchNorm statistics (no batch-stat collectives), so it runs
+  unchanged under vmap over stacked workers. Kept at zero afterwards by
+  `optim.freeze_zero_weights`.
+  """
+  inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
+
+  def loss_fn(params):
+    logits = state.apply_fn(_variables(state, params), inputs, train=False)
+    return cross_entropy(logits, labels).mean()
+
+  grads = jax.grad(loss_fn)(state.params)
+  leaves, treedef = jax.tree.flatten(state.params)
+  kernel_ids = [i for i, p in enumerate(leaves) if p.ndim > 1]
+  weights = jnp.concatenate([leaves[i].ravel() for i in kernel_ids])
+  saliency = jnp.abs(jnp.concatenate([jax.tree.leaves(grads)[i].ravel() for i in kernel_ids])
+                     * weights)
+  # Exactly `sparsity` of the kernel weights pruned, lowest saliency first; ties (e.g. the
+  # zero-saliency branches behind zero-initialised residual BatchNorm scales) by |w|.
+  order = jnp.lexsort((jnp.abs(weights), saliency))
+  keep = jnp.ones(weights.shape, bool).at[order[:int(sparsity * weights.size)]].set(False)
+  offsets = np.cumsum([0] + [leaves[i].size for i in kernel_ids])
+  for j, i in enumerate(kernel_ids):
+    mask = keep[offsets[j]:offsets[j + 1]].reshape(leaves[i].shape)
+    leaves[i] = jnp.where(mask, leaves[i], 0.0)
+  params = jax.tree.unflatten(treedef, leaves)
+  return state.replace(params=params)
 
 
 def predict(state: TrainState, batch: dict, cfg: StepConfig) -> jax.Array:
