@@ -86,13 +86,19 @@ def calibrate(config, workdir: str) -> float:
     return json.load(f)["step_time_s"]
 
 
-def run(config_path: str, workdir: str, seeds: list[int], grid: str) -> dict[str, int]:
-  """Runs every (curve, point, seed) not finished yet; returns counts trained/skipped."""
+def run(config_path: str, workdir: str, seeds: list[int], grid: str,
+        curves: list[str] | None = None) -> dict[str, int]:
+  """Runs every (curve, point, seed) not finished yet (of `curves`, default all); returns
+  counts trained/skipped. The report covers every run under the workdir."""
   module = _load_config_module(config_path)
   if not hasattr(module, "sweep_grid"):
     raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
                      "experiments/configs/fashion_mnist.py for one")
-  curves = module.sweep_grid(grid)
+  grid_curves = module.sweep_grid(grid)
+  unknown = set(curves or ()) - set(grid_curves)
+  if unknown:
+    raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
+  curves = {c: p for c, p in grid_curves.items() if not curves or c in curves}
   # All calibrations before any point: they time a quiet host, not one shared with a sweep.
   device_step = {(curve, point): calibrate(_point_config(module, variant, overrides, 0),
                                            workdir)
@@ -121,8 +127,10 @@ def main(argv=None) -> int:
   p.add_argument("--workdir", required=True)
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", help="a grid the config's sweep_grid() knows")
+  p.add_argument("--curves", default="", help="comma-separated subset of the grid's curves")
   args = p.parse_args(argv)
-  counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid)
+  counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
+               [c for c in args.curves.split(",") if c] or None)
   print(f"sweep: {counts['trained']} runs trained, {counts['skipped']} already finished")
   return 0
 

@@ -16,6 +16,7 @@ seed: a pool depends on the seed). Resumable: a finished run is read back. Write
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import statistics
@@ -90,18 +91,20 @@ def summarize(runs: dict[str, list[dict]]) -> tuple[dict, str]:
 
 def run(workdir: str, seeds: list[int], grid: str = "full",
         samplers: list[str] | None = None) -> dict:
-  samplers = samplers or list(SAMPLERS)
-  runs: dict[str, list[dict]] = {s: [] for s in samplers}
+  """Trains the (sampler, seed) runs not finished yet, then summarises every finished run
+  under the workdir (also those of other invocations, e.g. more seeds of some samplers)."""
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds
-    for sampler in samplers:
+    for sampler in samplers or list(SAMPLERS):
       run_dir = os.path.join(workdir, sampler, f"seed{seed}")
-      path = os.path.join(run_dir, train.RESULTS_FILE)
+      if not os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
+        train.train_and_evaluate(get_config(sampler, seed, workdir, grid), run_dir)
+  runs: dict[str, list[dict]] = {}
+  for sampler in SAMPLERS:
+    for seed_dir in sorted(glob.glob(os.path.join(workdir, sampler, "seed*"))):
+      path = os.path.join(seed_dir, train.RESULTS_FILE)
       if os.path.exists(path):
         with open(path) as f:
-          results = json.load(f)
-      else:
-        results = train.train_and_evaluate(get_config(sampler, seed, workdir, grid), run_dir)
-      runs[sampler].append(_row(results))
+          runs.setdefault(sampler, []).append(_row(json.load(f)))
   summary, text = summarize(runs)
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
