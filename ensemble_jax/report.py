@@ -113,9 +113,10 @@ def table(runs: list[dict]) -> str:
   pts = points(runs)
   targets = sorted({r["target"] for r in runs})
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
-           "host step time. Modelled: the critical-path time on D devices = steps x (host "
-           "step / D) + ring all-reduces per interconnect preset (ensemble_jax/costs.py). "
-           "Each cell: mean [min, max] over seeds.", "",
+           "host train time, one device's step (cost.device_step_time_s: a calibration run "
+           "timed apart; else host step / D). Modelled: the critical-path time on D devices "
+           "= steps x device step + ring all-reduces per interconnect preset + pool building "
+           "(ensemble_jax/costs.py). Each cell: mean [min, max] over seeds.", "",
            "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
            + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |",
            "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"]

@@ -22,12 +22,13 @@ EXPLAINED = """
 What this shows. Every point trained to 85% test accuracy (2,000 test images, evaluated
 every 25 steps) or to its step budget, on this machine.
   measured: steps to the target, accuracy, FLOPs per step (XLA cost analysis of the
-            compiled step) and so compute to target, the median host step time.
-  modelled: the time axis. This host simulates every device on its own cores, so one
-            device's step on a D-device cluster is taken as (host step / D), and the
-            gradient all-reduce that data-parallel training and DiLoCo need is modelled as
-            a ring all-reduce over an interconnect preset (nvlink / ib800 / eth10g,
-            ensemble_jax/costs.py); the ensemble needs none while it trains.
+            compiled step) and so compute to target; one device's step time (a separate
+            40-step calibration run of one model at the per-device batch, before the grid).
+  modelled: the time axis = steps to target x that device step, plus for data-parallel
+            training and DiLoCo a ring all-reduce of the parameters over an interconnect
+            preset (nvlink / ib800 / eth10g, ensemble_jax/costs.py) per step / per sync;
+            the ensemble needs none while it trains. This host cannot run D devices at
+            once: the cluster's time is modelled, not observed.
 Ratios > 1 favour the method over data-parallel; 'none within budget' means no point of
 the method was as cheap (or as fast) as any data-parallel point. One seed: see
 experiments/results/fashion_mnist for the 3-seed grid.
