@@ -104,6 +104,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.num_steps = 0
   c.train.num_epochs = 2.0
   c.train.stop_at_target = False  # steps-to-target runs: stop at the first eval reaching it
+  c.train.init_from = ""  # a finished run's workdir: start from its weights (fresh optimizer)
   c.train.log_every_steps = 50
   c.train.timing_warmup_steps = 2  # steps excluded from the median step time
 
@@ -260,6 +261,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
+  _need(not config.train.init_from or config.method.name != "diloco", "train.init_from",
+        config.train.init_from, "warm starts are supported for data_parallel and ensemble.")
   _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
         "is the pruned fraction of kernel weights, in [0, 1).")
   _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",

@@ -100,6 +100,10 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
                               sparse=config.model.sparsity > 0)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
+  warm_start = os.path.join(config.train.init_from, "checkpoints")
+  if config.train.init_from and not os.path.isdir(warm_start):
+    raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
+                                 f"checkpoints in {warm_start}; train that run first.")
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
   eval_every = config.eval.every_steps or steps_per_epoch
 
@@ -120,6 +124,12 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
         jax.eval_shape(lambda s: s.params, state), include_stats=False))
   if start_step:
     logging.info("Resumed from step %d in %s", start_step, workdir)
+  elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer
+    source = checkpoint_lib.Checkpointer(warm_start, 0, 1)
+    warm, _ = source.restore(state)
+    source.close()
+    state = state.replace(params=warm.params, batch_stats=warm.batch_stats)
+    logging.info("Initialised from the weights in %s", warm_start)
 
   # A distilled sequence's pool is built (or read from its cache) before training starts.
   pool = pools.create(config, data, method, workdir)

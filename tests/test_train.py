@@ -119,3 +119,20 @@ def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(smoke_con
   assert r["cost"]["measured"]["flops"] == r["flops_per_step"] * 2
   again = train.train_and_evaluate(smoke_config, str(tmp_path))  # resumes: nothing left to do
   assert again["steps"] == 2 and again["final"] == r["final"]
+
+
+def test_init_from_starts_from_another_runs_weights(tmp_path, smoke_config):
+  import jax
+  import numpy as np
+  from ensemble_jax import config_lib
+
+  first = train.fit(smoke_config, str(tmp_path / "a"))
+  warm = smoke_config.copy_and_resolve_references()
+  warm.train.init_from = str(tmp_path / "a")
+  warm.optim.learning_rate = 0.0  # nothing moves: the final weights are the loaded ones
+  second = train.fit(warm, str(tmp_path / "b"))
+  for a, b in zip(jax.tree.leaves(first.state.params), jax.tree.leaves(second.state.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  warm.train.init_from = str(tmp_path / "nowhere")
+  with pytest.raises(config_lib.ConfigError, match="init_from"):
+    train.fit(warm, str(tmp_path / "c"))
