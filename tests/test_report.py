@@ -56,3 +56,12 @@ def test_ratios_skip_points_that_missed_the_target(tmp_path):
 
 def test_pareto_front():
   assert report.pareto([(1, 5), (2, 3), (3, 4), (4, 1)]) == [(1, 5), (2, 3), (4, 1)]
+
+
+def test_ratios_compare_frontiers_not_single_points(tmp_path):
+  # DP D2 is as cheap as D1 and faster: at D1's compute the ensemble must beat D2's time.
+  for point, steps, flops, t in (("D1", 400, 4e12, 40.0), ("D2", 200, 4e12, 20.0)):
+    _write(tmp_path, "data_parallel", point, 0, "data_parallel", True, steps, flops, t)
+  _write(tmp_path, "ensemble", "N2", 0, "ensemble", True, 200, 4e12, 16.0)
+  r = report.ratios(report.points(report.load_runs(str(tmp_path))), "ensemble", "nvlink")
+  assert r["time_at_fixed_compute"][0] == pytest.approx(20.0 / 16.0)
