@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo sweep-fashion sweep-pydocs pile imagenet clean
+.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers lipt pile imagenet clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,13 @@ sweep-fashion: install data
 sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=0,1,2
+
+# Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
+sweep-samplers: install data
+	$(PY) -m experiments.sweeps.samplers --workdir=experiments/results/samplers --seeds=0,1,2
+
+lipt: install data
+	$(PY) -m experiments.lipt_pipeline --workdir=experiments/results/lipt --seeds=0,1,2
 
 # GPT-2 small on the Pile: PILE_DIR (shards *.jsonl.zst) and TOKENIZER_DIR (GPT-2 BPE files).
 pile: install
