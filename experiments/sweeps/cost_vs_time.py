@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import copy
+import glob
 import hashlib
 import importlib.util
 import json
 import os
+import shutil
 
-from ensemble_jax import report, train
+from ensemble_jax import costs, report, train
 
 def _load_config_module(path: str):
   spec = importlib.util.spec_from_file_location("sweep_config", path)
@@ -121,6 +123,36 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   return counts
 
 
+def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False) -> int:
+  """Recomputes every finished run's `cost` block with its point's calibrated device step
+  (after `recalibrate` re-times them all, e.g. on a quiet host); returns runs updated.
+
+  The cost block is derived from results.json and the calibration, so this changes no
+  measurement: only which device step time the modelled time axis uses.
+  """
+  module = _load_config_module(config_path)
+  if recalibrate:
+    shutil.rmtree(os.path.join(workdir, "calibration"), ignore_errors=True)
+  updated = 0
+  for curve, points in module.sweep_grid(grid).items():
+    for point, (variant, overrides) in points.items():
+      step_time = calibrate(_point_config(module, variant, overrides, 0), workdir)
+      for path in glob.glob(os.path.join(workdir, curve, point, "seed*", train.RESULTS_FILE)):
+        with open(path) as f:
+          results = json.load(f)
+        cost = results["config"]["cost"]
+        cost["device_step_time_s"] = step_time
+        param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
+        results["cost"] = costs.summary(results, param_bytes, cost["devices"],
+                                        cost.get("overlap", 0.0), simulated=True,
+                                        device_step_time_s=step_time)
+        with open(path, "w") as f:
+          json.dump(results, f, indent=2)
+        updated += 1
+  print(report.write(workdir, workdir))
+  return updated
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--config", required=True, help="a workload config file")
@@ -128,7 +160,15 @@ def main(argv=None) -> int:
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", help="a grid the config's sweep_grid() knows")
   p.add_argument("--curves", default="", help="comma-separated subset of the grid's curves")
+  p.add_argument("--recost", action="store_true",
+                 help="train nothing: recompute finished runs' cost blocks from calibration")
+  p.add_argument("--recalibrate", action="store_true",
+                 help="with --recost: re-time every calibration first")
   args = p.parse_args(argv)
+  if args.recost:
+    n = recost(args.config, args.workdir, args.grid, args.recalibrate)
+    print(f"sweep: {n} runs recosted")
+    return 0
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
                [c for c in args.curves.split(",") if c] or None)
   print(f"sweep: {counts['trained']} runs trained, {counts['skipped']} already finished")
