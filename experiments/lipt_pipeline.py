@@ -74,7 +74,8 @@ def measure(seed: int, workdir: str) -> dict:
   row = {"seed": seed, "build_time_s": build,
          "build_tflops": coreset["distill"]["build_flops"] / 1e12,
          "coreset_size": coreset["distill"]["pool_size"],
-         "full_to_warm_s": part(full_warm, 0), "full_to_target_s": part(full_target, 0),
+         "full_to_warm_s": part(full_warm, 0), "full_steps_to_warm": part(full_warm, 1),
+         "full_to_target_s": part(full_target, 0),
          "full_steps_to_target": part(full_target, 1),
          "coreset_to_warm_s": part(core_warm, 0), "coreset_steps": part(core_warm, 1),
          "finetune_to_target_s": part(fine_target, 0), "finetune_steps": part(fine_target, 1)}
@@ -88,8 +89,9 @@ def measure(seed: int, workdir: str) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-  keys = ["build_time_s", "coreset_to_warm_s", "full_to_warm_s", "finetune_to_target_s",
-          "full_to_target_s", "pretraining_speedup", "pretraining_speedup_without_build",
+  keys = ["build_time_s", "build_tflops", "coreset_steps", "full_steps_to_warm",
+          "finetune_steps", "full_steps_to_target", "coreset_to_warm_s", "full_to_warm_s",
+          "finetune_to_target_s", "full_to_target_s", "pretraining_speedup", "pretraining_speedup_without_build",
           "end_to_end_speedup", "end_to_end_speedup_without_build"]
   lines = ["| quantity | " + " | ".join(f"seed {r['seed']}" for r in rows) + " | mean |",
            "|---|" + "---|" * (len(rows) + 1)]
