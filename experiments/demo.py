@@ -23,7 +23,7 @@ What this shows. Every point trained to 85% test accuracy (2,000 test images, ev
 every 25 steps) or to its step budget, on this machine.
   measured: steps to the target, accuracy, FLOPs per step (XLA cost analysis of the
             compiled step) and so compute to target; one device's step time (a separate
-            40-step calibration run of one model at the per-device batch, before the grid).
+            short calibration run of one model at the per-device batch, before the grid).
   modelled: the time axis = steps to target x that device step, plus for data-parallel
             training and DiLoCo a ring all-reduce of the parameters over an interconnect
             preset (nvlink / ib800 / eth10g, ensemble_jax/costs.py) per step / per sync;

@@ -49,7 +49,7 @@ def _override(config, dotted: str, value):
   node[leaf] = value
 
 
-CALIBRATION_STEPS = 40
+CALIBRATION_STEPS = 60
 
 
 def _point_config(module, variant: str, overrides: dict, seed: int):
@@ -68,7 +68,7 @@ def device_config(config):
     c.train.batch_size //= max(c.cost.devices, 1)
   c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
   c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
-  c.train.stop_at_target, c.train.timing_warmup_steps = False, 10
+  c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
   c.checkpoint.every_steps, c.seed = 0, 0
   return c
