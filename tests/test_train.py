@@ -34,9 +34,15 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert results["final"] == pytest.approx(final)
   cost = on_disk["cost"]
   assert cost["measured"]["flops"] == on_disk["flops_per_step"] * 4
-  assert cost["measured"]["device_seconds"] == pytest.approx(8 * on_disk["train_time_s"])
-  comm = cost["modelled"]["communication"]
-  assert comm["allreduces"] == 4 and comm["bytes_each"] == 4 * on_disk["num_params"]
+  to_target = on_disk["target"]["reached_step"] or 4  # the smoke target is reached early
+  assert cost["measured"]["steps_to_target"] == to_target
+  assert cost["measured"]["flops_to_target"] == on_disk["flops_per_step"] * to_target
+  modelled = cost["modelled"]
+  assert modelled["devices"] == 8  # one per data-parallel replica of the mesh
+  for preset, seconds in modelled["device_seconds"].items():
+    assert seconds == pytest.approx(8 * modelled["critical_path_s"][preset])
+  comm = modelled["communication"]
+  assert comm["allreduces"] == to_target and comm["bytes_each"] == 4 * on_disk["num_params"]
   # metrics files on process 0
   assert any(p.startswith("events.out.tfevents") for p in os.listdir(tmp_path))
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") >= 4
