@@ -44,6 +44,8 @@ def test_resnet_step_is_three_forward_passes_of_its_convolutions():
                              m, (nn.Conv, nn.Dense)), mutable=["intermediates"])
   forward = 0
   for path, out in jax.tree_util.tree_leaves_with_path(inter["intermediates"]):
+    if len(path) < 2 or path[-2].key != "__call__":
+      continue  # sown values (the penultimate features), not a layer's output
     kernel = state.params
     for key in path[:-2]:  # .../<layer>/__call__/0
       kernel = kernel[key.key]
