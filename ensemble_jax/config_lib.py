@@ -177,6 +177,13 @@ def get(config, dotted: str):
   return config
 
 
+def set_dotted(config, dotted: str, value) -> None:
+  """config['a']['b'] = value for a dotted path 'a.b' (the twin of `get`)."""
+  *parents, leaf = dotted.split(".")
+  node = get(config, ".".join(parents)) if parents else config
+  node[leaf] = value
+
+
 def _need(ok: bool, field: str, value, fix: str):
   if not ok:
     raise ConfigError(f"config.{field}={value!r}: {fix}")

@@ -7,6 +7,7 @@ preset; everything else is measured. Reports label each number `measured` or `mo
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 
@@ -90,11 +91,9 @@ def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict
           "per_preset": per_preset}
 
 
-def _prod(shape: dict) -> int:
-  n = 1
-  for size in shape.values():
-    n *= size
-  return n
+def param_bytes(results: dict) -> int:
+  """Bytes of one model's float32 parameters (what an all-reduce or a sync exchanges)."""
+  return 4 * results.get("num_params", results.get("num_params_per_worker", 0))
 
 
 def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 0.0,
@@ -114,7 +113,7 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
   the pool-building time of a distilled sequence (results['distill']).
   """
   method = results["method"]
-  mesh_devices = _prod(results["mesh"])
+  mesh_devices = math.prod(results["mesh"].values())
   workers = results.get("num_workers", 1)
   if devices <= 0:
     devices = results["mesh"].get("data", mesh_devices) if method == "data_parallel" else workers
@@ -152,8 +151,8 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
     elif method == "diloco":
       t = critical_path_diloco(steps, device_step, results["sync_every"], allreduce)
     else:
-      t = critical_path_ensemble(steps, device_step, pool_time=pool_time)
-    critical[name] = t + (pool_time if method != "ensemble" else 0.0)
+      t = critical_path_ensemble(steps, device_step)
+    critical[name] = pool_time + t
   comm["model"] = ("ring all-reduce: (1 - overlap) * (2(D-1)/D * bytes / bandwidth "
                    "+ 2(D-1) * latency)")
   modelled = {

@@ -254,8 +254,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
   }
   if pool.info is not None:
     results["distill"] = pool.info
-  param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
-  results["cost"] = costs.summary(results, param_bytes, config.cost.devices, config.cost.overlap,
+  results["cost"] = costs.summary(results, costs.param_bytes(results), config.cost.devices,
+                                  config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",
                                   device_step_time_s=config.cost.device_step_time_s)
   if config.task == "lm":

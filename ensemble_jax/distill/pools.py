@@ -15,10 +15,11 @@ The proxy is `distill.proxy_models` ResNets of width `proxy_width`, trained
 sits next to the cached pool): independent models on the full data (`proxy='standard'`),
 or the lightweight distributed proxy of Ro et al. 2023 (`proxy='lipt'`): members from one
 shared init, each on its own disjoint subset, with crop+flip augmentation and a SNIP mask
-fixed at init (`lipt_sparsity`), merged by weight averaging into one proxy. Building costs time and compute, which are
-part of the method: `build_time_s` (wall clock of proxy training, scoring and selection)
-and `build_flops` (XLA: proxy training + scoring forward passes; the selection's own
-arithmetic is not counted) go into results.json `distill` and the cost report. Pools are
+fixed at init (`lipt_sparsity`), merged by weight averaging into one proxy. Building costs
+time and compute, which are part of the method: `build_time_s` (wall clock of proxy
+training, scoring and selection) and `build_flops` (XLA: proxy training + scoring forward
+passes; the selection's own arithmetic is not counted) go into results.json `distill` and
+the cost report. Pools are
 cached as `<cache_dir>/<key>.npz`, the key hashing every config field the pool depends on
 and the data's fingerprint; a cached pool is reused and reports its original cost.
 """
@@ -56,8 +57,8 @@ def create(config, data, method, workdir: str) -> Pool:
   if config.distill.method == "none":
     return Pool(method.sampler(len(data.train), config.seed), None)
   num_consumers = getattr(method, "num_workers", 1)
-  path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"),
-                      f"{cache_key(config, data, num_consumers)}.npz")
+  key = cache_key(config, data, num_consumers)
+  path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"), f"{key}.npz")
   if os.path.exists(path):
     with np.load(path) as f:
       pools = np.split(f["indices"], f["offsets"][1:-1])
@@ -65,7 +66,8 @@ def create(config, data, method, workdir: str) -> Pool:
       route = f["route"] if f["route"].size else None
       info = {**json.loads(str(f["info"])), "cached": path}
   else:
-    pools, weights, route, info = build(config, data, num_consumers, os.path.dirname(path))
+    pools, weights, route, info = build(config, data, num_consumers,
+                                        os.path.join(os.path.dirname(path), f"proxy_{key}"))
     os.makedirs(os.path.dirname(path), exist_ok=True)
     offsets = np.cumsum([0] + [len(p) for p in pools])
     tmp = path + ".tmp.npz"
@@ -123,14 +125,14 @@ def proxy_config(config):
   return p
 
 
-def build(config, data, num_consumers: int, proxy_root: str):
-  """Trains the proxies, scores the training set, selects; returns (pools, weights, info)."""
+def build(config, data, num_consumers: int, proxy_dir: str):
+  """Trains the proxies (run in `proxy_dir`), scores the training set, selects; returns
+  (pools, weights, eval routing or None, info)."""
   from ensemble_jax import train  # the loop imports this module
 
   d = config.distill
   start = time.perf_counter()
-  proxy = train.fit(proxy_config(config), os.path.join(proxy_root, "proxy_" + cache_key(
-      config, data, num_consumers)))
+  proxy = train.fit(proxy_config(config), proxy_dir)
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
   proxy_state = soup(proxy.state) if d.proxy == "lipt" else proxy.state
   logits_MxNxC, features_MxNxF, labels_N, score_flops = forward(
@@ -178,7 +180,8 @@ def build(config, data, num_consumers: int, proxy_root: str):
       "pool_sizes": [int(len(p)) for p in pools], "split": d.split,
       "build_time_s": time.perf_counter() - start,
       "build_flops": proxy_flops + score_flops,
-      "proxy": {"kind": d.proxy, "models": d.proxy_models, "steps": d.proxy_steps, "width": d.proxy_width,
+      "proxy": {"kind": d.proxy, "models": d.proxy_models, "steps": d.proxy_steps,
+                "width": d.proxy_width,
                 "train_time_s": proxy.results["train_time_s"],
                 "wall_time_s": proxy.results["wall_time_s"], "flops": proxy_flops,
                 "accuracy": proxy.results["final"].get("accuracy")},

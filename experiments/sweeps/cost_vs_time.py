@@ -32,21 +32,13 @@ import json
 import os
 import shutil
 
-from ensemble_jax import costs, report, train
+from ensemble_jax import config_lib, costs, report, train
 
 def _load_config_module(path: str):
   spec = importlib.util.spec_from_file_location("sweep_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
-
-
-def _override(config, dotted: str, value):
-  *parents, leaf = dotted.split(".")
-  node = config
-  for p in parents:
-    node = node[p]
-  node[leaf] = value
 
 
 CALIBRATION_STEPS = 60
@@ -57,7 +49,7 @@ def _point_config(module, variant: str, overrides: dict, seed: int):
   config.seed = seed
   config.train.stop_at_target = True
   for key, value in overrides.items():
-    _override(config, key, value)
+    config_lib.set_dotted(config, key, value)
   return config
 
 
@@ -142,8 +134,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
           results = json.load(f)
         cost = results["config"]["cost"]
         cost["device_step_time_s"] = step_time
-        param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
-        results["cost"] = costs.summary(results, param_bytes, cost["devices"],
+        results["cost"] = costs.summary(results, costs.param_bytes(results), cost["devices"],
                                         cost.get("overlap", 0.0), simulated=True,
                                         device_step_time_s=step_time)
         with open(path, "w") as f:

@@ -21,7 +21,7 @@ import json
 import os
 import statistics
 
-from ensemble_jax import train
+from ensemble_jax import config_lib, train
 from experiments.configs import fashion_mnist
 
 FRACTION = 0.2
@@ -50,8 +50,7 @@ def get_config(sampler: str, seed: int, workdir: str, grid: str):
     c.data.train_examples, c.eval.num_examples = 256, 128
     c.distill.proxy_steps, c.distill.proxy_width = 2, 2
   for key, value in SAMPLERS[sampler].items():
-    group, field = key.split(".")
-    c[group][field] = value
+    config_lib.set_dotted(c, key, value)
   return c
 
 
