@@ -8,8 +8,11 @@ width 8, 64 examples per worker step), N = 4 workers x L = 200 steps each, evalu
 at the end on the full test set. Samplers: `random` and `disjoint` (the whole training
 set), and pools of FRACTION of it chosen by EL2N, GraNd (hardest, per class), k-means
 (one balanced cluster of proxy embeddings per worker, the whole set), CRAIG and GradMatch
-(weighted coresets on bias gradients, per class). Pools come from 2 proxies of width 4
-trained 150 steps each; their build time and FLOPs are added to the run's (one pool per
+(weighted coresets on bias gradients, per class); `kmeans_routed` aggregates by routing
+(softmax(-d^2/T) over each test example's nearest clusters), `lipt_gradmatch` takes
+GradMatch's gradients from Ro et al.'s souped sparse proxy, `el2n_easiest` keeps the
+easiest examples. Pools come from 2 proxies of width 4 trained 150 steps each; their
+build time and FLOPs are added to the run's (one pool per
 seed: a pool depends on the seed). Resumable: a finished run is read back. Writes
 `summary.json` and `table.md` in the workdir.
 """
@@ -33,6 +36,12 @@ SAMPLERS = {
     "kmeans": {"distill.method": "kmeans"},
     "craig": {"distill.method": "craig"},
     "gradmatch": {"distill.method": "gradmatch"},
+    # the same k-means pools, each test example's logits weighted by its cluster distances
+    "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,logits,probs"},
+    # Ro et al.'s proxy (shared init, disjoint shards, crop+flip, SNIP-sparse, souped)
+    "lipt_gradmatch": {"distill.method": "gradmatch", "distill.proxy": "lipt"},
+    # Sorscher et al.: at small kept fractions the easiest examples beat the hardest
+    "el2n_easiest": {"distill.method": "el2n", "distill.keep": "easiest"},
 }
 
 
@@ -56,9 +65,10 @@ def get_config(sampler: str, seed: int, workdir: str, grid: str):
 
 def _row(r: dict) -> dict:
   distill = r.get("distill") or {}
+  headline = r["config"]["method"]["aggregation"].split(",")[0]
   return {
-      "accuracy": r["ensemble"]["logits"]["accuracy"],
-      "nll": r["ensemble"]["logits"]["nll"],
+      "accuracy": r["ensemble"][headline]["accuracy"],
+      "nll": r["ensemble"][headline]["nll"],
       "worker_accuracy": r["final"]["worker/accuracy_mean"],
       "pool_size": distill.get("pool_size", r["data"]["train_examples"]),
       "build_time_s": distill.get("build_time_s", 0.0),
@@ -74,7 +84,7 @@ def summarize(runs: dict[str, list[dict]]) -> tuple[dict, str]:
                             "min": min(r[k] for r in rows), "max": max(r[k] for r in rows)}
                         for k in rows[0]}
     summary[sampler]["seeds"] = len(rows)
-  lines = ["| sampler | seeds | ensemble acc (logits) | workers' mean acc | pool size | "
+  lines = ["| sampler | seeds | ensemble acc (headline aggregation) | workers' mean acc | pool size | "
            "pool build s | wall s incl. build | TFLOPs incl. build |",
            "|---|---|---|---|---|---|---|---|"]
   for sampler, s in summary.items():
