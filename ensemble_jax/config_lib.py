@@ -135,8 +135,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distill.gradient = "bias"  # craig/gradmatch: bias (dL/dlogits) | last_layer (+ weights)
   c.distill.gradmatch_lambda = 0.5  # GradMatch's ridge regularisation
   c.distill.balanced = True  # kmeans: equal-size clusters, one per worker
+  c.distill.tfidf_dim = 64  # kmeans for task 'lm': tf-idf of windows, SVD to this many dims
   # aggregation 'routed' (kmeans): softmax(-d^2 / T) over the top-k nearest clusters,
-  # d^2 the squared distance of standardised proxy embeddings, divided by their dimension
+  # d^2 the squared distance of standardised proxy embeddings divided by their dimension
+  # (images), or of the unit-norm tf-idf embeddings (text)
   c.distill.route_temperature = 0.1
   c.distill.route_top_k = 2
   c.distill.proxy_models = 2  # proxies (seeds) whose scores / gradients are combined
@@ -306,8 +308,10 @@ def _validate_distill(config) -> None:
     return
   _need(config.method.name != "data_parallel" or d.method != "kmeans", "distill.method",
         d.method, "k-means gives each worker its own cluster: use an ensemble or diloco.")
-  _need(config.task == "classification", "distill.method", d.method,
-        "pools are built for image classification so far; use 'none' for task 'lm'.")
+  _need(config.task == "classification" or d.method == "kmeans", "distill.method", d.method,
+        "language-model pools are tf-idf clusters only: use 'kmeans' or 'none' for task "
+        "'lm'.")
+  _need(d.tfidf_dim >= 1, "distill.tfidf_dim", d.tfidf_dim, "must be >= 1.")
   _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
   _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
         "choose 'hardest' or 'easiest'.")

@@ -41,44 +41,52 @@ def _plus_plus(x_NxD: jax.Array, k: int, rng: jax.Array) -> jax.Array:
   return c_KxD
 
 
-def _balanced_assign(d2_NxK: jax.Array) -> jax.Array:
+def _balanced_assign(d2_NxK: np.ndarray) -> np.ndarray:
   """Greedy over (point, cluster) pairs, nearest first, under capacities that sum to N:
-  every cluster holds floor(N/k) or ceil(N/k) points (at most N mod k hold the ceil)."""
+  every cluster holds floor(N/k) or ceil(N/k) points (at most N mod k hold the ceil).
+
+  On the host: the greedy is sequential, and a Python pass over the sorted pairs (stopping
+  once every point is placed) is ~40x faster on CPU than the same pass as an XLA scan.
+  """
   n, k = d2_NxK.shape
   floor, extra = n // k, n % k
-  order = jnp.argsort(d2_NxK.reshape(-1), stable=True)
-  points, clusters = order // k, order % k
-
-  def step(carry, pair):
-    assign_N, count_K, num_extra = carry
-    i, c = pair
-    room = (count_K[c] < floor) | ((count_K[c] == floor) & (num_extra < extra))
-    ok = (assign_N[i] < 0) & room
-    num_extra = num_extra + (ok & (count_K[c] == floor)).astype(jnp.int32)
-    assign_N = assign_N.at[i].set(jnp.where(ok, c, assign_N[i]))
-    count_K = count_K.at[c].add(ok.astype(jnp.int32))
-    return (assign_N, count_K, num_extra), None
-
-  init = (jnp.full((n,), -1, jnp.int32), jnp.zeros((k,), jnp.int32), jnp.int32(0))
-  (assign_N, _, _), _ = jax.lax.scan(step, init, (points, clusters))
-  return assign_N
+  order = np.argsort(d2_NxK.reshape(-1), kind="stable").tolist()
+  assign, count, num_extra, placed = [-1] * n, [0] * k, 0, 0
+  for pair in order:
+    i, c = divmod(pair, k)
+    if assign[i] >= 0:
+      continue
+    if count[c] < floor or (count[c] == floor and num_extra < extra):
+      num_extra += count[c] == floor
+      assign[i], count[c], placed = c, count[c] + 1, placed + 1
+      if placed == n:
+        break
+  return np.asarray(assign, np.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "iters", "balanced"))
+@jax.jit
+def _distances(x_NxD, c_KxD):
+  return _sq_distances(x_NxD, c_KxD)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _update(x_NxD, a_N, c_KxD, k: int):
+  onehot_NxK = jax.nn.one_hot(a_N, k, dtype=x_NxD.dtype)
+  count_K = onehot_NxK.sum(0)
+  mean_KxD = onehot_NxK.T @ x_NxD / jnp.maximum(count_K, 1.0)[:, None]
+  # An emptied cluster keeps its centroid rather than collapsing to the origin.
+  return jnp.where(count_K[:, None] > 0, mean_KxD, c_KxD)
+
+
 def _kmeans(x_NxD, rng, k: int, iters: int, balanced: bool):
   def assign(c_KxD):
-    d2_NxK = _sq_distances(x_NxD, c_KxD)
-    return _balanced_assign(d2_NxK) if balanced else jnp.argmin(d2_NxK, axis=-1)
+    d2_NxK = _distances(x_NxD, c_KxD)
+    return (jnp.asarray(_balanced_assign(np.asarray(d2_NxK))) if balanced
+            else jnp.argmin(d2_NxK, axis=-1))
 
-  def update(c_KxD, _):
-    a_N = assign(c_KxD)
-    onehot_NxK = jax.nn.one_hot(a_N, k, dtype=x_NxD.dtype)
-    count_K = onehot_NxK.sum(0)
-    mean_KxD = onehot_NxK.T @ x_NxD / jnp.maximum(count_K, 1.0)[:, None]
-    # An emptied cluster keeps its centroid rather than collapsing to the origin.
-    return jnp.where(count_K[:, None] > 0, mean_KxD, c_KxD), None
-
-  c_KxD, _ = jax.lax.scan(update, _plus_plus(x_NxD, k, rng), None, length=iters)
+  c_KxD = jax.jit(_plus_plus, static_argnums=1)(x_NxD, k, rng)
+  for _ in range(iters):  # Lloyd's steps, driven from the host (the balanced greedy is)
+    c_KxD = _update(x_NxD, assign(c_KxD), c_KxD, k)
   return assign(c_KxD), c_KxD
 
 
@@ -87,7 +95,8 @@ def kmeans(x_NxD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
   """Lloyd's k-means from k-means++ seeds: (assignments [N] int, centroids [K, D]).
 
   Deterministic in seed. balanced=True assigns greedily under capacity ceil(N/k), with
-  sizes within 1 of each other (costs a sequential pass over the N*k pairs per iteration).
+  sizes within 1 of each other (costs a sequential host pass over the N*k pairs sorted by
+  distance, per iteration).
   """
   x_NxD = np.asarray(x_NxD, np.float32)
   if x_NxD.ndim != 2:
@@ -125,3 +134,68 @@ def routing_weights(x_BxD, centroids_KxD, temperature: float = 1.0, top_k: int |
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
   return _routing(jnp.asarray(x_BxD), jnp.asarray(centroids_KxD), temperature, top_k)
+
+
+# ---- text: tf-idf features of token windows (c-BTM clusters documents the same way) ----
+
+
+class TfIdf:
+  """tf-idf of token windows, reduced to `dim` directions by a truncated SVD and L2-normed.
+
+  Fit on the training windows (`fit`), then embeds any windows (`transform`), e.g. eval
+  windows for routing. Counts are built in chunks of sparse rows, so a corpus of many
+  windows never materialises a dense [N, vocab] matrix.
+  """
+
+  def __init__(self, vocab_size: int, dim: int = 64, chunk: int = 4096):
+    if dim < 1:
+      raise ValueError(f"dim must be >= 1, got {dim}")
+    self.vocab_size, self.dim, self.chunk = int(vocab_size), int(dim), int(chunk)
+    self.idf_V = self.components_DxV = None
+
+  def counts(self, source) -> "scipy.sparse.csr_matrix":  # noqa: F821
+    """Token counts [N, vocab] of every window of a pipeline source ({'tokens': [T]})."""
+    from scipy import sparse
+
+    parts = []
+    for begin in range(0, len(source), self.chunk):
+      rows_CxT = np.stack([source.get(i)["tokens"]
+                           for i in range(begin, min(begin + self.chunk, len(source)))])
+      if rows_CxT.max() >= self.vocab_size or rows_CxT.min() < 0:
+        raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
+                         f"[{rows_CxT.min()}, {rows_CxT.max()}]")
+      r = np.repeat(np.arange(len(rows_CxT)), rows_CxT.shape[1])
+      parts.append(sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_CxT.ravel())),
+                                     shape=(len(rows_CxT), self.vocab_size)))
+    return sparse.vstack(parts).tocsr()  # duplicates summed: counts
+
+  def _normalised_tfidf(self, counts_NxV):
+    from scipy import sparse
+
+    x = counts_NxV.multiply(self.idf_V[None, :]).tocsr()
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(1))).ravel()
+    return sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ x
+
+  def fit(self, source, seed: int = 0) -> np.ndarray:
+    """Fits idf and the SVD on `source`; returns its embeddings [N, dim]."""
+    from scipy.sparse import linalg
+
+    counts = self.counts(source)
+    n = counts.shape[0]
+    df_V = np.bincount(counts.indices, minlength=self.vocab_size)
+    self.idf_V = (np.log((1.0 + n) / (1.0 + df_V)) + 1.0).astype(np.float32)  # smoothed
+    x = self._normalised_tfidf(counts)
+    k = min(self.dim, min(x.shape) - 1)
+    v0 = np.random.default_rng(seed).standard_normal(min(x.shape))
+    _, _, vt = linalg.svds(x.astype(np.float64), k=k, v0=v0)
+    self.components_DxV = vt.astype(np.float32)
+    return self._project(x)
+
+  def transform(self, source) -> np.ndarray:
+    if self.idf_V is None:
+      raise ValueError("TfIdf.transform before fit")
+    return self._project(self._normalised_tfidf(self.counts(source)))
+
+  def _project(self, x_NxV) -> np.ndarray:
+    z = np.asarray(x_NxV @ self.components_DxV.T, np.float32)
+    return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)

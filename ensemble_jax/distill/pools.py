@@ -5,7 +5,8 @@
   el2n | grand | loss  the `fraction` of hardest (or easiest) examples by score, averaged
                        over the proxies (Paul et al. 2021), per class if asked
   kmeans               k = number of workers clusters of proxy embeddings (penultimate
-                       layer); worker i draws cluster i
+                       layer); worker i draws cluster i. For language models (c-BTM): the
+                       clusters of the windows' tf-idf (SVD to `tfidf_dim`), no proxy
   craig | gradmatch    a weighted coreset of `fraction` on closed-form last-layer gradients
                        of all proxies (concatenated), per class; the weights go into the loss
 A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
@@ -132,6 +133,8 @@ def build(config, data, num_consumers: int, proxy_dir: str):
 
   d = config.distill
   start = time.perf_counter()
+  if config.task == "lm":
+    return _text_clusters(config, data, num_consumers, start)
   proxy = train.fit(proxy_config(config), proxy_dir)
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
   proxy_state = soup(proxy.state) if d.proxy == "lipt" else proxy.state
@@ -190,6 +193,34 @@ def build(config, data, num_consumers: int, proxy_dir: str):
       "weighted": weights is not None,
   }
   return pools, weights, route, info
+
+
+def _text_clusters(config, data, num_consumers: int, start: float):
+  """c-BTM: balanced k-means of the training windows' tf-idf; eval windows routed by theirs."""
+  d = config.distill
+  tfidf = clusters.TfIdf(data.num_classes, d.tfidf_dim)
+  train_NxD = tfidf.fit(data.train, seed=config.seed)
+  iters = 20
+  assignment, centroids = clusters.kmeans(train_NxD, num_consumers, seed=config.seed,
+                                          iters=iters, balanced=d.balanced)
+  pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
+  route = None
+  if _routed(config):
+    route = np.asarray(clusters.routing_weights(
+        tfidf.transform(data.eval), centroids, d.route_temperature,
+        min(d.route_top_k, num_consumers)))
+  n, dim = train_NxD.shape
+  info = {
+      "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}",
+      "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
+      "build_time_s": time.perf_counter() - start,
+      # Lloyd's distances (3 N k D per iteration, plus the final assignment); the tf-idf
+      # counting and the sparse SVD run on the host and are in build_time_s only.
+      "build_flops": float(3 * n * num_consumers * dim * (iters + 1)),
+      "proxy": None, "scoring_flops": 0.0, "selection_time_s": time.perf_counter() - start,
+      "weighted": False,
+  }
+  return pools, None, route, info
 
 
 def soup(stacked_state):
