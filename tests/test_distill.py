@@ -145,6 +145,38 @@ def test_routing_weights():
   assert np.all(full > 0)
 
 
+class _Windows:
+  """A token-window source: topic t's windows draw tokens from its own 40-token range."""
+
+  def __init__(self, topics_N, seed):
+    rng = np.random.default_rng(seed)
+    self.tokens_NxT = np.stack([rng.integers(40 * t, 40 * (t + 1), 33) for t in topics_N])
+
+  def __len__(self):
+    return len(self.tokens_NxT)
+
+  def get(self, i):
+    return {"tokens": self.tokens_NxT[i]}
+
+
+def test_tfidf_clusters_separate_topics_and_route_unseen_windows():
+  topics_N = np.repeat(np.arange(3), 50)
+  tfidf = clusters.TfIdf(vocab_size=160, dim=8, chunk=64)  # chunks: 64, 64, 22 windows
+  x_NxD = tfidf.fit(_Windows(topics_N, seed=0))
+  np.testing.assert_allclose(np.linalg.norm(x_NxD, axis=1), 1.0, rtol=1e-5)
+  a_N, c_KxD = clusters.kmeans(x_NxD, 3, seed=0, balanced=True)
+  for k in range(3):  # each cluster is one topic, 50 windows each
+    assert len(np.unique(topics_N[a_N == k])) == 1 and (a_N == k).sum() == 50
+  unseen_topics = np.array([0, 1, 2, 2])
+  route_BxK = np.asarray(clusters.routing_weights(
+      tfidf.transform(_Windows(unseen_topics, seed=1)), c_KxD, temperature=0.1, top_k=2))
+  cluster_of_topic = [np.bincount(a_N[topics_N == t]).argmax() for t in range(3)]
+  np.testing.assert_array_equal(route_BxK.argmax(-1), np.take(cluster_of_topic, unseen_topics))
+  assert np.all(route_BxK.max(-1) > 0.9)
+  with pytest.raises(ValueError, match=r"token ids must lie in \[0, 100\)"):
+    clusters.TfIdf(vocab_size=100).fit(_Windows(topics_N, seed=0))
+
+
 def test_pool_sampler_and_split_pool():
   pools = samplers.split_pool(np.arange(10, 70), 4, seed=0)
   flat = np.concatenate(pools)

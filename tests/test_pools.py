@@ -67,6 +67,27 @@ def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
   assert info["proxy"]["kind"] == proxy
 
 
+def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
+  from experiments.configs import pydocs_gpt2
+
+  c = pydocs_gpt2.get_config("ensemble,smoke")
+  c.mesh = [("worker", 2), ("data", -1)]
+  c.method.num_workers, c.method.aggregation = 2, "routed,probs"
+  c.data.train_examples = 256
+  c.distill.method, c.distill.tfidf_dim = "kmeans", 8
+  c.distill.cache_dir = str(tmp_path / "pools")
+  r = train.train_and_evaluate(c, str(tmp_path / "run"))
+  info = r["distill"]
+  assert info["pool_sizes"] == [128, 128] and info["proxy"] is None  # balanced, no proxy
+  assert "tf-idf" in info["features"] and info["build_flops"] > 0
+  routed = r["ensemble"]["routed"]
+  assert np.isfinite(routed["perplexity"]) and routed["num_tokens"] == r["ensemble"][
+      "probs"]["num_tokens"]
+  c.distill.method, c.method.aggregation = "el2n", "probs"
+  with pytest.raises(config_lib.ConfigError, match="use 'kmeans' or 'none' for task 'lm'"):
+    config_lib.validate(c)
+
+
 def test_routed_combine_uses_per_example_weights():
   logits_NxBxC = jax.random.normal(jax.random.key(0), (3, 5, 4))
   route_NxB = jax.nn.one_hot(jnp.array([0, 2, 1, 1, 0]), 3).T  # example b -> one worker

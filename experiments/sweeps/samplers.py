@@ -1,7 +1,7 @@
 """Which distilled sequence helps? The ensemble at fixed N and L, one run per sampler and seed.
 
-  python -m experiments.sweeps.samplers --workdir=experiments/results/samplers \
-      [--seeds=0,1,2] [--grid=full|smoke]
+  python -m experiments.sweeps.samplers [--workload=fashion|pydocs] [--workdir=DIR] \
+      [--seeds=0,1,2] [--grid=full|smoke] [--samplers=random,kmeans,...]
 
 Fashion-MNIST, the cost-vs-time workload (`fashion_mnist.py:ensemble,sweep`: ResNet-18
 width 8, 64 examples per worker step), N = 4 workers x L = 200 steps each, evaluated once
@@ -13,19 +13,27 @@ set), and pools of FRACTION of it chosen by EL2N, GraNd (hardest, per class), k-
 GradMatch's gradients from Ro et al.'s souped sparse proxy, `el2n_easiest` keeps the
 easiest examples. Pools come from 2 proxies of width 4 trained 150 steps each; their
 build time and FLOPs are added to the run's (one pool per
-seed: a pool depends on the seed). Resumable: a finished run is read back. Writes
-`summary.json` and `table.md` in the workdir.
+seed: a pool depends on the seed).
+
+`--workload=pydocs`: GPT-2 tiny on the Python docs (`pydocs_gpt2.py:ensemble,sweep`),
+N = 4 x L = 400, perplexity on all validation windows, for the text samplers: `random`,
+`kmeans` (c-BTM: balanced k-means of the windows' tf-idf, one cluster per worker) and
+`kmeans_routed` (the same experts, each validation window routed by its tf-idf).
+
+Resumable: a finished run is read back. Writes `summary.json` and `table.md` in the
+workdir.
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import json
+import math
 import os
 import statistics
 
 from ensemble_jax import config_lib, train
-from experiments.configs import fashion_mnist
+from experiments.configs import fashion_mnist, pydocs_gpt2
 
 FRACTION = 0.2
 SAMPLERS = {
@@ -43,9 +51,25 @@ SAMPLERS = {
     # Sorscher et al.: at small kept fractions the easiest examples beat the hardest
     "el2n_easiest": {"distill.method": "el2n", "distill.keep": "easiest"},
 }
+TEXT_SAMPLERS = {
+    "random": {"method.sampler": "random"},
+    "kmeans": {"distill.method": "kmeans"},
+    "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"},
+}
+WORKLOADS = {  # workload: (its samplers, default workdir, table caption)
+    "fashion": (SAMPLERS, "experiments/results/samplers",
+                f"Fashion-MNIST, ensemble N=4 x L=200 (ResNet-18 width 8, 64 per step), pools "
+                f"of {FRACTION:.0%} from 2 width-4 proxies x 150 steps"),
+    "pydocs": (TEXT_SAMPLERS, "experiments/results/samplers_pydocs",
+               "Python docs, ensemble N=4 x L=400 (GPT-2 tiny, 16 x 128 tokens per step), "
+               "perplexity on all validation windows; pools: tf-idf (SVD to 64) balanced "
+               "k-means"),
+}
 
 
-def get_config(sampler: str, seed: int, workdir: str, grid: str):
+def get_config(sampler: str, seed: int, workdir: str, grid: str, workload: str = "fashion"):
+  if workload == "pydocs":
+    return _text_config(sampler, seed, workdir, grid)
   c = fashion_mnist.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
   c.seed = seed
   c.method.num_workers, c.method.steps_per_worker = 4, 200
@@ -63,18 +87,46 @@ def get_config(sampler: str, seed: int, workdir: str, grid: str):
   return c
 
 
+def _text_config(sampler: str, seed: int, workdir: str, grid: str):
+  c = pydocs_gpt2.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
+  c.seed = seed
+  c.mesh = [("worker", 4), ("data", -1)]
+  c.method.num_workers, c.method.steps_per_worker = 4, 400
+  c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, every window
+  c.distill.cache_dir = os.path.join(workdir, "pools")
+  if grid == "smoke":
+    c.mesh = [("worker", 2), ("data", -1)]
+    c.method.num_workers, c.method.steps_per_worker = 2, 4
+    c.data.train_examples, c.eval.num_examples = 256, 32
+    c.distill.tfidf_dim = 8
+  for key, value in TEXT_SAMPLERS[sampler].items():
+    config_lib.set_dotted(c, key, value)
+  return c
+
+
 def _row(r: dict) -> dict:
+  """One run's table row: the headline aggregation's metric (accuracy for images,
+  perplexity for text), the workers' mean, and the costs including the pool's."""
   distill = r.get("distill") or {}
-  headline = r["config"]["method"]["aggregation"].split(",")[0]
+  headline = r["ensemble"][r["config"]["method"]["aggregation"].split(",")[0]]
+  if r["config"]["task"] == "lm":
+    metric = {"perplexity": headline["perplexity"],
+              "worker_perplexity": math.exp(r["final"]["worker/nll_mean"])}
+  else:
+    metric = {"accuracy": headline["accuracy"],
+              "worker_accuracy": r["final"]["worker/accuracy_mean"]}
   return {
-      "accuracy": r["ensemble"][headline]["accuracy"],
-      "nll": r["ensemble"][headline]["nll"],
-      "worker_accuracy": r["final"]["worker/accuracy_mean"],
-      "pool_size": distill.get("pool_size", r["data"]["train_examples"]),
+      **metric, "nll": headline["nll"],
+      "pool_size": distill.get("pool_size", _train_size(r["data"])),
       "build_time_s": distill.get("build_time_s", 0.0),
       "wall_time_s": r["wall_time_s"] + distill.get("build_time_s", 0.0),
       "tflops": r["cost"]["measured"]["flops"] / 1e12,
   }
+
+
+def _train_size(data: dict) -> int:
+  """Training examples (images) or windows (text) the run drew from."""
+  return data.get("train_examples_used", data.get("train_examples", data.get("train_windows")))
 
 
 def summarize(runs: dict[str, list[dict]]) -> tuple[dict, str]:
@@ -84,31 +136,39 @@ def summarize(runs: dict[str, list[dict]]) -> tuple[dict, str]:
                             "min": min(r[k] for r in rows), "max": max(r[k] for r in rows)}
                         for k in rows[0]}
     summary[sampler]["seeds"] = len(rows)
-  lines = ["| sampler | seeds | ensemble acc (headline aggregation) | workers' mean acc | pool size | "
-           "pool build s | wall s incl. build | TFLOPs incl. build |",
+  metric = "perplexity" if any("perplexity" in s for s in summary.values()) else "accuracy"
+  short = {"accuracy": "acc", "perplexity": "perplexity"}[metric]
+  lines = [f"| sampler | seeds | ensemble {short} (headline aggregation) | workers' mean "
+           f"{short} | pool size | pool build s | wall s incl. build | TFLOPs incl. build |",
            "|---|---|---|---|---|---|---|---|"]
+  digits = 4 if metric == "accuracy" else 2
   for sampler, s in summary.items():
     def cell(k, digits):
       return (f"{s[k]['mean']:.{digits}f} [{s[k]['min']:.{digits}f}, "
               f"{s[k]['max']:.{digits}f}]")
-    lines.append(f"| {sampler} | {s['seeds']} | {cell('accuracy', 4)} | "
-                 f"{cell('worker_accuracy', 4)} | {s['pool_size']['mean']:.0f} | "
+    lines.append(f"| {sampler} | {s['seeds']} | {cell(metric, digits)} | "
+                 f"{cell('worker_' + metric, digits)} | {s['pool_size']['mean']:.0f} | "
                  f"{cell('build_time_s', 1)} | {cell('wall_time_s', 1)} | "
                  f"{cell('tflops', 2)} |")
   return summary, "\n".join(lines) + "\n"
 
 
 def run(workdir: str, seeds: list[int], grid: str = "full",
-        samplers: list[str] | None = None) -> dict:
+        samplers: list[str] | None = None, workload: str = "fashion") -> dict:
   """Trains the (sampler, seed) runs not finished yet, then summarises every finished run
   under the workdir (also those of other invocations, e.g. more seeds of some samplers)."""
+  known, _, caption = WORKLOADS[workload]
+  unknown = sorted(set(samplers or ()) - set(known))
+  if unknown:
+    raise ValueError(f"samplers {unknown} unknown for workload {workload!r}; choose from "
+                     f"{list(known)}")
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds
-    for sampler in samplers or list(SAMPLERS):
+    for sampler in samplers or list(known):
       run_dir = os.path.join(workdir, sampler, f"seed{seed}")
       if not os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
-        train.train_and_evaluate(get_config(sampler, seed, workdir, grid), run_dir)
+        train.train_and_evaluate(get_config(sampler, seed, workdir, grid, workload), run_dir)
   runs: dict[str, list[dict]] = {}
-  for sampler in SAMPLERS:
+  for sampler in known:
     for seed_dir in sorted(glob.glob(os.path.join(workdir, sampler, "seed*"))):
       path = os.path.join(seed_dir, train.RESULTS_FILE)
       if os.path.exists(path):
@@ -118,22 +178,25 @@ def run(workdir: str, seeds: list[int], grid: str = "full",
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   with open(os.path.join(workdir, "table.md"), "w") as f:
-    f.write(f"Fashion-MNIST, ensemble N=4 x L=200 (ResNet-18 width 8, 64 per step), pools "
-            f"of {FRACTION:.0%} from 2 width-4 proxies x 150 steps; mean [min, max] over "
-            "seeds; measured on one 2-core host.\n\n" + text)
+    f.write(f"{caption}; mean [min, max] over seeds; measured on one 2-core host.\n\n"
+            + text)
   return summary
 
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workdir", default="experiments/results/samplers")
+  p.add_argument("--workload", default="fashion", choices=tuple(WORKLOADS))
+  p.add_argument("--workdir", default="", help="default: the workload's results directory")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", choices=("full", "smoke"))
-  p.add_argument("--samplers", default="", help=f"comma-separated subset of {list(SAMPLERS)}")
+  p.add_argument("--samplers", default="",
+                 help="comma-separated subset of the workload's: "
+                      + "; ".join(f"{w}: {','.join(v[0])}" for w, v in WORKLOADS.items()))
   args = p.parse_args(argv)
-  run(args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-      [s for s in args.samplers.split(",") if s] or None)
-  with open(os.path.join(args.workdir, "table.md")) as f:
+  workdir = args.workdir or WORKLOADS[args.workload][1]
+  run(workdir, [int(s) for s in args.seeds.split(",")], args.grid,
+      [s for s in args.samplers.split(",") if s] or None, args.workload)
+  with open(os.path.join(workdir, "table.md")) as f:
     print(f.read())
   return 0
 
