@@ -36,7 +36,8 @@ sweep-pydocs: install data
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data
-	$(PY) -m experiments.sweeps.samplers --workdir=experiments/results/samplers --seeds=0,1,2
+	$(PY) -m experiments.sweeps.samplers --workload=fashion --seeds=0,1,2
+	$(PY) -m experiments.sweeps.samplers --workload=pydocs --seeds=0,1,2
 
 lipt: install data
 	$(PY) -m experiments.lipt_pipeline --workdir=experiments/results/lipt --seeds=0,1,2

@@ -115,6 +115,13 @@ def test_per_class_coreset(noisy):
   idx, w = coresets.per_class(coresets.craig, g_NxK, labels_N, 16)
   assert set(labels_N[idx].tolist()) == set(range(C)) and len(idx) == len(w)
   assert w.sum() == N  # each class's weights cover that class
+  # Gradients given as a function of the rows: asked one class at a time, same picks.
+  asked = []
+  lazy = lambda rows: asked.append(len(rows)) or g_NxK[rows]  # noqa: E731
+  idx2, w2 = coresets.per_class(coresets.craig, lazy, labels_N, 16)
+  np.testing.assert_array_equal(idx2, idx)
+  np.testing.assert_array_equal(w2, w)
+  assert sorted(asked) == sorted(np.bincount(labels_N).tolist())
 
 
 def test_kmeans_recovers_blobs_and_balanced_sizes():

@@ -207,9 +207,14 @@ def gradmatch(g_NxK, k: int, lam: float = 0.5, picks_per_round: int = 0
 def per_class(select: Callable, g_NxK, labels_N, k: int, **kwargs
               ) -> tuple[np.ndarray, np.ndarray]:
   """Runs `select(g_class, k_class, **kwargs)` within each label, k split by class size
-  (at least one pick per class), and concatenates (global indices, weights)."""
-  g_NxK, labels_N = np.asarray(g_NxK), np.asarray(labels_N)
-  if labels_N.shape != (len(g_NxK),):
+  (at least one pick per class), and concatenates (global indices, weights).
+
+  g_NxK: the gradients [N, K], or a function of example indices returning their rows, so
+  only one class's gradients exist at a time (ImageNet: 1.28M x K never materialises).
+  """
+  labels_N = np.asarray(labels_N)
+  rows = g_NxK if callable(g_NxK) else np.asarray(g_NxK).__getitem__
+  if not callable(g_NxK) and labels_N.shape != (len(g_NxK),):
     raise ValueError(f"labels must be [N={len(g_NxK)}], got shape {labels_N.shape}")
   classes = np.unique(labels_N)
   if not len(classes) <= k <= len(labels_N):
@@ -219,7 +224,7 @@ def per_class(select: Callable, g_NxK, labels_N, k: int, **kwargs
   for c in classes:
     members = np.flatnonzero(labels_N == c)
     k_c = int(min(len(members), max(1, round(k * len(members) / len(labels_N)))))
-    idx, w = select(g_NxK[members], k_c, **kwargs)
+    idx, w = select(rows(members), k_c, **kwargs)
     indices.append(members[idx])
     weights.append(w)
   return np.concatenate(indices), np.concatenate(weights)

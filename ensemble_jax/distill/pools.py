@@ -165,16 +165,18 @@ def build(config, data, num_consumers: int, proxy_dir: str):
           (eval_features[0] - mean) / std, centroids,
           d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
   else:  # craig | gradmatch on all proxies' last-layer gradients side by side
-    g_NxK = np.concatenate([coresets.last_layer_gradients(
-        f, l, labels_N, include_weight=d.gradient == "last_layer")
-        for l, f in zip(logits_MxNxC, features_MxNxF)], axis=1)
+    def gradients(rows):  # [len(rows), K]: computed per class when selecting per class
+      return np.concatenate([coresets.last_layer_gradients(
+          f[rows], l[rows], labels_N[rows], include_weight=d.gradient == "last_layer")
+          for l, f in zip(logits_MxNxC, features_MxNxF)], axis=1)
+
     k = max(1, int(round(d.fraction * n)))
     kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
     select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
     if d.per_class:
-      selected, w = coresets.per_class(select, g_NxK, labels_N, k, **kwargs)
+      selected, w = coresets.per_class(select, gradients, labels_N, k, **kwargs)
     else:
-      selected, w = select(g_NxK, k, **kwargs)
+      selected, w = select(gradients(np.arange(n)), k, **kwargs)
     weights = np.zeros(n, np.float32)
     weights[selected] = w / w.mean()  # mean weight 1 over the coreset
     pools = split(selected, num_consumers, config.seed, d.split)
