@@ -90,7 +90,6 @@ def get_config(sampler: str, seed: int, workdir: str, grid: str, workload: str =
 def _text_config(sampler: str, seed: int, workdir: str, grid: str):
   c = pydocs_gpt2.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
   c.seed = seed
-  c.mesh = [("worker", 4), ("data", -1)]
   c.method.num_workers, c.method.steps_per_worker = 4, 400
   c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, every window
   c.distill.cache_dir = os.path.join(workdir, "pools")
