@@ -111,7 +111,7 @@ def sweep_grid(name: str = "full") -> dict:
   return {
       "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
       "dp_short_schedule": {f"D4_S{s}": dp(4, **{"train.num_steps": s}) for s in (100, 150, 200)},
-      "dp_small_model": {f"D{d}": dp(d, **{"model.size": "micro"}) for d in (1, 4)},
+      "dp_small_model": {f"D{d}": dp(d, **{"model.size": "micro"}) for d in (1, 4, 8)},
       "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 400), (8, 300))},
       "diloco": {f"H{h}": ("diloco,sweep", {"method.sync_every": h,
                                             "method.steps_per_worker": SWEEP_STEPS // 4})
