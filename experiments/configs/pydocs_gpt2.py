@@ -95,14 +95,19 @@ def sweep_grid(name: str = "full") -> dict:
 
   data_parallel at D devices = one model at 16 D windows per step (cost.devices = D) with
   the same token budget; strong baselines: shorter full cosine schedules at D = 4, and a
-  smaller model ('micro', 1 layer); the ensemble over (N, L); DiLoCo with N = 4 over H.
+  smaller model ('micro', 1 layer); the ensemble over (N, L), with random streams and with
+  c-BTM's tf-idf clusters + routing (its pool's build time on its critical path); DiLoCo
+  with N = 4 over H.
   """
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 16 * d, "cost.devices": d,
                       "train.num_steps": SWEEP_STEPS // d, **extra})
 
-  def ensemble(n, l):
-    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l})
+  def ensemble(n, l, **extra):
+    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l, **extra})
+
+  # c-BTM: worker i trains on tf-idf cluster i, each validation window routed by its tf-idf
+  routed = {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"}
 
   if name == "smoke":
     return {"data_parallel": {"D1": ("smoke", {})}, "ensemble": {"N4_L4": ("ensemble,smoke", {})}}
@@ -113,6 +118,8 @@ def sweep_grid(name: str = "full") -> dict:
       "dp_short_schedule": {f"D4_S{s}": dp(4, **{"train.num_steps": s}) for s in (100, 150, 200)},
       "dp_small_model": {f"D{d}": dp(d, **{"model.size": "micro"}) for d in (1, 4, 8)},
       "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 400), (8, 300))},
+      "ensemble_tfidf_routed": {f"N{n}_L{l}": ensemble(n, l, **routed)
+                                for n, l in ((2, 600), (4, 400), (8, 300))},
       "diloco": {f"H{h}": ("diloco,sweep", {"method.sync_every": h,
                                             "method.steps_per_worker": SWEEP_STEPS // 4})
                  for h in (10, 50, 300)},

@@ -59,6 +59,7 @@ def device_config(config):
   if c.method.name == "data_parallel":
     c.train.batch_size //= max(c.cost.devices, 1)
   c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
+  c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
   c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
