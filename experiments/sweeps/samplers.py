@@ -12,8 +12,7 @@ set), and pools of FRACTION of it chosen by EL2N, GraNd (hardest, per class), k-
 (softmax(-d^2/T) over each test example's nearest clusters), `lipt_gradmatch` takes
 GradMatch's gradients from Ro et al.'s souped sparse proxy, `el2n_easiest` keeps the
 easiest examples. Pools come from 2 proxies of width 4 trained 150 steps each; their
-build time and FLOPs are added to the run's (one pool per
-seed: a pool depends on the seed).
+build time and FLOPs are added to the run's (one pool per seed: a pool depends on it).
 
 `--workload=pydocs`: GPT-2 tiny on the Python docs (`pydocs_gpt2.py:ensemble,sweep`),
 N = 4 x L = 400, perplexity on all validation windows, for the text samplers: `random`,
@@ -68,37 +67,24 @@ WORKLOADS = {  # workload: (its samplers, default workdir, table caption)
 
 
 def get_config(sampler: str, seed: int, workdir: str, grid: str, workload: str = "fashion"):
-  if workload == "pydocs":
-    return _text_config(sampler, seed, workdir, grid)
-  c = fashion_mnist.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
+  """The ensemble at N = 4 (L = 200 for images, 400 for text), evaluated once at the end on
+  the whole eval split; the sampler's overrides last."""
+  text = workload == "pydocs"
+  module = pydocs_gpt2 if text else fashion_mnist
+  c = module.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
   c.seed = seed
-  c.method.num_workers, c.method.steps_per_worker = 4, 200
-  c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, all 10k test images
-  c.distill.fraction = FRACTION
-  c.distill.proxy_models, c.distill.proxy_steps, c.distill.proxy_width = 2, 150, 4
+  c.method.num_workers, c.method.steps_per_worker = 4, 400 if text else 200
+  c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, the whole eval split
   c.distill.cache_dir = os.path.join(workdir, "pools")
+  if not text:  # image pools: a fraction, chosen with proxies
+    c.distill.fraction = FRACTION
+    c.distill.proxy_models, c.distill.proxy_steps, c.distill.proxy_width = 2, 150, 4
   if grid == "smoke":
     c.mesh = [("worker", 2), ("data", -1)]
     c.method.num_workers, c.method.steps_per_worker = 2, 4
-    c.data.train_examples, c.eval.num_examples = 256, 128
-    c.distill.proxy_steps, c.distill.proxy_width = 2, 2
-  for key, value in SAMPLERS[sampler].items():
-    config_lib.set_dotted(c, key, value)
-  return c
-
-
-def _text_config(sampler: str, seed: int, workdir: str, grid: str):
-  c = pydocs_gpt2.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
-  c.seed = seed
-  c.method.num_workers, c.method.steps_per_worker = 4, 400
-  c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, every window
-  c.distill.cache_dir = os.path.join(workdir, "pools")
-  if grid == "smoke":
-    c.mesh = [("worker", 2), ("data", -1)]
-    c.method.num_workers, c.method.steps_per_worker = 2, 4
-    c.data.train_examples, c.eval.num_examples = 256, 32
-    c.distill.tfidf_dim = 8
-  for key, value in TEXT_SAMPLERS[sampler].items():
+    c.data.train_examples, c.eval.num_examples = 256, 32 if text else 128
+    c.distill.proxy_steps, c.distill.proxy_width, c.distill.tfidf_dim = 2, 2, 8
+  for key, value in WORKLOADS[workload][0][sampler].items():
     config_lib.set_dotted(c, key, value)
   return c
 
