@@ -46,7 +46,9 @@ def load_runs(results_dir: str) -> list[dict]:
 
 
 def _spread(values: list[float]) -> dict:
-  return {"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+  lo, hi = min(values), max(values)
+  # fmean of equal floats can land an ulp outside them (a negative error bar for matplotlib)
+  return {"mean": min(max(statistics.fmean(values), lo), hi), "min": lo, "max": hi}
 
 
 def points(runs: list[dict]) -> list[dict]:

@@ -54,6 +54,13 @@ def test_ratios_skip_points_that_missed_the_target(tmp_path):
   assert r["fastest_s"] == 30.0  # N8_L50 (15 s) missed the target in one seed
 
 
+def test_spread_of_equal_values_has_no_negative_error_bar():
+  # fmean([x] * 3) is an ulp off x for this x; a plotted error bar must not go negative
+  x = 15.818758625392501
+  spread = report._spread([x] * 3)
+  assert spread["min"] <= spread["mean"] <= spread["max"]
+
+
 def test_pareto_front():
   assert report.pareto([(1, 5), (2, 3), (3, 4), (4, 1)]) == [(1, 5), (2, 3), (4, 1)]
 
