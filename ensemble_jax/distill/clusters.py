@@ -19,6 +19,7 @@ def _sq_distances(x_NxD: jax.Array, c_KxD: jax.Array) -> jax.Array:
   return jnp.maximum(sq, 0.0)
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def _plus_plus(x_NxD: jax.Array, k: int, rng: jax.Array) -> jax.Array:
   """k-means++ seeding: each next centroid drawn with probability ~ d^2 to the nearest."""
   n = x_NxD.shape[0]
@@ -84,7 +85,7 @@ def _kmeans(x_NxD, rng, k: int, iters: int, balanced: bool):
     return (jnp.asarray(_balanced_assign(np.asarray(d2_NxK))) if balanced
             else jnp.argmin(d2_NxK, axis=-1))
 
-  c_KxD = jax.jit(_plus_plus, static_argnums=1)(x_NxD, k, rng)
+  c_KxD = _plus_plus(x_NxD, k, rng)
   for _ in range(iters):  # Lloyd's steps, driven from the host (the balanced greedy is)
     c_KxD = _update(x_NxD, assign(c_KxD), c_KxD, k)
   return assign(c_KxD), c_KxD
