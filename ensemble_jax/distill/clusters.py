@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 
+@jax.jit
 def _sq_distances(x_NxD: jax.Array, c_KxD: jax.Array) -> jax.Array:
   sq = (jnp.sum(x_NxD * x_NxD, -1)[:, None] + jnp.sum(c_KxD * c_KxD, -1)[None, :]
         - 2.0 * x_NxD @ c_KxD.T)
@@ -65,11 +66,6 @@ def _balanced_assign(d2_NxK: np.ndarray) -> np.ndarray:
   return np.asarray(assign, np.int32)
 
 
-@jax.jit
-def _distances(x_NxD, c_KxD):
-  return _sq_distances(x_NxD, c_KxD)
-
-
 @functools.partial(jax.jit, static_argnames=("k",))
 def _update(x_NxD, a_N, c_KxD, k: int):
   onehot_NxK = jax.nn.one_hot(a_N, k, dtype=x_NxD.dtype)
@@ -81,7 +77,7 @@ def _update(x_NxD, a_N, c_KxD, k: int):
 
 def _kmeans(x_NxD, rng, k: int, iters: int, balanced: bool):
   def assign(c_KxD):
-    d2_NxK = _distances(x_NxD, c_KxD)
+    d2_NxK = _sq_distances(x_NxD, c_KxD)
     return (jnp.asarray(_balanced_assign(np.asarray(d2_NxK))) if balanced
             else jnp.argmin(d2_NxK, axis=-1))
 
