@@ -1,5 +1,7 @@
 """k-means in a proxy's embedding space: worker i trains on cluster i (c-BTM style), and
-at aggregation each input is routed to the experts of its nearest centroids.
+at aggregation each input is routed to the experts of its nearest centroids. A text window
+is routed position by position, each on the tf-idf of its running prefix (the context the
+model sees, `TfIdf.transform_prefixes`), never on the tokens it predicts.
 
 The balanced variant caps every cluster near N/k, so no worker gets a tiny shard (and an
 ensemble step of stacked workers does not wait on the biggest one).
@@ -139,9 +141,10 @@ def routing_weights(x_BxD, centroids_KxD, temperature: float = 1.0, top_k: int |
 class TfIdf:
   """tf-idf of token windows, reduced to `dim` directions by a truncated SVD and L2-normed.
 
-  Fit on the training windows (`fit`), then embeds any windows (`transform`), e.g. eval
-  windows for routing. Counts are built in chunks of sparse rows, so a corpus of many
-  windows never materialises a dense [N, vocab] matrix.
+  Fit on the training windows (`fit`), then embeds any windows (`transform`), or every
+  running prefix of their model inputs (`transform_prefixes`: routing without the targets).
+  Counts are built in chunks of sparse rows, so a corpus of many windows never materialises
+  a dense [N, vocab] matrix.
   """
 
   def __init__(self, vocab_size: int, dim: int = 64, chunk: int = 4096):
@@ -193,6 +196,53 @@ class TfIdf:
       raise ValueError("TfIdf.transform before fit")
     return self._project(self._normalised_tfidf(self.counts(source)))
 
+  def transform_prefixes(self, source, budget: int = 1 << 22) -> np.ndarray:
+    """[N, T, dim]: row t embeds window[:t + 1] of each window's inputs (window[:-1]), i.e.
+    `transform` of the window truncated to the context of prediction t, never its target.
+
+    Both the projection and the tf-idf norm are sums over tokens, so they are running sums
+    over positions of per-token terms: memory is O(T * dim) per window, whatever the vocab,
+    over chunks of windows holding about `budget` floats.
+    """
+    if self.idf_V is None:
+      raise ValueError("TfIdf.transform_prefixes before fit")
+    idf_V = self.idf_V.astype(np.float64)
+    # Token v adds idf[v] * components[:, v] to the unnormalised projection.
+    proj_VxD = idf_V[:, None] * self.components_DxV.T.astype(np.float64)
+    n = len(source)
+    t = len(source.get(0)["tokens"]) - 1 if n else 0
+    out_NxTxD = np.zeros((n, t, proj_VxD.shape[1]), np.float32)
+    rows = max(1, min(self.chunk, budget // max(1, t * proj_VxD.shape[1])))
+    for begin in range(0, n, rows):
+      end = min(begin + rows, n)
+      inputs_CxT = np.stack([source.get(i)["tokens"][:-1] for i in range(begin, end)])
+      if inputs_CxT.max() >= self.vocab_size or inputs_CxT.min() < 0:
+        raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
+                         f"[{inputs_CxT.min()}, {inputs_CxT.max()}]")
+      # The squared tf-idf norm grows by ((c + 1)^2 - c^2) idf^2 = (2c + 1) idf^2 when a
+      # token seen c times before joins the prefix.
+      seen_CxT = _earlier_occurrences(inputs_CxT)
+      sq_norm_CxT = np.cumsum((2.0 * seen_CxT + 1.0) * idf_V[inputs_CxT] ** 2, axis=1)
+      z_CxTxD = np.cumsum(proj_VxD[inputs_CxT], axis=1)
+      z_CxTxD /= np.maximum(np.sqrt(sq_norm_CxT), 1e-12)[..., None]
+      z_CxTxD /= np.maximum(np.linalg.norm(z_CxTxD, axis=-1, keepdims=True), 1e-12)
+      out_NxTxD[begin:end] = z_CxTxD
+    return out_NxTxD
+
   def _project(self, x_NxV) -> np.ndarray:
     z = np.asarray(x_NxV @ self.components_DxV.T, np.float32)
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+
+
+def _earlier_occurrences(tokens_CxT: np.ndarray) -> np.ndarray:
+  """[C, T]: how often tokens[c, t] occurs in tokens[c, :t]."""
+  c, t = tokens_CxT.shape
+  order_CxT = np.argsort(tokens_CxT, axis=1, kind="stable")  # equal tokens keep their order
+  sorted_CxT = np.take_along_axis(tokens_CxT, order_CxT, axis=1)
+  pos_T = np.arange(t)
+  starts_CxT = np.ones((c, t), bool)
+  starts_CxT[:, 1:] = sorted_CxT[:, 1:] != sorted_CxT[:, :-1]
+  rank_CxT = pos_T - np.maximum.accumulate(np.where(starts_CxT, pos_T, 0), axis=1)
+  seen_CxT = np.empty_like(rank_CxT)
+  np.put_along_axis(seen_CxT, order_CxT, rank_CxT, axis=1)
+  return seen_CxT

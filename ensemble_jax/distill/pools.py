@@ -6,7 +6,9 @@
                        over the proxies (Paul et al. 2021), per class if asked
   kmeans               k = number of workers clusters of proxy embeddings (penultimate
                        layer); worker i draws cluster i. For language models (c-BTM): the
-                       clusters of the windows' tf-idf (SVD to `tfidf_dim`), no proxy
+                       clusters of the windows' tf-idf (SVD to `tfidf_dim`), no proxy; with
+                       `routed` aggregation each eval position is routed on the tf-idf of
+                       its running prefix (its context), never on the tokens it predicts
   craig | gradmatch    a weighted coreset of `fraction` on closed-form last-layer gradients
                        of all proxies (concatenated), per class; the weights go into the loss
 A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
@@ -50,7 +52,8 @@ SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
 class Pool:
   sampler: samplers.Sampler
   info: dict | None  # results.json `distill`; None without a distilled sequence
-  eval_route: np.ndarray | None = None  # [eval examples, N] routing weights ('routed')
+  # 'routed' weights: [eval examples, N] (images), [eval windows, T, N] (text, per position)
+  eval_route: np.ndarray | None = None
 
 
 def create(config, data, method, workdir: str) -> Pool:
@@ -86,12 +89,17 @@ def _routed(config) -> bool:
 
 def cache_key(config, data, num_consumers: int) -> str:
   """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
-  blob = json.dumps({"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
-                     "routed": _routed(config), "eval_split": config.eval.split,
-                     "model": config.model.to_dict(), "data": config.data.to_dict(),
-                     "optim": config.optim.to_dict(), "batch": config.train.batch_size,
-                     "seed": config.seed, "consumers": num_consumers,
-                     "fingerprint": fingerprint(data)}, sort_keys=True, default=str)
+  fields = {"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
+            "routed": _routed(config), "eval_split": config.eval.split,
+            "model": config.model.to_dict(), "data": config.data.to_dict(),
+            "optim": config.optim.to_dict(), "batch": config.train.batch_size,
+            "seed": config.seed, "consumers": num_consumers,
+            "fingerprint": fingerprint(data)}
+  if _routed(config) and config.task == "lm":
+    # Text pools once routed each window on all of its tokens, targets included: a new key,
+    # so no such cached routing is ever read back.
+    fields["route_scheme"] = "prefix"
+  blob = json.dumps(fields, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -198,7 +206,8 @@ def build(config, data, num_consumers: int, proxy_dir: str):
 
 
 def _text_clusters(config, data, num_consumers: int, start: float):
-  """c-BTM: balanced k-means of the training windows' tf-idf; eval windows routed by theirs."""
+  """c-BTM: balanced k-means of the training windows' tf-idf; each eval position routed by
+  the tf-idf of its running prefix [M, T, N], so no prediction's routing sees its target."""
   d = config.distill
   tfidf = clusters.TfIdf(data.num_classes, d.tfidf_dim)
   train_NxD = tfidf.fit(data.train, seed=config.seed)
@@ -208,9 +217,14 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):
-    route = np.asarray(clusters.routing_weights(
-        tfidf.transform(data.eval), centroids, d.route_temperature,
-        min(d.route_top_k, num_consumers)))
+    prefixes_MxTxD = tfidf.transform_prefixes(data.eval)
+    m, t, dim = prefixes_MxTxD.shape
+    route = np.zeros((m, t, num_consumers), np.float32)
+    rows = max(1, 65536 // max(t, 1))  # windows per routing call: bounded device memory
+    for i in range(0, m, rows):
+      route[i:i + rows] = np.asarray(clusters.routing_weights(
+          prefixes_MxTxD[i:i + rows].reshape(-1, dim), centroids, d.route_temperature,
+          min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)
   n, dim = train_NxD.shape
   info = {
       "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}",

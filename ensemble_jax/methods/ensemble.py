@@ -156,10 +156,18 @@ class Ensemble:
     sums = {"per_worker": jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
         logits_NxBx, labels, mask)}
     for mode in self.modes:
-      if mode == "routed":  # per-example weights: the k-means routing of each eval example
-        routed_NxB = weights_N[:, None] * batch["route"].T
+      if mode == "routed":  # the k-means routing of each example [B, N] or position [B, T, N]
+        route_NxBx = jnp.moveaxis(batch["route"].astype(jnp.float32), -1, 0)
+        healthy_NxBx = jnp.broadcast_to(
+            weights_N.reshape((-1,) + (1,) * (route_NxBx.ndim - 1)), route_NxBx.shape)
+        routed_NxBx = healthy_NxBx * route_NxBx  # `combine` renormalises over what is left
+        # All of its routed experts excluded: the healthy workers' uniform mixture, counted.
+        fallback_Bx = jnp.sum(routed_NxBx, axis=0) <= 0
+        routed_NxBx = jnp.where(fallback_Bx[None], healthy_NxBx, routed_NxBx)
         sums[mode] = metrics_lib.prediction_sums(
-            aggregate.combine(logits_NxBx, routed_NxB, "probs"), labels, mask)
+            aggregate.combine(logits_NxBx, routed_NxBx, "probs"), labels, mask)
+        mask_Bx = mask.reshape(mask.shape + (1,) * (fallback_Bx.ndim - 1))
+        sums[mode]["fallback"] = jnp.sum(fallback_Bx * mask_Bx)
       elif mode != "soup":
         sums[mode] = metrics_lib.prediction_sums(
             aggregate.combine(logits_NxBx, weights_N, mode), labels, mask)
@@ -174,6 +182,8 @@ class Ensemble:
       if mode in sums:
         for k, v in metrics_lib.finalize(sums[mode], self.config.task).items():
           out[f"{mode}/{k}"] = v
+        if "fallback" in sums[mode]:  # examples (tokens) routed only to excluded workers
+          out[f"{mode}/fallback"] = int(sums[mode]["fallback"])
     per_worker = [metrics_lib.finalize(jax.tree.map(lambda x: x[i], sums["per_worker"]),
                                        self.config.task) for i in range(self.num_workers)]
     healthy_acc = [w["accuracy"] for w, ok in zip(per_worker, self.healthy) if ok]
