@@ -63,24 +63,33 @@ def critical_path_ensemble(steps_per_worker: int, step_time: float, pool_time: f
   return pool_time + steps_per_worker * step_time + aggregation_time
 
 
-def critical_path_diloco(steps: int, step_time: float, sync_every: int,
+def critical_path_diloco(steps: int, step_time: float, num_syncs: int,
                          allreduce: float) -> float:
-  """Inner steps plus one weight all-reduce every H steps."""
-  return steps * step_time + (steps // sync_every) * allreduce
+  """Inner steps plus one weight all-reduce per outer step."""
+  return steps * step_time + num_syncs * allreduce
+
+
+def diloco_syncs_to(steps: int, results: dict) -> int:
+  """Outer steps a DiLoCo model at `steps` needs: those before it, plus the one at `steps`
+  that makes the deployable model (every run ends with one). Results written before
+  `syncs` was recorded: every H steps."""
+  if "syncs" not in results:
+    return steps // max(results.get("sync_every", 0), 1)
+  return sum(1 for s in results["syncs"] if s < steps) + 1
 
 
 def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict,
-                  num_workers: int = 1, sync_every: int = 0, overlap: float = 0.0) -> dict:
+                  num_workers: int = 1, num_syncs: int = 0, overlap: float = 0.0) -> dict:
   """The collectives a run needs during training, and their modelled time per preset.
 
   data_parallel: a gradient all-reduce every step over the `data` axis; ensemble: none
-  (its one reduction is at evaluation); diloco: a weight all-reduce over the workers every
-  H steps. Bytes are float32 parameters, as the gradients and weights are exchanged.
+  (its one reduction is at evaluation); diloco: a weight all-reduce over the workers per
+  outer step (`num_syncs`). Bytes are float32 parameters, as the gradients and weights are exchanged.
   """
   if method == "data_parallel":
     count, devices = steps, mesh_shape.get("data", 1)
   elif method == "diloco":
-    count, devices = steps // max(sync_every, 1), num_workers
+    count, devices = num_syncs, num_workers
   else:
     count, devices = 0, 1
   per_preset = {}
@@ -141,7 +150,8 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
     how = f"measured host step x {parallel} / {devices} devices"
   comm = communication(method, param_bytes=param_bytes, steps=steps,
                        mesh_shape={"data": devices} if method == "data_parallel" else {},
-                       num_workers=devices, sync_every=results.get("sync_every", 0),
+                       num_workers=devices,
+                       num_syncs=diloco_syncs_to(steps, results) if method == "diloco" else 0,
                        overlap=overlap)
   critical = {}
   for name, preset in comm["per_preset"].items():
@@ -149,7 +159,7 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
     if method == "data_parallel":
       t = critical_path_data_parallel(steps, device_step, allreduce)
     elif method == "diloco":
-      t = critical_path_diloco(steps, device_step, results["sync_every"], allreduce)
+      t = critical_path_diloco(steps, device_step, comm["allreduces"], allreduce)
     else:
       t = critical_path_ensemble(steps, device_step)
     critical[name] = pool_time + t

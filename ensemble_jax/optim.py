@@ -29,25 +29,11 @@ def create_schedule(optim_config, batch_size: int, total_steps: int,
                               [warmup]) if warmup else after
 
 
-def freeze_zero_weights() -> optax.GradientTransformation:
-  """Updates of weights that are exactly zero are dropped: a pruned (sparse) model stays
-  pruned whatever the optimizer's momentum or decay."""
-  import jax
-  import jax.numpy as jnp
-
-  def update(updates, state, params):
-    return jax.tree.map(lambda u, p: jnp.where(p == 0, 0.0, u), updates, params), state
-
-  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
-
-
 def create_optimizer(optim_config, batch_size: int, total_steps: int,
-                     steps_per_epoch: int, sparse: bool = False
-                     ) -> optax.GradientTransformation:
+                     steps_per_epoch: int) -> optax.GradientTransformation:
   schedule = create_schedule(optim_config, batch_size, total_steps, steps_per_epoch)
   clip = ([optax.clip_by_global_norm(optim_config.grad_clip_norm)]
           if optim_config.grad_clip_norm > 0 else [])
-  freeze = [freeze_zero_weights()] if sparse else []
   if optim_config.name == "sgd":
     # Classic ResNet recipe: L2 on the gradient, Nesterov momentum; no decay on BN/bias.
     return optax.chain(*clip,
@@ -56,7 +42,7 @@ def create_optimizer(optim_config, batch_size: int, total_steps: int,
                                  nesterov=optim_config.nesterov), *freeze)
   return optax.chain(*clip, optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2,
                                         weight_decay=optim_config.weight_decay,
-                                        mask=_decay_mask), *freeze)
+                                        mask=_decay_mask))
 
 
 def _decay_mask(params):

@@ -96,8 +96,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
 
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch,
-                              sparse=config.model.sparsity > 0)
+  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
   warm_start = os.path.join(config.train.init_from, "checkpoints")
@@ -156,7 +155,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
   history = meta["history"]
   progress = _progress(start_step, num_steps, is_main)
   preemption = PreemptionWatch()
-  last_metrics = last_eval = None
+  last_eval = None
   step = start_step
   # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
   stop_at_target = config.train.stop_at_target
@@ -173,37 +172,41 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
         compile_time_s = time.perf_counter() - t
         t_last = time.perf_counter()
       state, step_metrics = step_fn(state, batch, step_rng)
-      state = method.after_step(state, step + 1)  # DiLoCo's outer sync every H steps
-      # Fetched one step late, so the host queues the next step before it waits.
-      if last_metrics is not None:
-        method.check_step_metrics(_fetch(last_metrics), step - 1)
-      jax.block_until_ready(step_metrics)
+      # Checked before anything reads the new state (an eval, a sync): a worker that
+      # diverged in this very update enters neither. The fetch waits for the step.
+      step_metrics = _fetch(step_metrics)
+      method.check_step_metrics(step_metrics, step)
       now = time.perf_counter()
       durations.append(now - t_last)
       train_time_s += now - t_last
       t_last = now
-      last_metrics = step_metrics
       done = step + 1
       progress.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        scalars = {f"train/{k}": float(np.mean(v))
-                   for k, v in _fetch(step_metrics).items()}
+        scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
         writer.write_scalars(done, scalars)
         progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
       if done % eval_every == 0 or done == num_steps:
-        t = time.perf_counter()
-        eval_metrics = last_eval = _eval(method, state, eval_batches)
+        t = time.perf_counter()  # the model at step `done`: what a run stopping now deploys
+        eval_metrics = last_eval = _eval(method, method.deployable(state, done, batch),
+                                         eval_batches)
         eval_time_s += time.perf_counter() - t
         t_last = time.perf_counter()
         tracker.update(eval_metrics, done, train_time_s, t_last - wall_start)
         history.append({"step": done, "train_time_s": train_time_s, **_scalars(eval_metrics)})
         writer.write_scalars(done, {f"eval/{k}": v for k, v in _scalars(eval_metrics).items()})
         logging.info("step %d eval %s", done, _scalars(eval_metrics))
+      reached = stop_at_target and tracker.reached
+      # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
+      state = jax.block_until_ready(method.after_step(state, done, batch,
+                                                      last=done == num_steps or reached))
+      now = time.perf_counter()
+      train_time_s += now - t_last
+      t_last = now
       meta = {"step": done, "train_time_s": train_time_s, "eval_time_s": eval_time_s,
               "history": history, "target": dataclasses.asdict(tracker),
               "method": method.host_state()}
       stop = preemption.requested(done)
-      reached = stop_at_target and tracker.reached
       t = time.perf_counter()
       checkpointer.save(done, state, meta, force=done == num_steps or stop or reached)
       t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
@@ -219,8 +222,6 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
         logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
                      tracker.metric, tracker.value, done)
         break
-    if last_metrics is not None:
-      method.check_step_metrics(_fetch(last_metrics), step)
   finally:  # also on preemption or divergence: finish pending saves, restore SIGTERM
     progress.close()
     checkpointer.close()
@@ -228,7 +229,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
     preemption.close()
 
   if last_eval is None:  # resumed after the last step: evaluate the restored state
-    last_eval = _eval(method, state, eval_batches)
+    last_eval = _eval(method, method.deployable(state, steps_done, None), eval_batches)
   results = {
       "method": method.name,
       "config": config.to_dict(),

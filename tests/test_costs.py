@@ -33,7 +33,7 @@ def test_communication_per_method():
                             mesh_shape={"worker": 8, "data": 1}, num_workers=8)
   assert ens["allreduces"] == 0 and ens["per_preset"]["eth10g"]["total_s"] == 0.0
   dl = costs.communication("diloco", param_bytes=4e6, steps=10, mesh_shape={"worker": 8},
-                           num_workers=8, sync_every=5)
+                           num_workers=8, num_syncs=2)
   assert dl["allreduces"] == 2 and dl["devices"] == 8
 
 
@@ -60,6 +60,12 @@ def test_summary_models_the_cluster_from_the_host_step():
   dl = costs.summary(_results("diloco", num_workers=4, sync_every=20), param_bytes=4e6)
   assert dl["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
       60 * 0.1 + 3 * costs.allreduce_time(4e6, 4, eth))
+  # The target reached at 50 (H = 20): outer steps at 20, 40 and the deployable one at 50.
+  dl = costs.summary(_results("diloco", num_workers=4, sync_every=20, syncs=[20, 40, 50],
+                              target={"reached": True, "reached_step": 50}), param_bytes=4e6)
+  assert dl["modelled"]["communication"]["allreduces"] == 3
+  assert dl["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
+      50 * 0.1 + 3 * costs.allreduce_time(4e6, 4, eth))
   real = costs.summary(_results("data_parallel", mesh={"data": 4}), param_bytes=4e6,
                        simulated=False)
   # On real devices the measured step is one device's and already holds the all-reduce.

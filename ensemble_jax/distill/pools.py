@@ -243,8 +243,9 @@ def soup(stacked_state):
   """The members' weights (and BatchNorm statistics) averaged: a stack of one model."""
   weights = jax.numpy.ones(jax.tree.leaves(stacked_state.params)[0].shape[0])
   merge = lambda tree: jax.tree.map(lambda x: x[None], aggregate.soup_params(tree, weights))
+  # The members' masks differ; the merged proxy only predicts, so it carries none.
   return stacked_state.replace(params=merge(stacked_state.params),
-                               batch_stats=merge(stacked_state.batch_stats))
+                               batch_stats=merge(stacked_state.batch_stats), prune_mask=None)
 
 
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:

@@ -47,7 +47,8 @@ class DataParallel:
     self.eval_layout = BatchLayout((config.eval.batch_size,), batch_sharding)
     self.step_config = step_lib.StepConfig.from_config(config)
     self._init_fn = functools.partial(step_lib.create_train_state, model, tx,
-                                      init_input=init_input)
+                                      init_input=init_input,
+                                      sparse=config.model.sparsity > 0)
     self.state_sharding = sharding_lib.state_shardings(
         jax.eval_shape(self._init_fn, jax.random.key(0)), mesh,
         fsdp=config.method.fsdp, min_size=config.method.fsdp_min_size)
@@ -82,8 +83,13 @@ class DataParallel:
   def finalize_eval(self, sums) -> dict:
     return metrics_lib.finalize(sums, self.config.task)
 
-  def after_step(self, state, step: int):
-    del step
+  def after_step(self, state, step: int, batch, last: bool = False):
+    del step, batch, last
+    return state
+
+  def deployable(self, state, step: int, batch):
+    """The model at `step` that an eval scores: the state as it is."""
+    del step, batch
     return state
 
   def host_state(self) -> dict:

@@ -1,11 +1,17 @@
 """DiLoCo: the stacked engine plus an outer step every H = `config.method.sync_every` steps.
 
-Inner steps are the ensemble's (no collective over `worker`); every H steps one jitted
-sync averages the workers' weights into a pseudo-gradient (global params minus the mean
-of worker params), takes an outer Nesterov SGD step on the global params (lr 0.7,
-momentum 0.9 in the paper) and broadcasts them back. Inner optimizer states persist
-across syncs. With H = infinity and a final logit average instead of a weight average,
-this is `Ensemble`: the one sync knob is the only difference.
+Inner steps are the ensemble's (no collective over `worker`); every H steps, and at the
+run's last step whatever H, one jitted sync averages the workers' weights into a
+pseudo-gradient (global params minus the mean of worker params), takes an outer Nesterov
+SGD step on the global params (lr 0.7, momentum 0.9 in the paper), re-estimates the global
+model's BatchNorm statistics on the step's train batch (statistics of the global weights,
+not the workers' average) and broadcasts them back. Inner optimizer states persist across
+syncs. With H = infinity and a final logit average instead of a weight average, this is
+`Ensemble`: the one sync knob is the only difference.
+
+The model at step t -- what evaluations score and steps to target count -- is what a user
+would deploy if the run stopped at t: the outer step taken at t (exactly what a run ending
+at t does), computed without disturbing training when t is not a sync step.
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ from ensemble_jax.methods.ensemble import Ensemble
 class DiLoCoState(flax.struct.PyTreeNode):
   workers: step_lib.TrainState  # [N, ...] inner states
   global_params: Any  # the outer model, replicated
+  global_batch_stats: Any  # its BatchNorm statistics, re-estimated at every outer step
   outer_opt_state: Any
 
   @property
@@ -52,53 +59,93 @@ class DiLoCo(Ensemble):
                               nesterov=m.outer_nesterov and momentum is not None)
     super().__init__(config, model, tx, mesh, init_input)
     self.modes = ("global",)  # what DiLoCo trains is one model: the global params
+    self.syncs: list[int] = []  # the steps at which outer steps happened
     self.sync = jax.jit(self._sync, out_shardings=self.state_sharding, donate_argnums=0)
+    rep = sharding_lib.replicated(mesh)
+    self._deployable = jax.jit(
+        lambda state, weights_N, batch: self._global_model(self._outer_step(
+            state, weights_N, batch)), out_shardings=(rep, rep))
 
   def _init_state(self, rng):
     """Every worker starts from the global params (one init, whatever shared_init says)."""
     workers = jax.vmap(self._init_one)(jnp.broadcast_to(rng, (self.num_workers,)))
-    global_params = jax.tree.map(lambda x: x[0], workers.params)
-    return DiLoCoState(workers, global_params, self.outer_tx.init(global_params))
+    first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+    global_params = first(workers.params)
+    return DiLoCoState(workers, global_params, first(workers.batch_stats),
+                       self.outer_tx.init(global_params))
 
   def _shardings(self, abstract_state):
     rep = sharding_lib.replicated(self.mesh)
+    replicated = lambda tree: jax.tree.map(lambda _: rep, tree)  # noqa: E731
     return DiLoCoState(
         workers=super()._shardings(abstract_state.workers),
-        global_params=jax.tree.map(lambda _: rep, abstract_state.global_params),
-        outer_opt_state=jax.tree.map(lambda _: rep, abstract_state.outer_opt_state))
+        global_params=replicated(abstract_state.global_params),
+        global_batch_stats=replicated(abstract_state.global_batch_stats),
+        outer_opt_state=replicated(abstract_state.outer_opt_state))
 
   def _step(self, state, batch, rng):
     workers, metrics = self._stacked_step(state.workers, batch, rng)
     return state.replace(workers=workers), metrics
 
-  def _sync(self, state, weights_N):
-    """The only cross-worker communication: one weighted mean of the workers' weights."""
+  def _outer_step(self, state, weights_N, batch):
+    """The outer step on the healthy workers' mean, and the new global model's BatchNorm
+    statistics re-estimated on `batch` (the step's [N, b] train batch). Workers untouched."""
     mean_params = aggregate.soup_params(state.workers.params, weights_N)
     pseudo_grad = jax.tree.map(jnp.subtract, state.global_params, mean_params)
     updates, outer_opt_state = self.outer_tx.update(pseudo_grad, state.outer_opt_state,
                                                     state.global_params)
     global_params = optax.apply_updates(state.global_params, updates)
-    workers = state.workers.replace(params=_broadcast(global_params, self.num_workers))
-    if workers.batch_stats is not None:
-      stats = aggregate.soup_params(workers.batch_stats, weights_N)
-      workers = workers.replace(batch_stats=_broadcast(stats, self.num_workers))
-    return DiLoCoState(workers, global_params, outer_opt_state)
+    stats = state.global_batch_stats
+    if stats is not None:
+      stats = step_lib.batch_statistics(self.model.clone(bn_axis_name=None), global_params,
+                                        stats, batch, self.step_config)
+    return state.replace(global_params=global_params, global_batch_stats=stats,
+                         outer_opt_state=outer_opt_state)
 
-  def after_step(self, state, step: int):
-    if step % self.config.method.sync_every:
+  def _sync(self, state, weights_N, batch):
+    """The only cross-worker communication: the outer step, broadcast to every worker."""
+    state = self._outer_step(state, weights_N, batch)
+    workers = state.workers.replace(params=_broadcast(state.global_params, self.num_workers))
+    if state.global_batch_stats is not None:
+      workers = workers.replace(
+          batch_stats=_broadcast(state.global_batch_stats, self.num_workers))
+    return state.replace(workers=workers)
+
+  def after_step(self, state, step: int, batch, last: bool = False):
+    """An outer step every H steps, and at the run's last step (whatever H)."""
+    if step % self.config.method.sync_every and not last:
       return state
-    return self.sync(state, jnp.asarray(self.healthy, jnp.float32))
+    if self.syncs and self.syncs[-1] == step:  # resumed after this sync: done already
+      return state
+    self.syncs.append(step)
+    return self.sync(state, jnp.asarray(self.healthy, jnp.float32), batch)
+
+  def deployable(self, state, step: int, batch):
+    """The model at `step`: the outer step a run stopping now would take (a copy)."""
+    if self.syncs and self.syncs[-1] == step:
+      return state
+    params, stats = self._deployable(state, jnp.asarray(self.healthy, jnp.float32), batch)
+    return state.replace(global_params=params, global_batch_stats=stats)
+
+  @staticmethod
+  def _global_model(state):
+    return state.global_params, state.global_batch_stats
+
+  def host_state(self) -> dict:
+    return {**super().host_state(), "syncs": list(self.syncs)}
+
+  def load_host_state(self, host_state: dict) -> None:
+    super().load_host_state(host_state)
+    if host_state:
+      self.syncs = list(host_state["syncs"])
 
   def _eval_sums(self, state, batch, weights_N):
-    """The global model (BatchNorm statistics: the workers' mean), and each worker."""
+    """The global model with its own BatchNorm statistics, and each worker as it is."""
     sums = {"per_worker": jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
         self._worker_logits(state.workers, batch), step_lib.targets(batch, self.step_config),
         batch["mask"])}
-    stats = state.workers.batch_stats
-    if stats is not None:
-      stats = aggregate.soup_params(stats, weights_N)
-    one = jax.tree.map(lambda x: x[0], state.workers).replace(params=state.global_params,
-                                                              batch_stats=stats)
+    one = jax.tree.map(lambda x: x[0], state.workers).replace(
+        params=state.global_params, batch_stats=state.global_batch_stats)
     logits = step_lib.predict(one, batch, self.step_config)
     sums["global"] = metrics_lib.prediction_sums(
         logits, step_lib.targets(batch, self.step_config), batch["mask"])
@@ -108,5 +155,6 @@ class DiLoCo(Ensemble):
     out = super().final_results(state.workers, last_eval, num_steps, train_batches,
                                 eval_batches)
     out["sync_every"] = self.config.method.sync_every
-    out["num_syncs"] = num_steps // self.config.method.sync_every
+    out["syncs"] = list(self.syncs)
+    out["num_syncs"] = len(self.syncs)
     return out

@@ -81,7 +81,8 @@ class Ensemble:
     self.excluded: list[dict] = []
 
     self._init_one = functools.partial(step_lib.create_train_state, self.model, tx,
-                                       init_input=init_input)
+                                       init_input=init_input,
+                                       sparse=config.model.sparsity > 0)
     self.state_sharding = self._shardings(jax.eval_shape(self._init_state, jax.random.key(0)))
     rep = sharding_lib.replicated(mesh)
     per_worker = NamedSharding(mesh, P("worker"))
@@ -120,9 +121,14 @@ class Ensemble:
     prune_one = functools.partial(step_lib.snip_prune, cfg=cfg, sparsity=sparsity)
     return jax.jit(jax.vmap(prune_one), out_shardings=self.state_sharding)(states, batch)
 
-  def after_step(self, state, step: int):
-    """Workers never talk during training (DiLoCo syncs here)."""
-    del step
+  def after_step(self, state, step: int, batch, last: bool = False):
+    """Workers never talk during training (DiLoCo syncs here, after the step's eval)."""
+    del step, batch, last
+    return state
+
+  def deployable(self, state, step: int, batch):
+    """The model at `step` that an eval scores: the workers as they are."""
+    del step, batch
     return state
 
   def sampler(self, num_examples: int, seed: int) -> Sampler:

@@ -21,6 +21,10 @@ from ensemble_jax.data.images import normalize
 
 class TrainState(train_state.TrainState):
   batch_stats: Any = None
+  # Sparse models: which parameters exist (True) and which SNIP pruned (False), decided
+  # once by `snip_prune` and carried (and checkpointed) with the state; never re-derived
+  # from values, so zero-initialised biases and BatchNorm scales still train. None: dense.
+  prune_mask: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,10 +57,13 @@ def targets(batch: dict, cfg: StepConfig) -> jax.Array:
 
 
 def create_train_state(model, tx: optax.GradientTransformation, rng: jax.Array,
-                       init_input: jax.ShapeDtypeStruct) -> TrainState:
+                       init_input: jax.ShapeDtypeStruct, sparse: bool = False) -> TrainState:
+  """`sparse`: the state carries a prune mask (all True until `snip_prune` decides it)."""
   variables = model.init(rng, jnp.zeros(init_input.shape, init_input.dtype), train=False)
-  return TrainState.create(apply_fn=model.apply, params=variables["params"], tx=tx,
-                           batch_stats=variables.get("batch_stats"))
+  params = variables["params"]
+  mask = jax.tree.map(lambda p: jnp.ones(p.shape, bool), params) if sparse else None
+  return TrainState.create(apply_fn=model.apply, params=params, tx=tx,
+                           batch_stats=variables.get("batch_stats"), prune_mask=mask)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
@@ -96,7 +103,11 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
   accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
   if cfg.data_axis is not None:
     grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
+  if state.prune_mask is not None:  # pruned entries get no gradient and stay exactly 0
+    grads = _masked(grads, state.prune_mask)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)
+  if state.prune_mask is not None:
+    state = state.replace(params=_masked(state.params, state.prune_mask))
   metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
   return state, metrics
 
@@ -106,8 +117,8 @@ def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float)
   with the smallest saliency |dL/dw * w| on one batch, a data-driven mask fixed at init.
 
   The forward uses running BatchNorm statistics (no batch-stat collectives), so it runs
-  unchanged under vmap over stacked workers. Kept at zero afterwards by
-  `optim.freeze_zero_weights`.
+  unchanged under vmap over stacked workers. The mask goes into `state.prune_mask` (every
+  non-kernel parameter kept), which `train_step` applies to every later update.
   """
   inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
 
@@ -126,11 +137,30 @@ def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float)
   order = jnp.lexsort((jnp.abs(weights), saliency))
   keep = jnp.ones(weights.shape, bool).at[order[:int(sparsity * weights.size)]].set(False)
   offsets = np.cumsum([0] + [leaves[i].size for i in kernel_ids])
+  masks = [jnp.ones(p.shape, bool) for p in leaves]
   for j, i in enumerate(kernel_ids):
-    mask = keep[offsets[j]:offsets[j + 1]].reshape(leaves[i].shape)
-    leaves[i] = jnp.where(mask, leaves[i], 0.0)
-  params = jax.tree.unflatten(treedef, leaves)
-  return state.replace(params=params)
+    masks[i] = keep[offsets[j]:offsets[j + 1]].reshape(leaves[i].shape)
+  mask = jax.tree.unflatten(treedef, masks)
+  return state.replace(params=_masked(state.params, mask), prune_mask=mask)
+
+
+def _masked(tree, mask):
+  return jax.tree.map(lambda x, m: jnp.where(m, x, jnp.zeros_like(x)), tree, mask)
+
+
+def batch_statistics(model, params, batch_stats, stacked_batch: dict, cfg: StepConfig):
+  """BatchNorm running statistics of `params` re-estimated on a stacked [N, b, ...] batch
+  (seen as one batch of N * b): what these weights see, not an average of other models'.
+
+  From zero running statistics one train-mode pass leaves (1 - momentum) x the batch's
+  statistics; dividing by it gives them exactly. `model` must not name a mesh axis.
+  """
+  flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), stacked_batch)
+  zeros = jax.tree.map(jnp.zeros_like, batch_stats)
+  _, updates = model.apply({"params": params, "batch_stats": zeros}, model_inputs(flat, cfg),
+                           train=True, mutable=["batch_stats"])
+  keep = 1.0 - model.bn_momentum
+  return jax.tree.map(lambda x: x / keep, updates["batch_stats"])
 
 
 def predict(state: TrainState, batch: dict, cfg: StepConfig) -> jax.Array:
