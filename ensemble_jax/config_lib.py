@@ -40,7 +40,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.method.steps_per_worker = 0  # L; 0: from train.num_steps / train.num_epochs
   c.method.local_strategy = "auto"  # vmap | unroll | auto (unroll on CPU, vmap elsewhere)
   c.method.shared_init = False  # one init for all workers (needed for the weight soup)
-  c.method.sampler = "random"  # random | disjoint (see ensemble_jax/distill/samplers.py)
+  c.method.sampler = "random"  # random | disjoint (see ensemble_jax/data/samplers.py)
   c.method.aggregation = "logits,probs"  # modes reported; the first is the headline
   c.method.soup_bn_batches = 4  # train batches to re-estimate BatchNorm stats of the soup
   # diloco: the ensemble's engine plus an outer step every H inner steps (DiLoCo).

@@ -7,7 +7,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import train
 from ensemble_jax.data import fetch, images, pipeline
-from ensemble_jax.distill import samplers
+from ensemble_jax.data import samplers
 
 
 def test_random_sampler_is_a_seeded_epoch_permutation():

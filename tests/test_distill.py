@@ -4,7 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ensemble_jax.distill import clusters, coresets, samplers, scores
+from ensemble_jax.data import samplers
+from ensemble_jax.distill import clusters, coresets, scores
 
 N, D, C = 400, 8, 4
 

@@ -10,7 +10,8 @@ import optax
 import pytest
 
 from ensemble_jax import aggregate, config_lib, optim, train
-from ensemble_jax.distill import pools, samplers
+from ensemble_jax.data import samplers
+from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
 

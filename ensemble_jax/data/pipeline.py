@@ -19,7 +19,7 @@ import grain
 import jax
 import numpy as np
 
-from ensemble_jax.distill.samplers import Sampler
+from ensemble_jax.data.samplers import Sampler
 
 NUM_UNIFORMS = 24  # per example: enough for any transform
 

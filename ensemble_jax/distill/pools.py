@@ -41,8 +41,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import aggregate, costs
-from ensemble_jax.data import pipeline
-from ensemble_jax.distill import clusters, coresets, samplers, scores
+from ensemble_jax.data import pipeline, samplers
+from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.methods import step as step_lib
 
 SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}

@@ -15,7 +15,7 @@ from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout
-from ensemble_jax.distill.samplers import RandomSampler, Sampler
+from ensemble_jax.data.samplers import RandomSampler, Sampler
 from ensemble_jax.methods import step as step_lib
 
 

@@ -23,7 +23,7 @@ from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout, to_global
-from ensemble_jax.distill.samplers import Sampler, create_sampler
+from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.data_parallel import check_batch_sizes
 
