@@ -17,6 +17,7 @@ from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout
 from ensemble_jax.data.samplers import RandomSampler, Sampler
 from ensemble_jax.methods import step as step_lib
+from ensemble_jax.methods.base import Method
 
 
 def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
@@ -33,8 +34,9 @@ def check_batch_sizes(config, data_size: int) -> None:
                   "the mesh's data axis")
 
 
-class DataParallel:
+class DataParallel(Method):
   name = "data_parallel"
+  num_workers = 1  # one model, however many devices share its batch
 
   def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.model, self.tx, self.mesh = config, model, tx, mesh
@@ -57,7 +59,7 @@ class DataParallel:
         functools.partial(step_lib.train_step, cfg=self.step_config),
         in_shardings=(self.state_sharding, batch_sharding, rep),
         out_shardings=(self.state_sharding, rep), donate_argnums=0)
-    self.eval_step = jax.jit(self._eval_sums, out_shardings=rep)
+    self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
 
   @property
   def examples_per_step(self) -> int:
@@ -80,24 +82,11 @@ class DataParallel:
     return metrics_lib.prediction_sums(logits, step_lib.targets(batch, self.step_config),
                                        batch["mask"])
 
+  def eval_step(self, state, batch):
+    return self._eval_fn(state, batch)
+
   def finalize_eval(self, sums) -> dict:
     return metrics_lib.finalize(sums, self.config.task)
-
-  def after_step(self, state, step: int, batch, last: bool = False):
-    del step, batch, last
-    return state
-
-  def deployable(self, state, step: int, batch):
-    """The model at `step` that an eval scores: the state as it is."""
-    del step, batch
-    return state
-
-  def host_state(self) -> dict:
-    """What the checkpoint must carry besides the train state: nothing here."""
-    return {}
-
-  def load_host_state(self, host_state: dict) -> None:
-    del host_state
 
   def check_step_metrics(self, step_metrics: dict, step: int) -> None:
     loss = np.asarray(step_metrics["loss"])

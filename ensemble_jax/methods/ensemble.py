@@ -25,6 +25,7 @@ from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
+from ensemble_jax.methods.base import Method
 from ensemble_jax.methods.data_parallel import check_batch_sizes
 
 LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
@@ -52,7 +53,7 @@ def map_local_workers(fn, strategy: str, *stacked):
   return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
-class Ensemble:
+class Ensemble(Method):
   name = "ensemble"
 
   def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
@@ -98,7 +99,7 @@ class Ensemble:
     self._worker_logits = jax.shard_map(self._local_logits, mesh=mesh,
                                         in_specs=(P("worker"), P("data")),
                                         out_specs=P("worker", "data"), check_vma=False)
-    self.eval_step_fn = jax.jit(self._eval_sums, out_shardings=rep)
+    self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
 
   # ---- init ----
   def _init_state(self, rng):
@@ -121,15 +122,8 @@ class Ensemble:
     prune_one = functools.partial(step_lib.snip_prune, cfg=cfg, sparsity=sparsity)
     return jax.jit(jax.vmap(prune_one), out_shardings=self.state_sharding)(states, batch)
 
-  def after_step(self, state, step: int, batch, last: bool = False):
-    """Workers never talk during training (DiLoCo syncs here, after the step's eval)."""
-    del step, batch, last
-    return state
-
-  def deployable(self, state, step: int, batch):
-    """The model at `step` that an eval scores: the workers as they are."""
-    del step, batch
-    return state
+  # `after_step` and `deployable` keep Method's defaults: workers never talk while they
+  # train and an eval scores them as they are. DiLoCo overrides both (its outer step).
 
   def sampler(self, num_examples: int, seed: int) -> Sampler:
     return create_sampler(self.config.method.sampler, num_examples, self.num_workers, seed)
@@ -180,7 +174,7 @@ class Ensemble:
     return sums
 
   def eval_step(self, states, batch):
-    return self.eval_step_fn(states, batch, jnp.asarray(self.healthy, jnp.float32))
+    return self._eval_fn(states, batch, jnp.asarray(self.healthy, jnp.float32))
 
   def finalize_eval(self, sums) -> dict:
     out = {}
