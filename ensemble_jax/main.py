@@ -8,7 +8,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, train
+from ensemble_jax import checkpoint, config_lib
+from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config).",
@@ -29,7 +30,7 @@ USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
 def run(config, workdir: str) -> int:
   """Trains; a config, dataset or checkpoint that cannot work is one line and status 2."""
   try:
-    train.train_and_evaluate(config, workdir)
+    run_lib.train_and_evaluate(config, workdir)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

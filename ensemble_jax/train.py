@@ -1,8 +1,9 @@
-"""`train_and_evaluate(config, workdir)`: the one training loop for every method.
+"""`fit(config, workdir, pool=None)`: the one training loop for every method.
 
-A method (see `ensemble_jax/methods/`) supplies the state, the compiled step, the batch
-layout and the eval reduction; this loop owns data, timing, evaluation, target tracking,
-checkpoints, metric files and `results.json`.
+A method (the interface: `ensemble_jax/methods/base.py`) supplies the state, the compiled
+step, the batch layout and the eval reduction; this loop owns data, timing, evaluation,
+target tracking, checkpoints, metric files and `results.json`. It knows nothing about
+distillation: `ensemble_jax/run.py` builds a distilled pool first and hands it over.
 """
 from __future__ import annotations
 
@@ -27,9 +28,8 @@ from ensemble_jax import config_lib, costs, distributed, optim, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import models
-from ensemble_jax.data import pipeline
-from ensemble_jax.distill import pools
-from ensemble_jax.methods import create_method
+from ensemble_jax.data import pipeline, samplers
+from ensemble_jax.methods import Method, create_method
 from ensemble_jax.sharding import make_mesh
 
 RESULTS_FILE = "results.json"
@@ -73,21 +73,30 @@ def _eval(method, state, eval_batches) -> dict:
   return method.finalize_eval(sums)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json."""
-  return fit(config, workdir).results
-
-
 @dataclasses.dataclass
 class Fit:
   results: dict
   state: Any  # the final train state (stacked for the ensemble and DiLoCo)
-  method: Any
-  data: Any
+  method: Method
+  data: data_lib.Data
 
 
-def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
-  """`train_and_evaluate`, also handing back the final state (proxies for distill pools)."""
+@dataclasses.dataclass
+class Setup:
+  """What a run is made of, each part checked against the config before the workdir is
+  touched: `run.py` builds a pool from it (the data, the method's workers) before `fit`."""
+  mesh: Any
+  data: data_lib.Data
+  method: Method
+  num_steps: int
+  steps_per_epoch: int
+  warm_start: str  # config.train.init_from's checkpoints (used only if init_from is set)
+  is_main: bool
+
+
+def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
+  """Validates, loads the data and builds the method; only then creates the workdir, so a
+  config that cannot work fails here and leaves no trace."""
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
@@ -104,6 +113,20 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
     raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
                                  f"checkpoints in {warm_start}; train that run first.")
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
+  return Setup(mesh, data, method, num_steps, steps_per_epoch, warm_start, is_main)
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str, *,
+        pool: samplers.Pool | None = None, setup: Setup | None = None) -> Fit:
+  """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json.
+
+  `pool`: what the workers read (a distilled pool from `run.py`); None: the method's own
+  sampler. `setup`: `set_up(config, workdir)`'s result when the caller needed it first.
+  Hands back the final state too (proxies for distill pools).
+  """
+  s = setup or set_up(config, workdir)
+  mesh, data, method, num_steps, is_main = s.mesh, s.data, s.method, s.num_steps, s.is_main
+  warm_start, steps_per_epoch = s.warm_start, s.steps_per_epoch
   eval_every = config.eval.every_steps or steps_per_epoch
 
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
@@ -130,8 +153,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> Fit:
     state = state.replace(params=warm.params, batch_stats=warm.batch_stats)
     logging.info("Initialised from the weights in %s", warm_start)
 
-  # A distilled sequence's pool is built (or read from its cache) before training starts.
-  pool = pools.create(config, data, method, workdir)
+  if pool is None:  # no distilled sequence: the method's own sampler
+    pool = samplers.Pool(method.sampler(len(data.train), config.seed), None)
   train_batches = pipeline.TrainBatches(
       data.train, pool.sampler,
       data.train_transform, method.train_layout, config.seed)

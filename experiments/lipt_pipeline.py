@@ -23,7 +23,7 @@ import json
 import os
 import statistics
 
-from ensemble_jax import train
+from ensemble_jax import run as run_lib
 from experiments.configs import fashion_mnist
 
 WARM_ACCURACY = 0.80
@@ -47,11 +47,11 @@ def _config(seed: int, phase: str, workdir: str):
 
 def _run(seed: int, phase: str, workdir: str) -> dict:
   run_dir = os.path.join(workdir, f"seed{seed}", phase)
-  path = os.path.join(run_dir, train.RESULTS_FILE)
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if os.path.exists(path):
     with open(path) as f:
       return json.load(f)
-  return train.train_and_evaluate(_config(seed, phase, workdir), run_dir)
+  return run_lib.train_and_evaluate(_config(seed, phase, workdir), run_dir)
 
 
 def _time_to(results: dict, accuracy: float) -> tuple[float, int] | None:

@@ -6,7 +6,7 @@ import sys
 import ml_collections
 import pytest
 
-from ensemble_jax import config_lib, train
+from ensemble_jax import config_lib, run
 from tests.conftest import REPO
 
 
@@ -55,7 +55,7 @@ def test_unknown_key_suggests_the_known_one(smoke_config):
 ])
 def test_shape_errors_before_compilation(smoke_config, tmp_path, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    train.train_and_evaluate(_set(smoke_config, field, value), str(tmp_path / "wd"))
+    run.train_and_evaluate(_set(smoke_config, field, value), str(tmp_path / "wd"))
   assert not (tmp_path / "wd").exists() or not os.listdir(tmp_path / "wd")
 
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow_datasets as tfds
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import train
+from ensemble_jax import run
 from ensemble_jax.data import fetch, images, pipeline
 from ensemble_jax.data import samplers
 
@@ -133,5 +133,5 @@ def test_train_and_evaluate_on_tfds_mock(smoke_config, tmp_path):
   smoke_config.data.source = "tfds"
   smoke_config.train.num_steps = 2
   with tfds.testing.mock_data(num_examples=256, policy=tfds.testing.MockPolicy.USE_CODE):
-    r = train.train_and_evaluate(smoke_config, str(tmp_path))
+    r = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert r["steps"] == 2 and r["final"]["num_examples"] == 128

@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ensemble_jax import train
+from ensemble_jax import run
 from ensemble_jax.methods import step as step_lib
 
 BAD_WORKER = 5
@@ -33,7 +33,7 @@ def test_a_worker_diverging_in_the_last_step_is_excluded_from_the_final_eval(tmp
             {**metrics, "loss": poison(metrics["loss"])})
 
   monkeypatch.setattr(step_lib, "train_step", diverging_step)
-  r = train.train_and_evaluate(config, str(tmp_path))
+  r = run.train_and_evaluate(config, str(tmp_path))
   assert [(w["worker"], w["step"]) for w in r["excluded_workers"]] == [(BAD_WORKER, last - 1)]
   assert r["history"][-1]["step"] == last
   for mode in ("logits", "probs"):  # the final eval never saw the NaN worker

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ensemble_jax import aggregate, metrics, train
+from ensemble_jax import aggregate, metrics, run
 
 
 def _config(arg):
@@ -17,7 +17,7 @@ def _config(arg):
 
 def test_data_parallel_lm_few_steps(tmp_path):
   config = _config("smoke")
-  r = train.train_and_evaluate(config, str(tmp_path))
+  r = run.train_and_evaluate(config, str(tmp_path))
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   final = on_disk["final"]
@@ -34,7 +34,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
 def test_ensemble_lm_reports_both_aggregations(tmp_path):
   config = _config("ensemble,smoke")
   config.method.num_workers = 8
-  r = train.train_and_evaluate(config, str(tmp_path))
+  r = run.train_and_evaluate(config, str(tmp_path))
   assert r["num_workers"] == 8 and r["steps_per_worker"] == 4
   assert set(r["ensemble"]) == {"probs", "logits"}
   probs, logits = r["ensemble"]["probs"], r["ensemble"]["logits"]

@@ -9,7 +9,7 @@ import numpy as np
 import optax
 import pytest
 
-from ensemble_jax import aggregate, config_lib, optim, train
+from ensemble_jax import aggregate, config_lib, optim, run
 from ensemble_jax.data import samplers
 from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
@@ -33,19 +33,19 @@ def _config(method, cache_dir, **distill):
 
 def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
   cache = tmp_path / "pools"
-  first = train.train_and_evaluate(_config("el2n", cache), str(tmp_path / "a"))["distill"]
+  first = run.train_and_evaluate(_config("el2n", cache), str(tmp_path / "a"))["distill"]
   # 25% of 256, rounded within each class
   assert first["cached"] is False and abs(first["pool_size"] - 64) <= 5
   assert first["build_time_s"] > 0 and first["build_flops"] > first["proxy"]["flops"] > 0
   assert first["pool_sizes"] == [first["pool_size"]] * 2  # 'shared': both draw the pool
   assert len(glob.glob(str(cache / "*.npz"))) == 1
   assert glob.glob(str(cache / "proxy_*" / "results.json"))  # the proxy's own run record
-  again = train.train_and_evaluate(_config("el2n", cache), str(tmp_path / "b"))
+  again = run.train_and_evaluate(_config("el2n", cache), str(tmp_path / "b"))
   assert again["distill"]["cached"] and again["distill"]["build_time_s"] == first["build_time_s"]
   # The pool's cost is part of the method's: its compute and its critical path.
   assert again["cost"]["measured"]["flops"] == pytest.approx(
       again["flops_per_step"] * again["steps"] + first["build_flops"])
-  changed = train.train_and_evaluate(_config("el2n", cache, fraction=0.5), str(tmp_path / "c"))
+  changed = run.train_and_evaluate(_config("el2n", cache, fraction=0.5), str(tmp_path / "c"))
   assert changed["distill"]["cached"] is False and abs(changed["distill"]["pool_size"] - 128) <= 5
   assert len(glob.glob(str(cache / "*.npz"))) == 2
 
@@ -57,7 +57,7 @@ def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
   config = _config(method, tmp_path / "pools", split="disjoint", proxy=proxy)
   if method == "kmeans":
     config.method.aggregation = "logits,routed"
-  r = train.train_and_evaluate(config, str(tmp_path / "run"))
+  r = run.train_and_evaluate(config, str(tmp_path / "run"))
   info = r["distill"]
   assert info["weighted"] is weighted
   if method == "kmeans":  # balanced: the 256 examples in two clusters of 128
@@ -77,7 +77,7 @@ def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
   c.data.train_examples = 256
   c.distill.method, c.distill.tfidf_dim = "kmeans", 8
   c.distill.cache_dir = str(tmp_path / "pools")
-  r = train.train_and_evaluate(c, str(tmp_path / "run"))
+  r = run.train_and_evaluate(c, str(tmp_path / "run"))
   info = r["distill"]
   assert info["pool_sizes"] == [128, 128] and info["proxy"] is None  # balanced, no proxy
   assert "tf-idf" in info["features"] and info["build_flops"] > 0

@@ -13,7 +13,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from ensemble_jax import checkpoint, train
+from ensemble_jax import checkpoint, run
 from tests.conftest import REPO
 
 STEPS, EVERY = 24, 3
@@ -128,7 +128,7 @@ def test_sigterm_checkpoints_and_exits_143_then_resumes(reference, tmp_path):
 def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_path):
   smoke_config.train.num_steps = 6
   smoke_config.checkpoint.max_to_keep = 3
-  a = train.train_and_evaluate(smoke_config, str(tmp_path / "a"))
+  a = run.train_and_evaluate(smoke_config, str(tmp_path / "a"))
   # b: as if killed after step 4 was saved, with step 4's files then truncated
   shutil.copytree(tmp_path / "a", tmp_path / "b")
   shutil.rmtree(tmp_path / "b" / "checkpoints" / "6")
@@ -137,7 +137,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_
                      recursive=True):
     with open(f, "r+b") as fh:
       fh.truncate(8)
-  b = train.train_and_evaluate(smoke_config, str(tmp_path / "b"))  # resumes from step 2
+  b = run.train_and_evaluate(smoke_config, str(tmp_path / "b"))  # resumes from step 2
   assert os.path.isdir(tmp_path / "b" / "checkpoints" / "4.damaged")
   assert a["final"] == b["final"]
   assert [h["step"] for h in b["history"]] == [2, 4, 6]
@@ -145,16 +145,16 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_
 
 def test_no_good_checkpoint_says_what_to_delete(smoke_config, tmp_path):
   smoke_config.train.num_steps = 2
-  train.train_and_evaluate(smoke_config, str(tmp_path))
+  run.train_and_evaluate(smoke_config, str(tmp_path))
   for f in glob.glob(str(tmp_path / "checkpoints" / "*" / "meta" / "metadata")):
     os.remove(f)
   with pytest.raises(checkpoint.CheckpointError, match="Delete the damaged step directories"):
-    train.train_and_evaluate(smoke_config, str(tmp_path))
+    run.train_and_evaluate(smoke_config, str(tmp_path))
 
 
 def test_same_seed_same_results(smoke_config, tmp_path):
-  a = train.train_and_evaluate(smoke_config, str(tmp_path / "a"))
-  b = train.train_and_evaluate(smoke_config, str(tmp_path / "b"))
+  a = run.train_and_evaluate(smoke_config, str(tmp_path / "a"))
+  b = run.train_and_evaluate(smoke_config, str(tmp_path / "b"))
   assert a["final"] == b["final"]
   assert [{k: v for k, v in h.items() if k != "train_time_s"} for h in a["history"]] == \
       [{k: v for k, v in h.items() if k != "train_time_s"} for h in b["history"]]

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from ensemble_jax import train
+from ensemble_jax import run
 
 
 def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(smoke_config,
@@ -18,7 +18,7 @@ def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(smoke_co
   config.model.sparsity = 0.5
   config.optim.warmup_epochs = 0.0  # every step moves the weights
   config.checkpoint.every_steps = 0
-  fit = train.fit(config, str(tmp_path))
+  fit = run.fit(config, str(tmp_path))
   params = jax.device_get(fit.state.params)
   mask = jax.device_get(fit.state.prune_mask)  # decided by SNIP at step 0, carried since
   kernels = [(p, m) for p, m in zip(jax.tree.leaves(params), jax.tree.leaves(mask))

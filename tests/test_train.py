@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ensemble_jax import train
+from ensemble_jax import run
 from tests.conftest import REPO
 
 RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
@@ -16,7 +16,7 @@ TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s"}
 
 
 def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
-  results = train.train_and_evaluate(smoke_config, str(tmp_path))
+  results = run.train_and_evaluate(smoke_config, str(tmp_path))
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
@@ -50,10 +50,10 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
 
 def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
   smoke_config.train.num_steps = 1
-  first = train.train_and_evaluate(smoke_config, str(tmp_path))
+  first = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert first["steps"] == 1 and first["history"][-1]["step"] == 1
   smoke_config.train.num_steps = 3
-  second = train.train_and_evaluate(smoke_config, str(tmp_path))
+  second = run.train_and_evaluate(smoke_config, str(tmp_path))
   # Restored at step 1 and trained two more steps: the history continues.
   assert [h["step"] for h in second["history"]] == [1, 2, 3]
   assert sorted(int(p) for p in os.listdir(tmp_path / "checkpoints")) == [2, 3]
@@ -61,11 +61,11 @@ def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
 
 def test_target_tracking(smoke_config, tmp_path):
   smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
-  r = train.train_and_evaluate(smoke_config, str(tmp_path / "easy"))
+  r = run.train_and_evaluate(smoke_config, str(tmp_path / "easy"))
   assert r["target"]["reached"] and r["target"]["reached_step"] == 2
   assert 0 < r["target"]["reached_time_s"] <= r["train_time_s"]
   smoke_config.eval.target_value = 1e-6
-  r = train.train_and_evaluate(smoke_config, str(tmp_path / "hard"))
+  r = run.train_and_evaluate(smoke_config, str(tmp_path / "hard"))
   assert not r["target"]["reached"] and r["target"]["reached_step"] is None
 
 
@@ -89,7 +89,7 @@ def test_ensemble_few_steps_with_soup(tmp_path):
   config.method.shared_init = True
   config.method.aggregation = "logits,probs,soup"
   config.method.soup_bn_batches = 2
-  r = train.train_and_evaluate(config, str(tmp_path))
+  r = run.train_and_evaluate(config, str(tmp_path))
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
@@ -111,7 +111,7 @@ def test_diloco_few_steps(tmp_path):
   config = fashion_mnist.get_config("diloco,smoke")
   config.method.sync_every = 3  # L = 4 is not a multiple of H: the run still ends synced
   config.eval.target_value = 0.99  # not reached: the communication of all 4 steps
-  r = train.train_and_evaluate(config, str(tmp_path))
+  r = run.train_and_evaluate(config, str(tmp_path))
   assert r["method"] == "diloco" and r["sync_every"] == 3
   assert r["syncs"] == [3, 4] and r["num_syncs"] == 2  # regression: was [3] on b8f7b5c
   assert set(r["ensemble"]) == {"global"} and len(r["per_worker"]) == 8
@@ -122,10 +122,10 @@ def test_diloco_few_steps(tmp_path):
 def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(smoke_config, tmp_path):
   smoke_config.train.stop_at_target = True
   smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
-  r = train.train_and_evaluate(smoke_config, str(tmp_path))
+  r = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert r["target"]["reached_step"] == 2 and r["steps"] == 2 and r["step_budget"] == 4
   assert r["cost"]["measured"]["flops"] == r["flops_per_step"] * 2
-  again = train.train_and_evaluate(smoke_config, str(tmp_path))  # resumes: nothing left to do
+  again = run.train_and_evaluate(smoke_config, str(tmp_path))  # resumes: nothing left to do
   assert again["steps"] == 2 and again["final"] == r["final"]
 
 
@@ -134,13 +134,13 @@ def test_init_from_starts_from_another_runs_weights(tmp_path, smoke_config):
   import numpy as np
   from ensemble_jax import config_lib
 
-  first = train.fit(smoke_config, str(tmp_path / "a"))
+  first = run.fit(smoke_config, str(tmp_path / "a"))
   warm = smoke_config.copy_and_resolve_references()
   warm.train.init_from = str(tmp_path / "a")
   warm.optim.learning_rate = 0.0  # nothing moves: the final weights are the loaded ones
-  second = train.fit(warm, str(tmp_path / "b"))
+  second = run.fit(warm, str(tmp_path / "b"))
   for a, b in zip(jax.tree.leaves(first.state.params), jax.tree.leaves(second.state.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   warm.train.init_from = str(tmp_path / "nowhere")
   with pytest.raises(config_lib.ConfigError, match="init_from"):
-    train.fit(warm, str(tmp_path / "c"))
+    run.fit(warm, str(tmp_path / "c"))

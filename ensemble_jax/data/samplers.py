@@ -7,6 +7,7 @@ stream resumable from a checkpoint with nothing but the step number.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 
 import numpy as np
@@ -139,3 +140,13 @@ def split_pool(indices, num_consumers: int, seed: int, disjoint: bool = True
   size = -(-len(indices) // num_consumers)
   return [indices[np.random.default_rng([seed, 2**31 - 2, i]).choice(
       len(indices), size, replace=False)] for i in range(num_consumers)]
+
+
+@dataclasses.dataclass
+class Pool:
+  """What a run's workers read when it is not the method's own sampler: a distilled pool
+  (built by `ensemble_jax/distill/pools.py`, above the loop, and handed to it)."""
+  sampler: Sampler
+  info: dict | None  # results.json `distill`; None without a distilled sequence
+  # 'routed' weights: [eval examples, N] (images), [eval windows, T, N] (text, per position)
+  eval_route: np.ndarray | None = None

@@ -1,7 +1,10 @@
 """Pools: the data each worker's distilled sequence draws from, built from a cheap proxy.
 
+Built by `ensemble_jax/run.py` before the loop starts and handed to it (`train.fit(...,
+pool=)`): this module stands above the loop, which knows nothing about distillation.
 `config.distill.method` picks the builder:
-  none                 the method's own sampler (config.method.sampler: random | disjoint)
+  none                 no pool: the loop uses the method's own sampler (config.method.sampler:
+                       random | disjoint)
   el2n | grand | loss  the `fraction` of hardest (or easiest) examples by score, averaged
                        over the proxies (Paul et al. 2021), per class if asked
   kmeans               k = number of workers clusters of proxy embeddings (penultimate
@@ -29,7 +32,6 @@ and the data's fingerprint; a cached pool is reused and reports its original cos
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import math
@@ -40,7 +42,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import aggregate, costs
+from ensemble_jax import aggregate, costs, train
 from ensemble_jax.data import pipeline, samplers
 from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.methods import step as step_lib
@@ -48,19 +50,11 @@ from ensemble_jax.methods import step as step_lib
 SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
 
 
-@dataclasses.dataclass
-class Pool:
-  sampler: samplers.Sampler
-  info: dict | None  # results.json `distill`; None without a distilled sequence
-  # 'routed' weights: [eval examples, N] (images), [eval windows, T, N] (text, per position)
-  eval_route: np.ndarray | None = None
-
-
-def create(config, data, method, workdir: str) -> Pool:
-  """The run's sampler: the method's own, or a distilled pool built or read from cache."""
+def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | None:
+  """The run's distilled pool, built or read from cache, split for `num_consumers` workers
+  (the method's `num_workers`); None when config.distill.method is 'none'."""
   if config.distill.method == "none":
-    return Pool(method.sampler(len(data.train), config.seed), None)
-  num_consumers = getattr(method, "num_workers", 1)
+    return None
   key = cache_key(config, data, num_consumers)
   path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"), f"{key}.npz")
   if os.path.exists(path):
@@ -80,7 +74,8 @@ def create(config, data, method, workdir: str) -> Pool:
              route=np.zeros(0) if route is None else route, info=json.dumps(info))
     os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
     info = {**info, "cached": False}
-  return Pool(samplers.PoolSampler(pools, len(data.train), config.seed, weights), info, route)
+  return samplers.Pool(samplers.PoolSampler(pools, len(data.train), config.seed, weights), info,
+                       route)
 
 
 def _routed(config) -> bool:
@@ -137,8 +132,6 @@ def proxy_config(config):
 def build(config, data, num_consumers: int, proxy_dir: str):
   """Trains the proxies (run in `proxy_dir`), scores the training set, selects; returns
   (pools, weights, eval routing or None, info)."""
-  from ensemble_jax import train  # the loop imports this module
-
   d = config.distill
   start = time.perf_counter()
   if config.task == "lm":

@@ -32,7 +32,8 @@ import json
 import os
 import shutil
 
-from ensemble_jax import config_lib, costs, report, train
+from ensemble_jax import config_lib, costs, report
+from ensemble_jax import run as run_lib
 
 def _load_config_module(path: str):
   spec = importlib.util.spec_from_file_location("sweep_config", path)
@@ -74,9 +75,9 @@ def calibrate(config, workdir: str) -> float:
                                   | {"batch": c.train.batch_size, "task": c.task},
                                   sort_keys=True, default=str).encode()).hexdigest()[:12]
   run_dir = os.path.join(workdir, "calibration", key)
-  path = os.path.join(run_dir, train.RESULTS_FILE)
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if not os.path.exists(path):
-    train.train_and_evaluate(c, run_dir)
+    run_lib.train_and_evaluate(c, run_dir)
   with open(path) as f:
     return json.load(f)["step_time_s"]
 
@@ -105,12 +106,12 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     for curve, points in curves.items():
       for point, (variant, overrides) in points.items():
         run_dir = os.path.join(workdir, curve, point, f"seed{seed}")
-        if os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
+        if os.path.exists(os.path.join(run_dir, run_lib.RESULTS_FILE)):
           counts["skipped"] += 1
           continue
         config = _point_config(module, variant, overrides, seed)
         config.cost.device_step_time_s = device_step[curve, point]
-        train.train_and_evaluate(config, run_dir)
+        run_lib.train_and_evaluate(config, run_dir)
         counts["trained"] += 1
   print(report.write(workdir, workdir))
   return counts
@@ -130,7 +131,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
   for curve, points in module.sweep_grid(grid).items():
     for point, (variant, overrides) in points.items():
       step_time = calibrate(_point_config(module, variant, overrides, 0), workdir)
-      for path in glob.glob(os.path.join(workdir, curve, point, "seed*", train.RESULTS_FILE)):
+      for path in glob.glob(os.path.join(workdir, curve, point, "seed*", run_lib.RESULTS_FILE)):
         with open(path) as f:
           results = json.load(f)
         cost = results["config"]["cost"]

@@ -31,7 +31,8 @@ import math
 import os
 import statistics
 
-from ensemble_jax import config_lib, train
+from ensemble_jax import config_lib
+from ensemble_jax import run as run_lib
 from experiments.configs import fashion_mnist, pydocs_gpt2
 
 FRACTION = 0.2
@@ -150,12 +151,12 @@ def run(workdir: str, seeds: list[int], grid: str = "full",
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds
     for sampler in samplers or list(known):
       run_dir = os.path.join(workdir, sampler, f"seed{seed}")
-      if not os.path.exists(os.path.join(run_dir, train.RESULTS_FILE)):
-        train.train_and_evaluate(get_config(sampler, seed, workdir, grid, workload), run_dir)
+      if not os.path.exists(os.path.join(run_dir, run_lib.RESULTS_FILE)):
+        run_lib.train_and_evaluate(get_config(sampler, seed, workdir, grid, workload), run_dir)
   runs: dict[str, list[dict]] = {}
   for sampler in known:
     for seed_dir in sorted(glob.glob(os.path.join(workdir, sampler, "seed*"))):
-      path = os.path.join(seed_dir, train.RESULTS_FILE)
+      path = os.path.join(seed_dir, run_lib.RESULTS_FILE)
       if os.path.exists(path):
         with open(path) as f:
           runs.setdefault(sampler, []).append(_row(json.load(f)))

@@ -1,0 +1,28 @@
+"""`train_and_evaluate(config, workdir)`: one run, composed. What main.py, the sweeps in
+experiments/, the LiPT pipeline, the demo and the notebooks call.
+
+A run is the loop (`train.fit`) fed by the distilled pool `config.distill` asks for
+(`distill/pools.py`, built or read from its cache first). Composing them here keeps
+imports one way: run -> distill -> train -> methods -> data/models -> leaves.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from ensemble_jax import train
+from ensemble_jax.distill import pools
+
+RESULTS_FILE = train.RESULTS_FILE  # results.json, in every run's workdir
+
+
+def fit(config: ml_collections.ConfigDict, workdir: str) -> train.Fit:
+  """`train_and_evaluate`, also handing back the final state, method and data."""
+  setup = train.set_up(config, workdir)  # a config that cannot work fails before any pool
+  pool = pools.create(config, setup.data, setup.method.num_workers, workdir)
+  return train.fit(config, workdir, pool=pool, setup=setup)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config.method` on `config.data` (and its distilled pool, if any); writes
+  checkpoints, metrics and results.json in `workdir`; returns the results."""
+  return fit(config, workdir).results
