@@ -4,9 +4,15 @@ A method (the interface: `ensemble_jax/methods/base.py`) supplies the state, the
 step, the batch layout and the eval reduction; this loop owns data, timing, evaluation,
 target tracking, checkpoints, metric files and `results.json`. It knows nothing about
 distillation: `ensemble_jax/run.py` builds a distilled pool first and hands it over.
+
+`fit` runs in phases: `set_up` (everything a config can get wrong, before the workdir is
+touched), `_restore` (the latest checkpoint, or a fresh or warm-started state), `_streams`
+(train and eval batches), `_train` (the steps), `_results` (results.json). Time is kept
+by one `Chrono`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -56,21 +62,60 @@ class TargetTracker:
       self.reached_time_s, self.reached_wall_time_s = train_time_s, wall_time_s
 
 
-def _prepare_workdir(workdir: str) -> None:
-  try:
-    os.makedirs(workdir, exist_ok=True)
-  except OSError as e:
-    raise config_lib.ConfigError(f"--workdir={workdir!r} cannot be created ({e}); choose "
-                                 "another.") from None
-  if not os.access(workdir, os.W_OK):
-    raise config_lib.ConfigError(f"--workdir={workdir!r} is not writable; choose another.")
+class Chrono:
+  """The run's clocks (after big_vision's `Chrono`): training time runs from lap to lap
+  and pauses for what is not training, each pause timed under its own name.
+
+  `lap()` counts the seconds since the previous lap, or since the end of the last pause,
+  as training: a step (waiting for its batch included) or an `after_step` (DiLoCo's sync).
+  `paused(what)` times compile, eval or checkpoint apart, and the training clock restarts
+  when it ends. Host bookkeeping between a lap and a pause (metric logs on eval steps, the
+  checkpoint record) counts as neither.
+  """
+
+  def __init__(self, train_s: float = 0.0, eval_s: float = 0.0):
+    """A resumed run's clocks continue from its checkpoint's train and eval times."""
+    now = time.perf_counter()
+    self.train_s = train_s
+    self.paused_s = {"compile": 0.0, "eval": eval_s, "checkpoint": 0.0}
+    self._wall_start = now - train_s - eval_s
+    self._mark = now
+
+  def lap(self) -> float:
+    """Training seconds since the last mark (a step's duration)."""
+    now = time.perf_counter()
+    seconds, self._mark = now - self._mark, now
+    self.train_s += seconds
+    return seconds
+
+  @contextlib.contextmanager
+  def paused(self, what: str):
+    start = time.perf_counter()
+    yield
+    self._mark = time.perf_counter()
+    self.paused_s[what] += self._mark - start
+
+  def wall_s(self) -> float:
+    """Seconds since the run started (a resumed run: its restored times included)."""
+    return time.perf_counter() - self._wall_start
 
 
-def _eval(method, state, eval_batches) -> dict:
-  sums = None
-  for batch in eval_batches:
-    sums = metrics_lib.add_sums(sums, method.eval_step(state, batch))
-  return method.finalize_eval(sums)
+@dataclasses.dataclass
+class Progress:
+  """What the loop accumulates for the checkpoint record and results.json."""
+  step: int  # steps trained so far
+  tracker: TargetTracker
+  history: list[dict]  # one row of eval scalars per eval
+  chrono: Chrono
+  durations: list[float] = dataclasses.field(default_factory=list)  # this session's steps
+  flops_per_step: float = float("nan")
+  last_eval: dict | None = None
+
+  def record(self, method: Method) -> dict:
+    """The checkpoint's JSON record: what a resumed run needs besides the state."""
+    return {"step": self.step, "train_time_s": self.chrono.train_s,
+            "eval_time_s": self.chrono.paused_s["eval"], "history": self.history,
+            "target": dataclasses.asdict(self.tracker), "method": method.host_state()}
 
 
 @dataclasses.dataclass
@@ -85,12 +130,12 @@ class Fit:
 class Setup:
   """What a run is made of, each part checked against the config before the workdir is
   touched: `run.py` builds a pool from it (the data, the method's workers) before `fit`."""
-  mesh: Any
+  mesh: jax.sharding.Mesh
   data: data_lib.Data
   method: Method
   num_steps: int
-  steps_per_epoch: int
-  warm_start: str  # config.train.init_from's checkpoints (used only if init_from is set)
+  eval_every: int
+  warm_start: str  # config.train.init_from's checkpoints (read only if init_from is set)
   is_main: bool
 
 
@@ -113,7 +158,18 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
     raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
                                  f"checkpoints in {warm_start}; train that run first.")
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
-  return Setup(mesh, data, method, num_steps, steps_per_epoch, warm_start, is_main)
+  return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
+               warm_start, is_main)
+
+
+def _prepare_workdir(workdir: str) -> None:
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise config_lib.ConfigError(f"--workdir={workdir!r} cannot be created ({e}); choose "
+                                 "another.") from None
+  if not os.access(workdir, os.W_OK):
+    raise config_lib.ConfigError(f"--workdir={workdir!r} is not writable; choose another.")
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *,
@@ -121,120 +177,113 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json.
 
   `pool`: what the workers read (a distilled pool from `run.py`); None: the method's own
-  sampler. `setup`: `set_up(config, workdir)`'s result when the caller needed it first.
-  Hands back the final state too (proxies for distill pools).
+  sampler. `setup`: `set_up(config, workdir)`, when the caller needed it first. Hands back
+  the final state too (proxies for distill pools).
   """
   s = setup or set_up(config, workdir)
-  mesh, data, method, num_steps, is_main = s.mesh, s.data, s.method, s.num_steps, s.is_main
-  warm_start, steps_per_epoch = s.warm_start, s.steps_per_epoch
-  eval_every = config.eval.every_steps or steps_per_epoch
-
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
-  state = method.init(init_rng)
+  state = s.method.init(init_rng)
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                              config.checkpoint.every_steps,
                                              config.checkpoint.max_to_keep)
+  state, meta = _restore(config, workdir, s, state, checkpointer)
+  if pool is None:  # no distilled sequence: the method's own sampler
+    pool = samplers.Pool(s.method.sampler(len(s.data.train), config.seed), None)
+  train_batches, eval_batches = _streams(config, s, pool)
+  if config.model.sparsity > 0 and meta["step"] == 0:  # SNIP on the first batch, fixed after
+    state = s.method.prune(state, pipeline.to_global(train_batches.local_batch(0),
+                                                     train_batches.layout),
+                           config.model.sparsity)
+  writer = writers.MetricWriter(workdir, enabled=s.is_main)
+  progress = Progress(int(meta["step"]), TargetTracker(**meta["target"]), meta["history"],
+                      Chrono(meta["train_time_s"], meta["eval_time_s"]))
+  state = _train(config, workdir, s, state, step_rng, train_batches, eval_batches, progress,
+                 checkpointer, writer)
+  results = _results(config, s, pool, state, progress, train_batches, eval_batches)
+  if s.is_main:
+    with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
+      json.dump(_jsonable(results), f, indent=2)
+  return Fit(results, state, s.method, s.data)
+
+
+def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, dict]:
+  """The state to train from and the run's record: the workdir's latest checkpoint, else
+  `state` (with config.train.init_from's weights if set) and a fresh record."""
   state, meta = checkpointer.restore(state)
   meta = meta or {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
                   "target": dataclasses.asdict(TargetTracker(config.eval.target_metric,
                                                              config.eval.target_value))}
-  start_step = int(meta["step"])
-  tracker = TargetTracker(**meta["target"])
-  method.load_host_state(meta.get("method", {}))
-  if is_main:
+  s.method.load_host_state(meta.get("method", {}))
+  if s.is_main:
     logging.info("Parameters:\n%s", parameter_overview.get_parameter_overview(
-        jax.eval_shape(lambda s: s.params, state), include_stats=False))
-  if start_step:
-    logging.info("Resumed from step %d in %s", start_step, workdir)
+        jax.eval_shape(lambda x: x.params, state), include_stats=False))
+  if meta["step"]:
+    logging.info("Resumed from step %d in %s", meta["step"], workdir)
   elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer
-    source = checkpoint_lib.Checkpointer(warm_start, 0, 1)
+    source = checkpoint_lib.Checkpointer(s.warm_start, 0, 1)
     warm, _ = source.restore(state)
     source.close()
     state = state.replace(params=warm.params, batch_stats=warm.batch_stats)
-    logging.info("Initialised from the weights in %s", warm_start)
+    logging.info("Initialised from the weights in %s", s.warm_start)
+  return state, meta
 
-  if pool is None:  # no distilled sequence: the method's own sampler
-    pool = samplers.Pool(method.sampler(len(data.train), config.seed), None)
-  train_batches = pipeline.TrainBatches(
-      data.train, pool.sampler,
-      data.train_transform, method.train_layout, config.seed)
-  if config.model.sparsity > 0 and start_step == 0:  # SNIP on the first batch, fixed after
-    state = method.prune(state, pipeline.to_global(train_batches.local_batch(0),
-                                                   train_batches.layout),
-                         config.model.sparsity)
+
+def _streams(config, s: Setup, pool: samplers.Pool):
+  """(train batches, eval batches): what each worker reads, in the method's layouts."""
+  train_batches = pipeline.TrainBatches(s.data.train, pool.sampler, s.data.train_transform,
+                                        s.method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
-      data.eval, data.eval_transform, method.eval_layout,
-      config.eval.num_examples,
+      s.data.eval, s.data.eval_transform, s.method.eval_layout, config.eval.num_examples,
       None if pool.eval_route is None else {"route": pool.eval_route})
-  writer = writers.MetricWriter(workdir, enabled=is_main)
+  return train_batches, eval_batches
 
-  wall_start = time.perf_counter() - meta["train_time_s"] - meta["eval_time_s"]
-  batches = train_batches.iterate(start_step, num_steps, config.data.prefetch,
+
+def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_batches,
+           p: Progress, checkpointer, writer):
+  """Steps from `p.step` to the budget, the target (train.stop_at_target) or a preemption
+  notice; closes the checkpointer and the writer. Returns the final state.
+
+  A step's phases run in an order the methods rely on: the step, its metrics checked (a
+  diverged worker is excluded before any eval or sync reads it), log, eval of the
+  deployable model, target tracking, `after_step` (DiLoCo's outer step, after the eval of
+  its step), checkpoint, preemption, stop at the target.
+  """
+  method, num_steps = s.method, s.num_steps
+  batches = train_batches.iterate(p.step, num_steps, config.data.prefetch,
                                   config.data.num_threads)
-  step_fn, flops_per_step, compile_time_s = None, float("nan"), 0.0
-  durations: list[float] = []
-  train_time_s, eval_time_s = meta["train_time_s"], meta["eval_time_s"]
-  checkpoint_time_s = 0.0  # this session's blocking part of checkpoint saves
-  history = meta["history"]
-  progress = _progress(start_step, num_steps, is_main)
-  preemption = PreemptionWatch()
-  last_eval = None
-  step = start_step
-  # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
   stop_at_target = config.train.stop_at_target
-  end_step = start_step if stop_at_target and tracker.reached else num_steps
-  steps_done = start_step
+  # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
+  end_step = p.step if stop_at_target and p.tracker.reached else num_steps
+  bar = _progress_bar(p.step, num_steps, s.is_main)
+  preemption = PreemptionWatch()
+  step_fn = None
   try:
-    for step in range(start_step, end_step):
+    for step in range(p.step, end_step):
       batch = next(batches)
-      if step_fn is None:  # compile once, read XLA's FLOPs off the same executable
-        t = time.perf_counter()
-        step_fn = method.train_step.lower(state, batch, step_rng).compile()
-        # XLA counts the per-device SPMD program; the step costs that on every mesh device.
-        flops_per_step = costs.flops(step_fn) * mesh.devices.size
-        compile_time_s = time.perf_counter() - t
-        t_last = time.perf_counter()
+      if step_fn is None:
+        step_fn = _compile(method, state, batch, step_rng, s.mesh, p)
       state, step_metrics = step_fn(state, batch, step_rng)
       # Checked before anything reads the new state (an eval, a sync): a worker that
       # diverged in this very update enters neither. The fetch waits for the step.
       step_metrics = _fetch(step_metrics)
       method.check_step_metrics(step_metrics, step)
-      now = time.perf_counter()
-      durations.append(now - t_last)
-      train_time_s += now - t_last
-      t_last = now
+      p.durations.append(p.chrono.lap())
       done = step + 1
-      progress.update(1)
+      bar.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
-        writer.write_scalars(done, scalars)
-        progress.set_postfix(loss=f"{scalars['train/loss']:.3f}")
-      if done % eval_every == 0 or done == num_steps:
-        t = time.perf_counter()  # the model at step `done`: what a run stopping now deploys
-        eval_metrics = last_eval = _eval(method, method.deployable(state, done, batch),
-                                         eval_batches)
-        eval_time_s += time.perf_counter() - t
-        t_last = time.perf_counter()
-        tracker.update(eval_metrics, done, train_time_s, t_last - wall_start)
-        history.append({"step": done, "train_time_s": train_time_s, **_scalars(eval_metrics)})
-        writer.write_scalars(done, {f"eval/{k}": v for k, v in _scalars(eval_metrics).items()})
-        logging.info("step %d eval %s", done, _scalars(eval_metrics))
-      reached = stop_at_target and tracker.reached
+        _log(writer, bar, done, step_metrics)
+      if done % s.eval_every == 0 or done == num_steps:
+        _evaluate(method, state, batch, done, eval_batches, p, writer)
+      reached = stop_at_target and p.tracker.reached
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
                                                       last=done == num_steps or reached))
-      now = time.perf_counter()
-      train_time_s += now - t_last
-      t_last = now
-      meta = {"step": done, "train_time_s": train_time_s, "eval_time_s": eval_time_s,
-              "history": history, "target": dataclasses.asdict(tracker),
-              "method": method.host_state()}
+      p.chrono.lap()
+      p.step = done
+      record = p.record(method)
       stop = preemption.requested(done)
-      t = time.perf_counter()
-      checkpointer.save(done, state, meta, force=done == num_steps or stop or reached)
-      t_last = time.perf_counter()  # saving is not training: the next step's clock starts now
-      checkpoint_time_s += t_last - t
-      steps_done = done
+      with p.chrono.paused("checkpoint"):  # saving is not training
+        checkpointer.save(done, state, record, force=done == num_steps or stop or reached)
       if stop and done < num_steps:
         message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
                    f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
@@ -243,38 +292,80 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
         raise Preempted(message)
       if reached:
         logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
-                     tracker.metric, tracker.value, done)
+                     p.tracker.metric, p.tracker.value, done)
         break
   finally:  # also on preemption or divergence: finish pending saves, restore SIGTERM
-    progress.close()
+    bar.close()
     checkpointer.close()
     writer.close()
     preemption.close()
+  return state
 
-  if last_eval is None:  # resumed after the last step: evaluate the restored state
-    last_eval = _eval(method, method.deployable(state, steps_done, None), eval_batches)
+
+def _compile(method: Method, state, batch, step_rng, mesh, p: Progress):
+  """The step compiled once (timed apart), XLA's FLOPs read off the same executable."""
+  with p.chrono.paused("compile"):
+    step_fn = method.train_step.lower(state, batch, step_rng).compile()
+    # XLA counts the per-device SPMD program; the step costs that on every mesh device.
+    p.flops_per_step = costs.flops(step_fn) * mesh.devices.size
+  return step_fn
+
+
+def _log(writer, bar, step: int, step_metrics: dict) -> None:
+  scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
+  writer.write_scalars(step, scalars)
+  bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
+
+
+def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress,
+              writer) -> None:
+  """Scores the model at `step` (what a run stopping now deploys); tracks the target."""
+  with p.chrono.paused("eval"):
+    p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
+  scalars = _scalars(p.last_eval)
+  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s())
+  p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
+  writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})
+  logging.info("step %d eval %s", step, scalars)
+
+
+def _eval(method: Method, state, eval_batches) -> dict:
+  sums = None
+  for batch in eval_batches:
+    sums = metrics_lib.add_sums(sums, method.eval_step(state, batch))
+  return method.finalize_eval(sums)
+
+
+def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_batches,
+             eval_batches) -> dict:
+  """results.json: what was trained, how long it took and cost, how good it is."""
+  method = s.method
+  if p.last_eval is None:  # resumed after the last step: evaluate the restored state
+    p.last_eval = _eval(method, method.deployable(state, p.step, None), eval_batches)
+  target = p.tracker
   results = {
       "method": method.name,
       "config": config.to_dict(),
       "num_devices": jax.device_count(),
-      "mesh": dict(mesh.shape),
-      "data": data.info,
-      "steps": steps_done,  # trained; fewer than step_budget when stopped at the target
-      "step_budget": num_steps,
+      "mesh": dict(s.mesh.shape),
+      "data": s.data.info,
+      "steps": p.step,  # trained; fewer than step_budget when stopped at the target
+      "step_budget": s.num_steps,
       "examples_per_step": method.examples_per_step,
-      "wall_time_s": time.perf_counter() - wall_start,
-      "train_time_s": train_time_s,
-      "eval_time_s": eval_time_s,
-      "compile_time_s": compile_time_s,
-      "checkpoint_time_s": checkpoint_time_s,
-      "flops_per_step": flops_per_step,
-      "step_time_s": costs.median_step_time(durations, config.train.timing_warmup_steps),
-      "final": _scalars(last_eval),
-      "target": {"metric": tracker.metric, "value": tracker.value, "reached": tracker.reached,
-                 "reached_step": tracker.reached_step, "reached_time_s": tracker.reached_time_s,
-                 "reached_wall_time_s": tracker.reached_wall_time_s},
-      "history": history,
-      **method.final_results(state, last_eval, steps_done, train_batches, eval_batches),
+      "wall_time_s": p.chrono.wall_s(),
+      "train_time_s": p.chrono.train_s,
+      "eval_time_s": p.chrono.paused_s["eval"],
+      "compile_time_s": p.chrono.paused_s["compile"],
+      # This session's blocking part of checkpoint saves.
+      "checkpoint_time_s": p.chrono.paused_s["checkpoint"],
+      "flops_per_step": p.flops_per_step,
+      "step_time_s": costs.median_step_time(p.durations, config.train.timing_warmup_steps),
+      "final": _scalars(p.last_eval),
+      "target": {"metric": target.metric, "value": target.value, "reached": target.reached,
+                 "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
+                 "reached_wall_time_s": target.reached_wall_time_s},
+      "history": p.history,
+      **method.final_results(state, p.last_eval, p.step, train_batches, eval_batches),
   }
   if pool.info is not None:
     results["distill"] = pool.info
@@ -285,10 +376,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
-  if is_main:
-    with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
-      json.dump(_jsonable(results), f, indent=2)
-  return Fit(results, state, method, data)
+  return results
 
 
 class Preempted(SystemExit):
@@ -363,7 +451,7 @@ class _NoProgress:
   def close(self): pass
 
 
-def _progress(start: int, total: int, enabled: bool):
+def _progress_bar(start: int, total: int, enabled: bool):
   if not enabled:
     return _NoProgress()
   from tqdm.auto import tqdm
