@@ -1,0 +1,81 @@
+"""Imports run one way: main -> run -> distill -> train -> methods -> data/models -> leaves.
+
+Every import under ensemble_jax/ is read with `ast`, those inside functions too (a
+function-level import that goes back up is a circle in disguise). Regression test: fails
+on 3c6ac85, where train imported distill.pools (which imported train back, inside
+`build`), and data/pipeline.py and methods/ imported distill.samplers.
+"""
+import ast
+import os
+
+from tests.conftest import REPO
+
+PACKAGE = "ensemble_jax"
+# Higher stands above: a module may import its own layer and the layers below it.
+LAYERS = {
+    "main": 7,  # flags only
+    "run": 6,  # composes a run: the distilled pool, then the loop
+    "distill": 5,  # proxies, scores, coresets, clusters -> pools
+    "train": 4,  # the one loop
+    "methods": 3,  # the Method interface and its implementations
+    "data": 2, "models": 2,
+    # Leaves: import nothing above them.
+    "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
+    "hlo": 1, "metrics": 1, "optim": 1, "report": 1, "sharding": 1, "writers": 1,
+}
+
+
+def _layer(module: str) -> int:
+  """The layer of `ensemble_jax.<top>...` (a name imported from a package counts as it)."""
+  top = module.split(".")[1]
+  if top not in LAYERS:
+    raise AssertionError(f"{PACKAGE}.{top} has no layer: add it to LAYERS in {__file__}")
+  return LAYERS[top]
+
+
+def _module_name(path: str, root: str) -> str:
+  rel = os.path.relpath(path, root)[:-len(".py")].replace(os.sep, ".")
+  return rel[:-len(".__init__")] if rel.endswith(".__init__") else rel
+
+
+def imports(source: str, module: str) -> list[tuple[int, str]]:
+  """(line, imported ensemble_jax name) of every import in `source`, at any depth."""
+  found = []
+  for node in ast.walk(ast.parse(source)):
+    if isinstance(node, ast.Import):
+      found += [(node.lineno, a.name) for a in node.names]
+    elif isinstance(node, ast.ImportFrom):
+      assert not node.level, f"{module}:{node.lineno}: a relative import; write ensemble_jax.*"
+      found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+  return [(line, name) for line, name in found
+          if name == PACKAGE or name.startswith(PACKAGE + ".")]
+
+
+def upward_imports(root: str) -> list[str]:
+  """'module:line imports name (layer a -> b)' for every import of a higher layer."""
+  bad = []
+  for dirpath, _, files in os.walk(os.path.join(root, PACKAGE)):
+    for f in sorted(files):
+      if not f.endswith(".py"):
+        continue
+      path = os.path.join(dirpath, f)
+      module = _module_name(path, root)
+      if module == PACKAGE:
+        continue
+      with open(path) as fh:
+        found = imports(fh.read(), module)
+      for line, name in found:
+        if name != PACKAGE and _layer(name) > _layer(module):
+          bad.append(f"{module}:{line} imports {name} "
+                     f"(layer {_layer(module)} -> {_layer(name)})")
+  return bad
+
+
+def test_imports_run_one_way():
+  assert upward_imports(REPO) == []
+
+
+def test_function_level_imports_count():
+  source = "def build():\n  from ensemble_jax import train\n"
+  assert imports(source, "ensemble_jax.distill.pools") == [(2, "ensemble_jax.train")]
+  assert _layer("ensemble_jax.train") > _layer("ensemble_jax.methods.step")
