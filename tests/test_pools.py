@@ -153,7 +153,7 @@ def test_pool_sampler_weights_are_checked():
 def _stacked_states(n, tx=optax.sgd(0.0)):
   model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
   init = lambda key: step_lib.create_train_state(  # noqa: E731
-      model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
+      model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32), sparse=True)
   return jax.vmap(init)(jax.random.split(jax.random.key(0), n))
 
 
@@ -169,7 +169,7 @@ def test_lipt_soup_is_the_mean_of_its_members():
 def test_snip_mask_is_data_driven_and_stays_fixed():
   optim_config = config_lib.base_config().optim
   optim_config.warmup_epochs = 0.0  # the first step moves the weights
-  tx = optim.create_optimizer(optim_config, 8, 10, 10, sparse=True)
+  tx = optim.create_optimizer(optim_config, 8, 10, 10)
   state = jax.tree.map(lambda x: x[0], _stacked_states(1, tx))
   batch = {"image": jax.random.normal(jax.random.key(1), (8, 8, 8, 1)),
            "label": jnp.arange(8) % 10}
