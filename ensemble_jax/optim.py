@@ -39,7 +39,7 @@ def create_optimizer(optim_config, batch_size: int, total_steps: int,
     return optax.chain(*clip,
                        optax.add_decayed_weights(optim_config.weight_decay, mask=_decay_mask),
                        optax.sgd(schedule, momentum=optim_config.momentum,
-                                 nesterov=optim_config.nesterov), *freeze)
+                                 nesterov=optim_config.nesterov))
   return optax.chain(*clip, optax.adamw(schedule, b1=optim_config.b1, b2=optim_config.b2,
                                         weight_decay=optim_config.weight_decay,
                                         mask=_decay_mask))

@@ -56,13 +56,19 @@ def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
 def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
   config = _config(method, tmp_path / "pools", split="disjoint", proxy=proxy)
   if method == "kmeans":
-    config.method.aggregation = "logits,routed"
+    config.method.aggregation = "logits,routed,probs"
   r = run.train_and_evaluate(config, str(tmp_path / "run"))
   info = r["distill"]
   assert info["weighted"] is weighted
   if method == "kmeans":  # balanced: the 256 examples in two clusters of 128
     assert info["pool_sizes"] == [128, 128]
-    assert 0.0 <= r["ensemble"]["routed"]["accuracy"] <= 1.0
+    routed, uniform = r["ensemble"]["routed"], r["ensemble"]["probs"]
+    # Every eval example routed somewhere (an example with no weight would have nll inf),
+    # and by its own weights: a uniform average would equal the 'probs' ensemble.
+    assert routed["num_examples"] == uniform["num_examples"] == r["ensemble"]["logits"][
+        "num_examples"] > 0
+    assert np.isfinite(routed["nll"])
+    assert routed["nll"] != pytest.approx(uniform["nll"], rel=1e-6)
   else:  # a ~64-example coreset split disjointly over the two workers
     assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
   assert info["proxy"]["kind"] == proxy
@@ -119,18 +125,25 @@ def test_weights_enter_the_loss():
                                       jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
   images = jax.random.normal(jax.random.key(1), (4, 8, 8, 1))
   labels = jnp.array([0, 1, 2, 3])
+  weights = jnp.array([2.0, 1.0, 0.5, 0.0])  # sum 3.5: not the batch size
   cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
-  # Weight 2 on example 0 == example 0 twice in the batch (BatchNorm sees other batches,
-  # so compare in eval-free terms: the loss of the weighted batch, by its definition).
-  _, m_w = step_lib.train_step(state, {"image": images, "label": labels,
-                                       "weight": jnp.array([2.0, 1.0, 1.0, 0.0])},
+  _, m_w = step_lib.train_step(state, {"image": images, "label": labels, "weight": weights},
                                jax.random.key(2), cfg)
   _, m_1 = step_lib.train_step(state, {"image": images, "label": labels,
                                        "weight": jnp.ones(4)}, jax.random.key(2), cfg)
   _, m_none = step_lib.train_step(state, {"image": images, "label": labels},
                                   jax.random.key(2), cfg)
   assert float(m_1["loss"]) == pytest.approx(float(m_none["loss"]), rel=1e-6)
-  assert float(m_w["loss"]) != pytest.approx(float(m_none["loss"]), rel=1e-4)
+  # The definition, computed apart from the step: train-mode logits of the step's inputs
+  # (BatchNorm on the whole batch, weights or not), per-example cross-entropy, then
+  # sum_i w_i l_i / sum_i w_i.
+  logits_BxC, _ = model.apply({"params": state.params, "batch_stats": state.batch_stats},
+                              step_lib.model_inputs({"image": images}, cfg), train=True,
+                              mutable=["batch_stats"])
+  loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, labels)
+  expected = float(jnp.sum(weights * loss_B) / jnp.sum(weights))
+  assert float(m_w["loss"]) == pytest.approx(expected, rel=1e-5)
+  assert expected != pytest.approx(float(loss_B.mean()), rel=1e-4)  # the weights matter here
 
 
 def test_pool_sampler_weights_are_checked():
@@ -141,7 +154,7 @@ def test_pool_sampler_weights_are_checked():
 def _stacked_states(n, tx=optax.sgd(0.0)):
   model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
   init = lambda key: step_lib.create_train_state(  # noqa: E731
-      model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
+      model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32), sparse=True)
   return jax.vmap(init)(jax.random.split(jax.random.key(0), n))
 
 
@@ -157,7 +170,7 @@ def test_lipt_soup_is_the_mean_of_its_members():
 def test_snip_mask_is_data_driven_and_stays_fixed():
   optim_config = config_lib.base_config().optim
   optim_config.warmup_epochs = 0.0  # the first step moves the weights
-  tx = optim.create_optimizer(optim_config, 8, 10, 10, sparse=True)
+  tx = optim.create_optimizer(optim_config, 8, 10, 10)
   state = jax.tree.map(lambda x: x[0], _stacked_states(1, tx))
   batch = {"image": jax.random.normal(jax.random.key(1), (8, 8, 8, 1)),
            "label": jnp.arange(8) % 10}

@@ -3,6 +3,7 @@ import glob
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -17,6 +18,10 @@ from ensemble_jax import checkpoint, run
 from tests.conftest import REPO
 
 STEPS, EVERY = 24, 3
+# A finished checkpoint's directory is its step alone: orbax writes into
+# `<step>.orbax-checkpoint-tmp-<n>` and renames when done; damaged ones become `<step>.damaged`.
+_STEP_DIR = re.compile(r"\d+")
+_RESUMED = re.compile(r"Resumed from step (\d+) in ")
 
 
 def _cmd(workdir, variant="smoke"):
@@ -30,15 +35,30 @@ def _env():
   return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
 
 
-def _run(workdir, variant="smoke"):
+def _run(workdir, variant="smoke") -> str:
+  """Runs to the end; returns the log (stderr)."""
   proc = subprocess.run(_cmd(workdir, variant), cwd=REPO, env=_env(), capture_output=True,
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc.stderr
+
+
+def _steps(workdir) -> list[int]:
+  """The finished checkpoints' steps, oldest first."""
+  path = os.path.join(workdir, "checkpoints")
+  names = os.listdir(path) if os.path.isdir(path) else []
+  return sorted(int(p) for p in names if _STEP_DIR.fullmatch(p))
+
+
+def _resumed_step(log: str) -> int:
+  """The step a run restored from, by its own log; 0 when it started afresh."""
+  found = _RESUMED.findall(log)
+  return int(found[-1]) if found else 0
 
 
 def _final_state(workdir):
   """The final checkpoint's arrays, read raw (no target structure needed)."""
-  step = max(int(p) for p in os.listdir(os.path.join(workdir, "checkpoints")) if p.isdigit())
+  step = max(_steps(workdir))
   path = os.path.join(workdir, "checkpoints", str(step), "state")
   return step, ocp.PyTreeCheckpointer().restore(path)
 
@@ -73,7 +93,7 @@ def _flat(tree, prefix=""):
 def _wait_for_checkpoint(workdir, proc, timeout=300):
   start = time.time()
   while time.time() - start < timeout and proc.poll() is None:
-    if glob.glob(os.path.join(workdir, "checkpoints", "[0-9]*")):
+    if _steps(workdir):
       return
     time.sleep(0.05)
 
@@ -101,7 +121,11 @@ def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path
     time.sleep(rng.uniform(0.0, 1.0))
     proc.send_signal(signal.SIGKILL)
     interrupted += proc.wait() == -signal.SIGKILL
-    _run(workdir, variant)  # the same command resumes from the latest complete checkpoint
+    saved = _steps(workdir)
+    log = _run(workdir, variant)  # the same command resumes from the latest complete checkpoint
+    # A kill before the first checkpoint was finished would restart from scratch and pass
+    # the comparison trivially: the resumed run must say it restored a saved step.
+    assert saved and _resumed_step(log) == max(saved) > 0, (saved, log[-2000:])
     _assert_identical(workdir, reference[variant])
   assert interrupted >= 1, "no trial was killed before the end; the test proved nothing"
 
@@ -118,10 +142,11 @@ def test_sigterm_checkpoints_and_exits_143_then_resumes(reference, tmp_path):
     pytest.skip("the run finished before SIGTERM arrived")  # too fast to catch, not wrong
   assert proc.returncode == 143, err[-2000:]
   assert "preemption notice (SIGTERM)" in err
-  stopped = [int(p) for p in os.listdir(os.path.join(workdir, "checkpoints")) if p.isdigit()]
+  stopped = _steps(workdir)
   assert max(stopped) < STEPS
   assert f"stopped at step {max(stopped)} " in err  # the checkpoint is at the stopping step
-  _run(workdir)
+  log = _run(workdir)
+  assert _resumed_step(log) == max(stopped) > 0, log[-2000:]
   _assert_identical(workdir, reference["smoke"])
 
 

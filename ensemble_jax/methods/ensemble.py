@@ -224,20 +224,12 @@ class Ensemble(Method):
   def _soup_sums(self, states, weights_N, bn_batches, batch):
     params = aggregate.soup_params(states.params, weights_N)
     stats = states.batch_stats
-    if stats is not None:
-      # From zero running stats, one train-mode pass leaves (1 - momentum) * batch stats.
-      zeros = jax.tree.map(lambda x: jnp.zeros_like(x[0]), stats)
-      keep = 1.0 - self.model.bn_momentum
+    if stats is not None:  # the soup's own statistics, averaged over the [N, b] batches
       model = self.model.clone(bn_axis_name=None)  # runs outside shard_map
-
-      def batch_stats(stacked):  # one [N, b, ...] train batch, seen as [N * b, ...]
-        flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), stacked)
-        _, upd = model.apply({"params": params, "batch_stats": zeros},
-                             step_lib.model_inputs(flat, self.step_config),
-                             train=True, mutable=["batch_stats"])
-        return jax.tree.map(lambda x: x / keep, upd["batch_stats"])
-
-      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(batch_stats, bn_batches))
+      like = jax.tree.map(lambda x: x[0], stats)
+      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(
+          lambda b: step_lib.batch_statistics(model, params, like, b, self.step_config),
+          bn_batches))
     soup = states.replace(params=params, batch_stats=stats)
     logits = step_lib.predict(soup, batch, self.step_config)
     return metrics_lib.prediction_sums(logits, step_lib.targets(batch, self.step_config),
