@@ -1,4 +1,4 @@
-"""Text data: tokenizers, readers, the hashed split, packing, the token cache and load()."""
+"""Text data: tokenizers, readers, the hashed split, windows, the token cache and load()."""
 import json
 import os
 import pathlib
@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from ensemble_jax.data import fetch, text, tokenizers
+from ensemble_jax.data import fetch, text, text_readers, token_cache, tokenizers, windows
 
 EOS = tokenizers.GPT2_EOS
 
@@ -49,50 +49,53 @@ def test_byte_tokenizer_round_trip():
     tokenizers.create_tokenizer("nope")
 
 
-def test_packing_tiles_the_stream_exactly_once():
+def test_packing_tiles_the_stream_exactly_once(tmp_path):
   rng = np.random.default_rng(0)
-  docs = [rng.integers(1, 256, size=n) for n in (5, 1, 17, 40, 3, 9, 0 + 2)]
-  stream = text.pack(docs, eos_id=0)
+  docs = [rng.integers(1, 128, size=n) for n in (5, 1, 17, 40, 3, 9, 0 + 2)]
+  # Packed as the cache packs them: each document's tokens (ASCII bytes here), then EOS.
+  texts = [(f"d{i}", bytes(d.tolist()).decode("ascii")) for i, d in enumerate(docs)]
+  token_cache.build(texts, tokenizers.ByteTokenizer(), 1e-9, tmp_path / "c")
+  stream = np.asarray(token_cache.load(tmp_path / "c")[0]["train"])
   ends = np.cumsum([len(d) + 1 for d in docs]) - 1
   assert np.array_equal(np.flatnonzero(stream == 0), ends)  # one EOS after each document
   for context in (1, 4, 7, 16):
-    source = text.PackedTokens(stream, context)
+    source = windows.PackedTokens(stream, context)
     n = len(source)
     assert n == (len(stream) - 1) // context
-    windows = [source.get(i)["tokens"] for i in range(n)]
-    assert all(w.shape == (context + 1,) and w.dtype == np.int32 for w in windows)
-    targets = np.concatenate([w[1:] for w in windows])
+    examples = [source.get(i)["tokens"] for i in range(n)]
+    assert all(w.shape == (context + 1,) and w.dtype == np.int32 for w in examples)
+    targets = np.concatenate([w[1:] for w in examples])
     assert np.array_equal(targets, stream[1:n * context + 1])  # none lost, none repeated
-    inputs = np.concatenate([w[:-1] for w in windows])
+    inputs = np.concatenate([w[:-1] for w in examples])
     assert np.array_equal(inputs, stream[:n * context])
-    assert text.dropped_tokens(len(stream), context) == len(stream) - n * context - 1
+    assert windows.dropped_tokens(len(stream), context) == len(stream) - n * context - 1
     with pytest.raises(IndexError):
       source.get(n)
-  assert len(text.PackedTokens(stream[:4], 4)) == 0 and text.dropped_tokens(4, 4) == 4
+  assert len(windows.PackedTokens(stream[:4], 4)) == 0 and windows.dropped_tokens(4, 4) == 4
 
 
 def test_split_is_a_stable_hash_of_the_document_id(tmp_path):
   ids = [f"doc{i}.txt" for i in range(20000)]
-  frac = np.mean([text.is_eval(d, 0.05) for d in ids])
+  frac = np.mean([token_cache.is_eval(d, 0.05) for d in ids])
   assert 0.045 < frac < 0.055
-  assert text.split_hash("a/b.rst.txt") == text.split_hash("a/b.rst.txt")
+  assert token_cache.split_hash("a/b.rst.txt") == token_cache.split_hash("a/b.rst.txt")
   # Hash seed independence: the hash is sha1, pinned here.
-  assert text.split_hash("x") == int("11f6ad8ec52a2984", 16) / 2**64
+  assert token_cache.split_hash("x") == int("11f6ad8ec52a2984", 16) / 2**64
 
   tok = tokenizers.ByteTokenizer()
   docs = [(f"d{i}", f"document number {i}") for i in range(200)]
   splits = []
   for order, docs_in_order in enumerate((docs, docs[::-1])):
     cache = tmp_path / f"cache{order}"
-    text.build_token_cache(docs_in_order, tok, 0.3, cache)
-    streams, stats = text.load_token_cache(cache)
-    splits.append({s: set(_split_docs(streams[s], tok)) for s in text.SPLITS})
+    token_cache.build(docs_in_order, tok, 0.3, cache)
+    streams, stats = token_cache.load(cache)
+    splits.append({s: set(_split_docs(streams[s], tok)) for s in token_cache.SPLITS})
     assert stats["train_documents"] + stats["eval_documents"] == 200
   assert splits[0] == splits[1]  # file order does not matter
   train, evaluation = splits[0]["train"], splits[0]["eval"]
   assert not train & evaluation and len(train | evaluation) == 200
   assert 40 < len(evaluation) < 80
-  assert evaluation == {t for d, t in docs if text.is_eval(d, 0.3)}
+  assert evaluation == {t for d, t in docs if token_cache.is_eval(d, 0.3)}
 
 
 def _zst(path: pathlib.Path, lines: list[str]) -> None:
@@ -115,21 +118,21 @@ def test_jsonl_zst_shards_with_subset_filter(tmp_path):
       _pile_record("wiki two \ud800 lone surrogate", "Wikipedia (en)"),
   ])
   (pile / "val.jsonl").write_text(_pile_record("arxiv one", "ArXiv") + "\n")
-  docs = list(text.read_jsonl(pile / "train" / "00.jsonl.zst"))
+  docs = list(text_readers.read_jsonl(pile / "train" / "00.jsonl.zst"))
   assert [d for d, _ in docs] == ["00.jsonl.zst:1", "00.jsonl.zst:2", "00.jsonl.zst:4"]
   assert docs[2][1] == "wiki two \ufffd lone surrogate"  # valid UTF-8 for any tokenizer
 
-  root, rels = text.list_corpus_files(pile)
+  root, rels = text_readers.list_corpus_files(pile)
   assert rels == ["train/00.jsonl.zst", "val.jsonl"]
-  wiki = list(text.read_files(root, rels, pile_subsets=("Wikipedia (en)",)))
+  wiki = list(text_readers.read_files(root, rels, pile_subsets=("Wikipedia (en)",)))
   assert [d for d, _ in wiki] == ["train/00.jsonl.zst:1", "train/00.jsonl.zst:4"]
-  both = list(text.read_files(root, rels, pile_subsets=("Github", "ArXiv")))
+  both = list(text_readers.read_files(root, rels, pile_subsets=("Github", "ArXiv")))
   assert [t for _, t in both] == ["code one", "arxiv one"]
 
   config = _config(dataset="pile", path=str(pile), data_dir=str(tmp_path / "cache"),
                    pile_subsets=("Wikipedia (en)",), context=4, val_fraction=0.5)
   config.val_fraction = next(f for f in np.linspace(0.05, 0.95, 19)  # one doc per split
-                             if text.is_eval(wiki[0][0], f) != text.is_eval(wiki[1][0], f))
+                             if token_cache.is_eval(wiki[0][0], f) != token_cache.is_eval(wiki[1][0], f))
   data = text.load(config)
   assert data.stats["train_documents"] + data.stats["eval_documents"] == 2
   all_docs = _split_docs(data.train.stream, data.tokenizer) + _split_docs(data.eval.stream,
@@ -139,21 +142,21 @@ def test_jsonl_zst_shards_with_subset_filter(tmp_path):
   bad = tmp_path / "bad.jsonl"
   bad.write_text('{"text": "ok"}\nnot json\n')
   with pytest.raises(ValueError, match=r"bad.jsonl:2 is not valid JSON"):
-    list(text.read_jsonl(bad))
+    list(text_readers.read_jsonl(bad))
   with pytest.raises(ValueError, match="no string field 'content'"):
-    list(text.read_jsonl(bad, text_key="content"))
+    list(text_readers.read_jsonl(bad, text_key="content"))
 
 
 def test_txt_tree_reads_every_txt_sorted(tmp_path):
   root = _write_tree(tmp_path / "docs", {
       "b.txt": "bee", "a/z.rst.txt": "zed\r\n", "a/y.txt": "why", "notes.md": "skipped",
       "c.rst": "skipped too"})
-  assert list(text.read_text_tree(root)) == [("a/y.txt", "why"), ("a/z.rst.txt", "zed\r\n"),
-                                             ("b.txt", "bee")]
+  docs = text_readers.read_files(*text_readers.list_corpus_files(root))
+  assert list(docs) == [("a/y.txt", "why"), ("a/z.rst.txt", "zed\r\n"), ("b.txt", "bee")]
   # A glob and a single file work as config.data.path too.
-  root_g, rels = text.list_corpus_files(str(root / "a" / "*.txt"))
+  root_g, rels = text_readers.list_corpus_files(str(root / "a" / "*.txt"))
   assert (root_g, rels) == (root / "a", ["y.txt", "z.rst.txt"])
-  assert text.list_corpus_files(root / "b.txt") == (root, ["b.txt"])
+  assert text_readers.list_corpus_files(root / "b.txt") == (root, ["b.txt"])
 
 
 def _train_tiny_bpe():
@@ -252,10 +255,10 @@ class _BigVocab(tokenizers.ByteTokenizer):
 
 
 def test_cache_dtype_follows_vocab_size(tmp_path):
-  assert text.token_dtype(65535) == np.uint16 and text.token_dtype(65536) == np.int32
+  assert token_cache.token_dtype(65535) == np.uint16 and token_cache.token_dtype(65536) == np.int32
   tok = _BigVocab()
-  text.build_token_cache([("a", "abc"), ("b", "de")], tok, 0.01, tmp_path / "c")
-  streams, stats = text.load_token_cache(tmp_path / "c")
+  token_cache.build([("a", "abc"), ("b", "de")], tok, 0.01, tmp_path / "c")
+  streams, stats = token_cache.load(tmp_path / "c")
   assert streams["train"].dtype == np.int32 and stats["train_tokens"] == 7
   assert streams["train"].tolist() == [65536 + 97, 65536 + 98, 65536 + 99, 69999,
                                        65536 + 100, 65536 + 101, 69999]
@@ -282,8 +285,6 @@ def test_empty_or_missing_corpus_errors(tmp_path):
     text.load(_config(dataset="pile", data_dir=cache))
   with pytest.raises(fetch.DatasetUnavailableError, match="make data"):
     text.load(_config(dataset="pydocs", data_dir=str(tmp_path / "no_data")))
-  with pytest.raises(ValueError, match="val_fraction=0.0 must be in"):
-    text.load(_config(path=str(tiny), val_fraction=0.0))
 
 
 def test_tfds_text_dataset_under_mock_data(tmp_path):
@@ -292,13 +293,13 @@ def test_tfds_text_dataset_under_mock_data(tmp_path):
   config = _config(dataset="lm1b", source="tfds", data_dir=str(tmp_path), context=4,
                    val_fraction=0.5)
   with tfds.testing.mock_data(num_examples=32, policy=tfds.testing.MockPolicy.USE_CODE):
-    docs = list(text.read_tfds("lm1b", "train", str(tmp_path)))
+    docs = list(text_readers.tfds_corpus("lm1b", "train", str(tmp_path)).documents())
     data = text.load(config)
     with pytest.raises(ValueError, match="no feature 'body'"):
       text.load(_config(dataset="lm1b", source="tfds", data_dir=str(tmp_path), text_key="body"))
   assert [d for d, _ in docs] == [f"lm1b/train:{i}" for i in range(32)]
   assert all(isinstance(t, str) for _, t in docs)
-  n_eval = sum(text.is_eval(d, 0.5) for d, t in docs if t)
+  n_eval = sum(token_cache.is_eval(d, 0.5) for d, t in docs if t)
   assert data.stats["eval_documents"] == n_eval
   assert data.stats["train_documents"] + n_eval == sum(1 for _, t in docs if t)
   assert data.train.get(0)["tokens"].shape == (5,)

@@ -1,0 +1,42 @@
+"""Training windows over a packed token stream.
+
+Window i = stream[i*context : i*context + context + 1], so the targets (tokens[1:]) of
+consecutive windows tile the stream exactly once; the tail too short for a full window is
+dropped (and counted, see `dropped_tokens`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def num_windows(num_tokens: int, context: int) -> int:
+  """Full windows of context + 1 tokens at stride context."""
+  return max(0, (num_tokens - 1) // context)
+
+
+def dropped_tokens(num_tokens: int, context: int) -> int:
+  """Tokens of the ragged tail that no window uses as a target."""
+  n = num_windows(num_tokens, context)
+  return num_tokens - (n * context + 1) if n else num_tokens
+
+
+class PackedTokens:
+  """A pipeline source over a 1-D token stream: example i is window i of context + 1 tokens."""
+
+  def __init__(self, stream: np.ndarray, context: int, name: str = ""):
+    if stream.ndim != 1:
+      raise ValueError(f"{name or 'token stream'}: expected a 1-D stream, got {stream.shape}")
+    if context < 1:
+      raise ValueError(f"context={context} must be >= 1")
+    self.stream, self.context, self.name = stream, int(context), name
+    self._len = num_windows(len(stream), self.context)
+
+  def __len__(self) -> int:
+    return self._len
+
+  def get(self, index: int) -> dict[str, np.ndarray]:
+    index = int(index)
+    if not 0 <= index < self._len:
+      raise IndexError(f"window {index} out of range for {self._len} windows of {self.name}")
+    start = index * self.context
+    return {"tokens": np.asarray(self.stream[start:start + self.context + 1], dtype=np.int32)}
