@@ -8,9 +8,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-MODES = ("logits", "probs")  # plus "soup", which averages weights instead (see soup_params)
-# and "routed": `probs` with per-example weights from the distance of each example to the
-# workers' k-means clusters (c-BTM; ensemble_jax/distill/clusters.py:routing_weights).
+from ensemble_jax.config_lib import AGGREGATION_MODES as MODES
+
+# `logits` and `probs` reduce logits (`combine`); `routed` is `probs` with per-example
+# weights from the distance of each example to the workers' k-means clusters (c-BTM;
+# ensemble_jax/distill/clusters.py:routing_weights); `soup` averages weights instead
+# (`soup_params`). MODES, all four, is config_lib's list: validation checks against it.
 
 
 def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
@@ -30,7 +33,9 @@ def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
   if mode == "probs":
     log_w_N = jnp.where(valid_N, jnp.log(jnp.where(valid_N, weights_N, 1.0)), -jnp.inf)
     return jax.nn.logsumexp(jax.nn.log_softmax(logits_Nx) + log_w_N[expand], axis=0)
-  raise ValueError(f"aggregation mode {mode!r} unknown; choose one of {MODES} or 'soup'")
+  raise ValueError(f"combine reduces logits with mode 'logits' or 'probs', not {mode!r} "
+                   f"(of {MODES}: 'routed' is 'probs' with routing weights, 'soup' is "
+                   "soup_params)")
 
 
 def soup_params(stacked_tree, weights_N: jax.Array):

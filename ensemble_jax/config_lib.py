@@ -11,7 +11,12 @@ import math
 
 import ml_collections
 
-METHODS = ("data_parallel", "ensemble", "diloco")
+# The choice lists, each written once: the modules that implement them import these (or a
+# test checks that their registries agree), and validate() checks configs against them.
+METHODS = ("data_parallel", "ensemble", "diloco")  # methods.METHODS implements each
+SAMPLERS = ("random", "disjoint")  # data.samplers.SAMPLERS
+# aggregate.py: the reductions over workers; the first listed in a config is the headline.
+AGGREGATION_MODES = ("logits", "probs", "soup", "routed")
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
 TASKS = ("classification", "lm")
@@ -186,6 +191,27 @@ def set_dotted(config, dotted: str, value) -> None:
   node[leaf] = value
 
 
+def aggregation_modes(config) -> tuple[str, ...]:
+  """config.method.aggregation as a tuple of modes, headline first.
+
+  The field stays a comma string so that `--config.method.aggregation=logits,soup` works
+  on the command line; read it through this, never by splitting it again. `config` may
+  also be a run's saved config (a plain dict).
+  """
+  method = config["method"] if isinstance(config, dict) else config.method
+  aggregation = method["aggregation"] if isinstance(method, dict) else method.aggregation
+  return tuple(mode for mode in aggregation.split(",") if mode)
+
+
+def parse_variants(arg: str, known, config_name: str) -> set[str]:
+  """The variants of a workload config's argument ('smoke,ensemble'), each one known."""
+  variants = set(filter(None, arg.split(",")))
+  if variants - set(known):
+    raise ValueError(f"unknown variant(s) {sorted(variants - set(known))} of {config_name}; "
+                     f"choose from {sorted(known)}")
+  return variants
+
+
 def _need(ok: bool, field: str, value, fix: str):
   if not ok:
     raise ConfigError(f"config.{field}={value!r}: {fix}")
@@ -224,12 +250,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.method.name != "diloco" or config.method.sync_every > 0, "method.sync_every",
         config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
         "method.name='ensemble').")
-  _need(config.method.sampler in ("random", "disjoint"), "method.sampler",
-        config.method.sampler, "choose 'random' or 'disjoint'.")
-  modes = [m for m in config.method.aggregation.split(",") if m]
-  _need(bool(modes) and all(m in ("logits", "probs", "soup", "routed") for m in modes),
+  _need(config.method.sampler in SAMPLERS, "method.sampler", config.method.sampler,
+        f"choose one of {SAMPLERS}.")
+  modes = aggregation_modes(config)
+  _need(bool(modes) and all(m in AGGREGATION_MODES for m in modes),
         "method.aggregation", config.method.aggregation,
-        "a comma-separated list of logits, probs, soup (e.g. 'logits,probs').")
+        f"a comma-separated list of {', '.join(AGGREGATION_MODES)} (e.g. 'logits,probs').")
   _need(modes[0] != "soup", "method.aggregation", config.method.aggregation,
         "the first mode is evaluated during training; put 'logits' or 'probs' first.")
   _need("routed" not in modes or config.distill.method == "kmeans", "method.aggregation",

@@ -17,7 +17,7 @@ import json
 import os
 import statistics
 
-from ensemble_jax import costs
+from ensemble_jax import config_lib, costs
 
 BASELINE = "data_parallel"
 PRESETS = tuple(costs.INTERCONNECTS)
@@ -38,7 +38,7 @@ def load_runs(results_dir: str) -> list[dict]:
         "flops": cost["measured"]["flops_to_target"],
         "time_s": cost["modelled"]["critical_path_s"],
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
-        "target": f"{t['metric']} {'<=' if t['metric'] in ('nll', 'perplexity') else '>='} "
+        "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
     })

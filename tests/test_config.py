@@ -33,6 +33,8 @@ def _set(config, dotted, value):
     ("mesh", [("model", 2)], r"axis names must be 'data' or 'worker'"),
     ("method.fsdp", "yes", r"config.method.fsdp='yes': must be True or False"),
     ("data.train_augment", "mixup", r"config.data.train_augment='mixup'"),
+    ("data.val_fraction", 0.0, r"config.data.val_fraction=0.0: must lie in \(0, 1\)"),
+    ("data.context", 0, r"config.data.context=0: must be > 0"),
 ])
 def test_bad_values_are_named(smoke_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -130,3 +132,15 @@ def test_cli_exits_2_on_bad_override(tmp_path, override, message):
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert message in proc.stderr
   assert not os.listdir(tmp_path)
+
+
+def test_choice_lists_are_the_registries():
+  """config_lib holds each choice list once; what implements the choices agrees with it."""
+  from ensemble_jax import aggregate, methods
+  from ensemble_jax.data import samplers
+
+  assert tuple(methods.METHODS) == config_lib.METHODS
+  assert tuple(samplers.SAMPLERS) == config_lib.SAMPLERS
+  assert aggregate.MODES is config_lib.AGGREGATION_MODES
+  assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
+      "routed", "probs")

@@ -42,7 +42,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import aggregate, costs, train
+from ensemble_jax import aggregate, config_lib, costs, train
 from ensemble_jax.data import pipeline, samplers
 from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.methods import step as step_lib
@@ -79,7 +79,7 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
 
 
 def _routed(config) -> bool:
-  return "routed" in config.method.aggregation.split(",")
+  return "routed" in config_lib.aggregation_modes(config)
 
 
 def cache_key(config, data, num_consumers: int) -> str:

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
-from ensemble_jax.config_lib import ConfigError
+from ensemble_jax.config_lib import ConfigError, aggregation_modes
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
@@ -72,7 +72,7 @@ class Ensemble(Method):
     # A worker spanning several `data` devices normalises over its whole batch.
     self.model = model.clone(bn_axis_name="data") if data_size > 1 else model
     self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
-    self.modes = tuple(mode for mode in m.aggregation.split(",") if mode)
+    self.modes = aggregation_modes(config)
     self.step_config = step_lib.StepConfig.from_config(
         config, data_axis="data" if data_size > 1 else None)
     self.train_layout = BatchLayout((m.num_workers, config.train.batch_size),

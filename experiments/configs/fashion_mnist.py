@@ -11,6 +11,7 @@ so the ensemble's total compute equals the DP run's 938 steps; critical path 1/8
 ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test images
 evaluated every 25 steps, small enough for 3 seeds of every point on 2 CPU cores.
 """
+from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
 
 
@@ -31,11 +32,8 @@ def get_config(arg: str = ""):
   c.train.num_epochs = 2.0
   c.eval.batch_size = 1000
   c.eval.target_metric, c.eval.target_value = "accuracy", 0.91
-  variants = set(filter(None, arg.split(",")))
-  known = {"smoke", "ensemble", "diloco", "sweep"}
-  if variants - known:
-    raise ValueError(f"unknown variant(s) {sorted(variants - known)} of fashion_mnist.py; "
-                     f"choose from {sorted(known)}")
+  variants = config_lib.parse_variants(arg, ("smoke", "ensemble", "diloco", "sweep"),
+                                       "fashion_mnist.py")
   if variants & {"ensemble", "diloco"}:
     c.method.name = "ensemble"
     c.mesh = [("worker", -1), ("data", 1)]

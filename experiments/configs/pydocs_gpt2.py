@@ -12,6 +12,7 @@ perplexity is set from a measured DP run of this config (see TARGET_PERPLEXITY).
 windows per device or worker, target perplexity SWEEP_TARGET on 256 validation windows
 evaluated every 25 steps.
 """
+from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
 
 # Measured: the DP default reaches perplexity 6.29 on 512 validation windows at step 600
@@ -45,11 +46,8 @@ def get_config(arg: str = ""):
   c.eval.num_examples = 512  # validation windows (of ~2k) scored at each eval
   c.eval.split = "validation"
   c.eval.target_metric, c.eval.target_value = "perplexity", TARGET_PERPLEXITY
-  variants = set(filter(None, arg.split(",")))
-  known = {"smoke", "ensemble", "diloco", "sweep"}
-  if variants - known:
-    raise ValueError(f"unknown variant(s) {sorted(variants - known)} of pydocs_gpt2.py; "
-                     f"choose from {sorted(known)}")
+  variants = config_lib.parse_variants(arg, ("smoke", "ensemble", "diloco", "sweep"),
+                                       "pydocs_gpt2.py")
   if variants & {"ensemble", "diloco"}:
     c.method.name = "ensemble"
     c.mesh = [("worker", -1), ("data", 1)]

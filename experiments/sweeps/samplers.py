@@ -94,7 +94,7 @@ def _row(r: dict) -> dict:
   """One run's table row: the headline aggregation's metric (accuracy for images,
   perplexity for text), the workers' mean, and the costs including the pool's."""
   distill = r.get("distill") or {}
-  headline = r["ensemble"][r["config"]["method"]["aggregation"].split(",")[0]]
+  headline = r["ensemble"][config_lib.aggregation_modes(r["config"])[0]]
   if r["config"]["task"] == "lm":
     metric = {"perplexity": headline["perplexity"],
               "worker_perplexity": math.exp(r["final"]["worker/nll_mean"])}
