@@ -259,10 +259,8 @@ def forward(stacked_state, step_config, source, transform, batch_size: int):
 
   @jax.jit
   def apply(state, batch):
-    logits, inter = state.apply_fn(
-        step_lib._variables(state, state.params), step_lib.model_inputs(batch, step_config),
-        train=False, mutable=["intermediates"])
-    return logits, inter["intermediates"]["features"][0], batch["label"]
+    logits, features = step_lib.predict_with_features(state, batch, step_config)
+    return logits, features, batch["label"]
 
   members = [jax.device_put(jax.tree.map(lambda x, m=m: x[m], stacked_state), replicated)
              for m in range(num_models)]

@@ -168,5 +168,17 @@ def predict(state: TrainState, batch: dict, cfg: StepConfig) -> jax.Array:
   return state.apply_fn(_variables(state, state.params), model_inputs(batch, cfg), train=False)
 
 
+def predict_with_features(state: TrainState, batch: dict, cfg: StepConfig
+                          ) -> tuple[jax.Array, jax.Array]:
+  """Eval-mode logits [B, C] and penultimate embeddings [B, D]: what pools score and cluster.
+
+  A model offers its embedding by sowing it as `intermediates/features` (ResNet does); this
+  is the one place that reads it.
+  """
+  logits, inter = state.apply_fn(_variables(state, state.params), model_inputs(batch, cfg),
+                                 train=False, mutable=["intermediates"])
+  return logits, inter["intermediates"]["features"][0]
+
+
 def num_params(params) -> int:
   return sum(x.size for x in jax.tree.leaves(params))
