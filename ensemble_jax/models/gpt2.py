@@ -22,13 +22,13 @@ import jax.numpy as jnp
 # Presets: (num_layers, num_heads, embed_dim). The four published GPT-2 sizes plus
 # small ones that train on a CPU in tests, smoke runs and sweeps.
 SIZES: dict[str, dict[str, int]] = {
-    'micro': dict(num_layers=1, num_heads=2, embed_dim=64),
-    'tiny': dict(num_layers=2, num_heads=2, embed_dim=64),
-    'mini': dict(num_layers=4, num_heads=4, embed_dim=128),
-    'small': dict(num_layers=12, num_heads=12, embed_dim=768),
-    'medium': dict(num_layers=24, num_heads=16, embed_dim=1024),
-    'large': dict(num_layers=36, num_heads=20, embed_dim=1280),
-    'xl': dict(num_layers=48, num_heads=25, embed_dim=1600),
+    "micro": dict(num_layers=1, num_heads=2, embed_dim=64),
+    "tiny": dict(num_layers=2, num_heads=2, embed_dim=64),
+    "mini": dict(num_layers=4, num_heads=4, embed_dim=128),
+    "small": dict(num_layers=12, num_heads=12, embed_dim=768),
+    "medium": dict(num_layers=24, num_heads=16, embed_dim=1024),
+    "large": dict(num_layers=36, num_heads=20, embed_dim=1280),
+    "xl": dict(num_layers=48, num_heads=25, embed_dim=1600),
 }
 
 _INIT_STD = 0.02
@@ -55,7 +55,7 @@ class CausalSelfAttention(nn.Module):
   def __call__(self, x_BxTxD, train: bool):
     _, T, D = x_BxTxD.shape
     K = D // self.num_heads
-    qkv_BxTx3D = _dense(3 * D, self.dtype, _INIT_STD, 'c_attn')(x_BxTxD)
+    qkv_BxTx3D = _dense(3 * D, self.dtype, _INIT_STD, "c_attn")(x_BxTxD)
     # HF splits the fused projection as [q | k | v], each D wide, heads contiguous.
     q_BxTxD, k_BxSxD, v_BxSxD = jnp.split(qkv_BxTx3D, 3, axis=-1)
     q_BxTxHxK = q_BxTxD.reshape(*q_BxTxD.shape[:-1], self.num_heads, K)
@@ -63,20 +63,20 @@ class CausalSelfAttention(nn.Module):
     v_BxSxHxK = v_BxSxD.reshape(*v_BxSxD.shape[:-1], self.num_heads, K)
 
     # Scores and softmax in float32: bf16 logits lose too much precision for softmax.
-    scores_BxHxTxS = jnp.einsum('bthk,bshk->bhts', q_BxTxHxK, k_BxSxHxK,
+    scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
                                 preferred_element_type=jnp.float32)
     scores_BxHxTxS = scores_BxHxTxS / math.sqrt(K)
     causal_TxS = jnp.tril(jnp.ones((T, T), dtype=bool))
     scores_BxHxTxS = jnp.where(causal_TxS, scores_BxHxTxS,
                                jnp.finfo(jnp.float32).min)
     probs_BxHxTxS = nn.softmax(scores_BxHxTxS, axis=-1).astype(self.dtype)
-    probs_BxHxTxS = nn.Dropout(self.attn_dropout, name='attn_dropout')(
+    probs_BxHxTxS = nn.Dropout(self.attn_dropout, name="attn_dropout")(
         probs_BxHxTxS, deterministic=not train)
 
-    y_BxTxHxK = jnp.einsum('bhts,bshk->bthk', probs_BxHxTxS, v_BxSxHxK)
+    y_BxTxHxK = jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
     y_BxTxD = y_BxTxHxK.reshape(*y_BxTxHxK.shape[:-2], D)
-    y_BxTxD = _dense(D, self.dtype, self.out_init_std, 'c_proj')(y_BxTxD)
-    return nn.Dropout(self.resid_dropout, name='resid_dropout')(
+    y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxD)
+    return nn.Dropout(self.resid_dropout, name="resid_dropout")(
         y_BxTxD, deterministic=not train)
 
 
@@ -91,10 +91,10 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
     D = x_BxTxD.shape[-1]
-    h_BxTxF = _dense(self.hidden_dim, self.dtype, _INIT_STD, 'c_fc')(x_BxTxD)
+    h_BxTxF = _dense(self.hidden_dim, self.dtype, _INIT_STD, "c_fc")(x_BxTxD)
     h_BxTxF = nn.gelu(h_BxTxF, approximate=True)
-    y_BxTxD = _dense(D, self.dtype, self.out_init_std, 'c_proj')(h_BxTxF)
-    return nn.Dropout(self.resid_dropout, name='resid_dropout')(
+    y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(h_BxTxF)
+    return nn.Dropout(self.resid_dropout, name="resid_dropout")(
         y_BxTxD, deterministic=not train)
 
 
@@ -118,11 +118,11 @@ class Block(nn.Module):
     x_BxTxD = x_BxTxD + CausalSelfAttention(
         num_heads=self.num_heads, dtype=self.dtype, attn_dropout=self.attn_dropout,
         resid_dropout=self.resid_dropout, out_init_std=self.out_init_std,
-        name='attn')(norm('ln_1')(x_BxTxD), train)
+        name="attn")(norm("ln_1")(x_BxTxD), train)
     x_BxTxD = x_BxTxD + MLP(
         hidden_dim=self.mlp_ratio * D, dtype=self.dtype,
         resid_dropout=self.resid_dropout, out_init_std=self.out_init_std,
-        name='mlp')(norm('ln_2')(x_BxTxD), train)
+        name="mlp")(norm("ln_2")(x_BxTxD), train)
     return x_BxTxD
 
 
@@ -153,36 +153,36 @@ class GPT2(nn.Module):
 
   def __post_init__(self):
     # Fail at construction, not deep inside init, on a bad config.
-    for field in ('vocab_size', 'context', 'num_layers', 'num_heads', 'embed_dim',
-                  'mlp_ratio'):
+    for field in ("vocab_size", "context", "num_layers", "num_heads", "embed_dim",
+                  "mlp_ratio"):
       value = getattr(self, field)
       if not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f'GPT2 {field} must be a positive int, got {value!r}')
+        raise ValueError(f"GPT2 {field} must be a positive int, got {value!r}")
     if self.embed_dim % self.num_heads != 0:
-      raise ValueError(f'GPT2 embed_dim={self.embed_dim} must be divisible by '
-                       f'num_heads={self.num_heads}')
-    for field in ('embd_dropout', 'attn_dropout', 'resid_dropout'):
+      raise ValueError(f"GPT2 embed_dim={self.embed_dim} must be divisible by "
+                       f"num_heads={self.num_heads}")
+    for field in ("embd_dropout", "attn_dropout", "resid_dropout"):
       rate = getattr(self, field)
       if not 0.0 <= rate < 1.0:
-        raise ValueError(f'GPT2 {field} must be in [0, 1), got {rate!r}')
+        raise ValueError(f"GPT2 {field} must be in [0, 1), got {rate!r}")
     super().__post_init__()
 
   @nn.compact
   def __call__(self, tokens_BxT, train: bool):
     if tokens_BxT.ndim != 2:
-      raise ValueError(f'GPT2 expects tokens of shape [B, T], got shape {tokens_BxT.shape}')
+      raise ValueError(f"GPT2 expects tokens of shape [B, T], got shape {tokens_BxT.shape}")
     T = tokens_BxT.shape[1]
     if T > self.context:
-      raise ValueError(f'Sequence length T={T} exceeds the model context={self.context}')
+      raise ValueError(f"Sequence length T={T} exceeds the model context={self.context}")
 
     wte = nn.Embed(self.vocab_size, self.embed_dim, dtype=self.dtype,
                    param_dtype=jnp.float32,
-                   embedding_init=nn.initializers.normal(_INIT_STD), name='wte')
+                   embedding_init=nn.initializers.normal(_INIT_STD), name="wte")
     wpe = nn.Embed(self.context, self.embed_dim, dtype=self.dtype,
                    param_dtype=jnp.float32,
-                   embedding_init=nn.initializers.normal(_POS_INIT_STD), name='wpe')
+                   embedding_init=nn.initializers.normal(_POS_INIT_STD), name="wpe")
     x_BxTxD = wte(tokens_BxT) + wpe(jnp.arange(T))[None]
-    x_BxTxD = nn.Dropout(self.embd_dropout, name='embd_dropout')(
+    x_BxTxD = nn.Dropout(self.embd_dropout, name="embd_dropout")(
         x_BxTxD, deterministic=not train)
 
     # `train` (argument 2, counting self) is a Python bool: static under remat.
@@ -195,15 +195,15 @@ class GPT2(nn.Module):
                           dtype=self.dtype, attn_dropout=self.attn_dropout,
                           resid_dropout=self.resid_dropout,
                           layer_norm_epsilon=self.layer_norm_epsilon,
-                          out_init_std=out_init_std, name=f'h_{i}')(x_BxTxD, train)
+                          out_init_std=out_init_std, name=f"h_{i}")(x_BxTxD, train)
 
     x_BxTxD = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            param_dtype=jnp.float32, use_fast_variance=False,
-                           name='ln_f')(x_BxTxD)
+                           name="ln_f")(x_BxTxD)
     # Tied output layer (what `wte.attend` computes), but accumulated and returned in
     # float32 so bf16 compute does not round the logits to bf16.
     embedding_VxD = wte.embedding.astype(self.dtype)
-    logits_BxTxV = jnp.einsum('btd,vd->btv', x_BxTxD, embedding_VxD,
+    logits_BxTxV = jnp.einsum("btd,vd->btv", x_BxTxD, embedding_VxD,
                               preferred_element_type=jnp.float32)
     return logits_BxTxV
 
@@ -212,7 +212,7 @@ def create_model(name: str, *, vocab_size: int, context: int, dtype=jnp.float32,
                  remat: bool = False, dropout: float = 0.0) -> GPT2:
   """Builds a GPT-2 preset by size name; `dropout` sets all three dropout rates."""
   if name not in SIZES:
-    raise ValueError(f'Unknown GPT-2 size {name!r}; valid choices: {list(SIZES)}')
+    raise ValueError(f"Unknown GPT-2 size {name!r}; valid choices: {list(SIZES)}")
   return GPT2(vocab_size=vocab_size, context=context, dtype=dtype, remat=remat,
               embd_dropout=dropout, attn_dropout=dropout, resid_dropout=dropout,
               **SIZES[name])

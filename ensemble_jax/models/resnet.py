@@ -14,11 +14,11 @@ import jax.numpy as jnp
 
 ModuleDef = Any
 
-BLOCKS = ('basic', 'bottleneck')
-STEMS = ('imagenet', 'small')
+BLOCKS = ("basic", "bottleneck")
+STEMS = ("imagenet", "small")
 
 # He init over fan_out, as in torchvision: keeps activations well scaled at init.
-_conv_init = nn.initializers.variance_scaling(2.0, 'fan_out', 'normal')
+_conv_init = nn.initializers.variance_scaling(2.0, "fan_out", "normal")
 
 
 class BasicBlock(nn.Module):
@@ -35,14 +35,14 @@ class BasicBlock(nn.Module):
   def __call__(self, x_BxHxWxC):
     out_channels = self.filters * self.expansion
     y_BxhxwxF = self.conv(self.filters, (3, 3), strides=(self.strides, self.strides),
-                          padding=((1, 1), (1, 1)), name='conv1')(x_BxHxWxC)
-    y_BxhxwxF = nn.relu(self.norm(name='bn1')(y_BxhxwxF))
+                          padding=((1, 1), (1, 1)), name="conv1")(x_BxHxWxC)
+    y_BxhxwxF = nn.relu(self.norm(name="bn1")(y_BxhxwxF))
     y_BxhxwxF = self.conv(self.filters, (3, 3), padding=((1, 1), (1, 1)),
-                          name='conv2')(y_BxhxwxF)
+                          name="conv2")(y_BxhxwxF)
     # Zero scale on the last BN makes each block start as identity (Goyal et al.).
     last_scale_init = (nn.initializers.zeros if self.zero_init_residual
                        else nn.initializers.ones)
-    y_BxhxwxF = self.norm(scale_init=last_scale_init, name='bn2')(y_BxhxwxF)
+    y_BxhxwxF = self.norm(scale_init=last_scale_init, name="bn2")(y_BxhxwxF)
     residual = _shortcut(x_BxHxWxC, out_channels, self.strides, self.conv, self.norm)
     return nn.relu(residual + y_BxhxwxF)
 
@@ -60,16 +60,16 @@ class BottleneckBlock(nn.Module):
   @nn.compact
   def __call__(self, x_BxHxWxC):
     out_channels = self.filters * self.expansion
-    y_BxHxWxF = self.conv(self.filters, (1, 1), name='conv1')(x_BxHxWxC)
-    y_BxHxWxF = nn.relu(self.norm(name='bn1')(y_BxHxWxF))
+    y_BxHxWxF = self.conv(self.filters, (1, 1), name="conv1")(x_BxHxWxC)
+    y_BxHxWxF = nn.relu(self.norm(name="bn1")(y_BxHxWxF))
     # v1.5: stride sits on the 3x3 conv, not the first 1x1 (better accuracy).
     y_BxhxwxF = self.conv(self.filters, (3, 3), strides=(self.strides, self.strides),
-                          padding=((1, 1), (1, 1)), name='conv2')(y_BxHxWxF)
-    y_BxhxwxF = nn.relu(self.norm(name='bn2')(y_BxhxwxF))
-    y_BxhxwxO = self.conv(out_channels, (1, 1), name='conv3')(y_BxhxwxF)
+                          padding=((1, 1), (1, 1)), name="conv2")(y_BxHxWxF)
+    y_BxhxwxF = nn.relu(self.norm(name="bn2")(y_BxhxwxF))
+    y_BxhxwxO = self.conv(out_channels, (1, 1), name="conv3")(y_BxhxwxF)
     last_scale_init = (nn.initializers.zeros if self.zero_init_residual
                        else nn.initializers.ones)
-    y_BxhxwxO = self.norm(scale_init=last_scale_init, name='bn3')(y_BxhxwxO)
+    y_BxhxwxO = self.norm(scale_init=last_scale_init, name="bn3")(y_BxhxwxO)
     residual = _shortcut(x_BxHxWxC, out_channels, self.strides, self.conv, self.norm)
     return nn.relu(residual + y_BxhxwxO)
 
@@ -81,11 +81,11 @@ def _shortcut(x_BxHxWxC, out_channels: int, strides: int, conv: ModuleDef,
     return x_BxHxWxC
   # Called inside the parent's compact __call__, so these bind to that block.
   x_BxhxwxO = conv(out_channels, (1, 1), strides=(strides, strides),
-                   name='proj_conv')(x_BxHxWxC)
-  return norm(name='proj_bn')(x_BxhxwxO)
+                   name="proj_conv")(x_BxHxWxC)
+  return norm(name="proj_bn")(x_BxhxwxO)
 
 
-_BLOCK_CLASSES = {'basic': BasicBlock, 'bottleneck': BottleneckBlock}
+_BLOCK_CLASSES = {"basic": BasicBlock, "bottleneck": BottleneckBlock}
 
 
 class ResNet(nn.Module):
@@ -100,7 +100,7 @@ class ResNet(nn.Module):
   block: str
   num_classes: int
   width: int = 64
-  stem: str = 'imagenet'
+  stem: str = "imagenet"
   dtype: Any = jnp.float32
   bn_momentum: float = 0.9
   bn_epsilon: float = 1e-5
@@ -112,13 +112,13 @@ class ResNet(nn.Module):
   def __post_init__(self):
     # Fail at construction, not deep inside init, on a bad config.
     if self.block not in BLOCKS:
-      raise ValueError(f'Unknown ResNet block {self.block!r}; valid choices: {list(BLOCKS)}')
+      raise ValueError(f"Unknown ResNet block {self.block!r}; valid choices: {list(BLOCKS)}")
     if self.stem not in STEMS:
-      raise ValueError(f'Unknown ResNet stem {self.stem!r}; valid choices: {list(STEMS)}')
+      raise ValueError(f"Unknown ResNet stem {self.stem!r}; valid choices: {list(STEMS)}")
     if len(self.stage_sizes) == 0 or any(n < 1 for n in self.stage_sizes):
-      raise ValueError(f'stage_sizes must be non-empty positive ints, got {self.stage_sizes!r}')
+      raise ValueError(f"stage_sizes must be non-empty positive ints, got {self.stage_sizes!r}")
     if self.width < 1:
-      raise ValueError(f'width must be positive, got {self.width!r}')
+      raise ValueError(f"width must be positive, got {self.width!r}")
     super().__post_init__()
 
   @nn.compact
@@ -132,16 +132,16 @@ class ResNet(nn.Module):
     block_cls = _BLOCK_CLASSES[self.block]
 
     x_BxHxWxC = jnp.asarray(x_BxHxWxC, self.dtype)
-    if self.stem == 'imagenet':
+    if self.stem == "imagenet":
       x_BxHxWxF = conv(self.width, (7, 7), strides=(2, 2), padding=((3, 3), (3, 3)),
-                       name='stem_conv')(x_BxHxWxC)
-      x_BxHxWxF = nn.relu(norm(name='stem_bn')(x_BxHxWxF))
+                       name="stem_conv")(x_BxHxWxC)
+      x_BxHxWxF = nn.relu(norm(name="stem_bn")(x_BxHxWxF))
       x_BxHxWxF = nn.max_pool(x_BxHxWxF, (3, 3), strides=(2, 2),
                               padding=((1, 1), (1, 1)))
     else:
       x_BxHxWxF = conv(self.width, (3, 3), padding=((1, 1), (1, 1)),
-                       name='stem_conv')(x_BxHxWxC)
-      x_BxHxWxF = nn.relu(norm(name='stem_bn')(x_BxHxWxF))
+                       name="stem_conv")(x_BxHxWxC)
+      x_BxHxWxF = nn.relu(norm(name="stem_bn")(x_BxHxWxF))
 
     for i, num_blocks in enumerate(self.stage_sizes):
       for j in range(num_blocks):
@@ -150,30 +150,31 @@ class ResNet(nn.Module):
         x_BxHxWxF = block_cls(filters=self.width * 2**i, conv=conv, norm=norm,
                               strides=strides,
                               zero_init_residual=self.zero_init_residual,
-                              name=f'stage{i + 1}_block{j + 1}')(x_BxHxWxF)
+                              name=f"stage{i + 1}_block{j + 1}")(x_BxHxWxF)
 
     # Pool and classify in float32 for stable logits under bf16 compute.
     x_BxF = jnp.mean(x_BxHxWxF.astype(jnp.float32), axis=(1, 2))
-    self.sow('intermediates', 'features', x_BxF)  # embeddings for pools (distill)
+    # The public embedding: methods/step.py:predict_with_features reads it (distill pools).
+    self.sow("intermediates", "features", x_BxF)
     logits_BxK = nn.Dense(self.num_classes, dtype=jnp.float32,
-                          param_dtype=jnp.float32, name='head')(x_BxF)
+                          param_dtype=jnp.float32, name="head")(x_BxF)
     return logits_BxK
 
 
-ResNet18 = functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block='basic')
-ResNet34 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block='basic')
-ResNet50 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block='bottleneck')
+ResNet18 = functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block="basic")
+ResNet34 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block="basic")
+ResNet50 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block="bottleneck")
 
 MODELS: dict[str, Callable[..., ResNet]] = {
-    'resnet18': ResNet18,
-    'resnet34': ResNet34,
-    'resnet50': ResNet50,
+    "resnet18": ResNet18,
+    "resnet34": ResNet34,
+    "resnet50": ResNet50,
 }
 
 
 def create_model(name: str, *, num_classes: int, width: int = 64,
-                 stem: str = 'imagenet', dtype=jnp.float32) -> nn.Module:
+                 stem: str = "imagenet", dtype=jnp.float32) -> nn.Module:
   """Builds a ResNet preset by name (the string used in configs / CLI flags)."""
   if name not in MODELS:
-    raise ValueError(f'Unknown model name {name!r}; valid choices: {sorted(MODELS)}')
+    raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(MODELS)}")
   return MODELS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype)
