@@ -3,7 +3,7 @@ at aggregation each input is routed to the experts of its nearest centroids. A t
 is routed position by position, each on the tf-idf of its running prefix (the context the
 model sees, `TfIdf.transform_prefixes`), never on the tokens it predicts.
 
-The balanced variant caps every cluster near N/k, so no worker gets a tiny shard (and an
+The balanced variant caps every cluster near E/k, so no worker gets a tiny shard (and an
 ensemble step of stacked workers does not wait on the biggest one).
 """
 from __future__ import annotations
@@ -16,45 +16,45 @@ import numpy as np
 
 
 @jax.jit
-def _sq_distances(x_NxD: jax.Array, c_KxD: jax.Array) -> jax.Array:
-  sq = (jnp.sum(x_NxD * x_NxD, -1)[:, None] + jnp.sum(c_KxD * c_KxD, -1)[None, :]
-        - 2.0 * x_NxD @ c_KxD.T)
+def _sq_distances(x_ExD: jax.Array, c_KxD: jax.Array) -> jax.Array:
+  sq = (jnp.sum(x_ExD * x_ExD, -1)[:, None] + jnp.sum(c_KxD * c_KxD, -1)[None, :]
+        - 2.0 * x_ExD @ c_KxD.T)
   return jnp.maximum(sq, 0.0)
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _plus_plus(x_NxD: jax.Array, k: int, rng: jax.Array) -> jax.Array:
+def _plus_plus(x_ExD: jax.Array, k: int, rng: jax.Array) -> jax.Array:
   """k-means++ seeding: each next centroid drawn with probability ~ d^2 to the nearest."""
-  n = x_NxD.shape[0]
+  n = x_ExD.shape[0]
   rng, first = jax.random.split(rng)
-  c_KxD = jnp.zeros((k, x_NxD.shape[1]), x_NxD.dtype).at[0].set(
-      x_NxD[jax.random.randint(first, (), 0, n)])
-  d2_N = _sq_distances(x_NxD, c_KxD[:1])[:, 0]
+  c_KxD = jnp.zeros((k, x_ExD.shape[1]), x_ExD.dtype).at[0].set(
+      x_ExD[jax.random.randint(first, (), 0, n)])
+  d2_E = _sq_distances(x_ExD, c_KxD[:1])[:, 0]
 
   def body(i, carry):
-    c_KxD, d2_N, rng = carry
+    c_KxD, d2_E, rng = carry
     rng, key = jax.random.split(rng)
     # All-zero d2 (fewer distinct points than k): fall back to a uniform draw.
-    p_N = jnp.where(jnp.sum(d2_N) > 0, d2_N / jnp.maximum(jnp.sum(d2_N), 1e-30), 1.0 / n)
-    pick = jax.random.choice(key, n, p=p_N)
-    c_KxD = c_KxD.at[i].set(x_NxD[pick])
-    d2_N = jnp.minimum(d2_N, _sq_distances(x_NxD, x_NxD[pick][None])[:, 0])
-    return c_KxD, d2_N, rng
+    p_E = jnp.where(jnp.sum(d2_E) > 0, d2_E / jnp.maximum(jnp.sum(d2_E), 1e-30), 1.0 / n)
+    pick = jax.random.choice(key, n, p=p_E)
+    c_KxD = c_KxD.at[i].set(x_ExD[pick])
+    d2_E = jnp.minimum(d2_E, _sq_distances(x_ExD, x_ExD[pick][None])[:, 0])
+    return c_KxD, d2_E, rng
 
-  c_KxD, _, _ = jax.lax.fori_loop(1, k, body, (c_KxD, d2_N, rng))
+  c_KxD, _, _ = jax.lax.fori_loop(1, k, body, (c_KxD, d2_E, rng))
   return c_KxD
 
 
-def _balanced_assign(d2_NxK: np.ndarray) -> np.ndarray:
-  """Greedy over (point, cluster) pairs, nearest first, under capacities that sum to N:
-  every cluster holds floor(N/k) or ceil(N/k) points (at most N mod k hold the ceil).
+def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
+  """Greedy over (point, cluster) pairs, nearest first, under capacities that sum to E:
+  every cluster holds floor(E/k) or ceil(E/k) points (at most E mod k hold the ceil).
 
   On the host: the greedy is sequential, and a Python pass over the sorted pairs (stopping
   once every point is placed) is ~40x faster on CPU than the same pass as an XLA scan.
   """
-  n, k = d2_NxK.shape
+  n, k = d2_ExK.shape
   floor, extra = n // k, n % k
-  order = np.argsort(d2_NxK.reshape(-1), kind="stable").tolist()
+  order = np.argsort(d2_ExK.reshape(-1), kind="stable").tolist()
   assign, count, num_extra, placed = [-1] * n, [0] * k, 0, 0
   for pair in order:
     i, c = divmod(pair, k)
@@ -69,43 +69,43 @@ def _balanced_assign(d2_NxK: np.ndarray) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames=("k",))
-def _update(x_NxD, a_N, c_KxD, k: int):
-  onehot_NxK = jax.nn.one_hot(a_N, k, dtype=x_NxD.dtype)
-  count_K = onehot_NxK.sum(0)
-  mean_KxD = onehot_NxK.T @ x_NxD / jnp.maximum(count_K, 1.0)[:, None]
+def _update(x_ExD, a_E, c_KxD, k: int):
+  onehot_ExK = jax.nn.one_hot(a_E, k, dtype=x_ExD.dtype)
+  count_K = onehot_ExK.sum(0)
+  mean_KxD = onehot_ExK.T @ x_ExD / jnp.maximum(count_K, 1.0)[:, None]
   # An emptied cluster keeps its centroid rather than collapsing to the origin.
   return jnp.where(count_K[:, None] > 0, mean_KxD, c_KxD)
 
 
-def _kmeans(x_NxD, rng, k: int, iters: int, balanced: bool):
+def _kmeans(x_ExD, rng, k: int, iters: int, balanced: bool):
   def assign(c_KxD):
-    d2_NxK = _sq_distances(x_NxD, c_KxD)
-    return (jnp.asarray(_balanced_assign(np.asarray(d2_NxK))) if balanced
-            else jnp.argmin(d2_NxK, axis=-1))
+    d2_ExK = _sq_distances(x_ExD, c_KxD)
+    return (jnp.asarray(_balanced_assign(np.asarray(d2_ExK))) if balanced
+            else jnp.argmin(d2_ExK, axis=-1))
 
-  c_KxD = _plus_plus(x_NxD, k, rng)
+  c_KxD = _plus_plus(x_ExD, k, rng)
   for _ in range(iters):  # Lloyd's steps, driven from the host (the balanced greedy is)
-    c_KxD = _update(x_NxD, assign(c_KxD), c_KxD, k)
+    c_KxD = _update(x_ExD, assign(c_KxD), c_KxD, k)
   return assign(c_KxD), c_KxD
 
 
-def kmeans(x_NxD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
+def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
            ) -> tuple[np.ndarray, np.ndarray]:
-  """Lloyd's k-means from k-means++ seeds: (assignments [N] int, centroids [K, D]).
+  """Lloyd's k-means from k-means++ seeds: (assignments [E] int, centroids [K, D]).
 
-  Deterministic in seed. balanced=True assigns greedily under capacity ceil(N/k), with
-  sizes within 1 of each other (costs a sequential host pass over the N*k pairs sorted by
+  Deterministic in seed. balanced=True assigns greedily under capacity ceil(E/k), with
+  sizes within 1 of each other (costs a sequential host pass over the E*k pairs sorted by
   distance, per iteration).
   """
-  x_NxD = np.asarray(x_NxD, np.float32)
-  if x_NxD.ndim != 2:
-    raise ValueError(f"kmeans expects [N, D] points, got shape {x_NxD.shape}")
-  if not 1 <= k <= len(x_NxD):
-    raise ValueError(f"k must lie in [1, N={len(x_NxD)}], got k={k}")
+  x_ExD = np.asarray(x_ExD, np.float32)
+  if x_ExD.ndim != 2:
+    raise ValueError(f"kmeans expects [E, D] points, got shape {x_ExD.shape}")
+  if not 1 <= k <= len(x_ExD):
+    raise ValueError(f"k must lie in [1, E={len(x_ExD)}], got k={k}")
   if iters < 0:
     raise ValueError(f"iters must be >= 0, got {iters}")
-  a_N, c_KxD = _kmeans(jnp.asarray(x_NxD), jax.random.key(seed), k, iters, balanced)
-  return np.asarray(a_N), np.asarray(c_KxD)
+  a_E, c_KxD = _kmeans(jnp.asarray(x_ExD), jax.random.key(seed), k, iters, balanced)
+  return np.asarray(a_E), np.asarray(c_KxD)
 
 
 @functools.partial(jax.jit, static_argnames=("top_k",))
@@ -144,7 +144,7 @@ class TfIdf:
   Fit on the training windows (`fit`), then embeds any windows (`transform`), or every
   running prefix of their model inputs (`transform_prefixes`: routing without the targets).
   Counts are built in chunks of sparse rows, so a corpus of many windows never materialises
-  a dense [N, vocab] matrix.
+  a dense [E, vocab] matrix.
   """
 
   def __init__(self, vocab_size: int, dim: int = 64, chunk: int = 4096):
@@ -154,30 +154,30 @@ class TfIdf:
     self.idf_V = self.components_DxV = None
 
   def counts(self, source) -> "scipy.sparse.csr_matrix":  # noqa: F821
-    """Token counts [N, vocab] of every window of a pipeline source ({'tokens': [T]})."""
+    """Token counts [E, vocab] of every window of a pipeline source ({'tokens': [T]})."""
     from scipy import sparse
 
     parts = []
     for begin in range(0, len(source), self.chunk):
-      rows_CxT = np.stack([source.get(i)["tokens"]
+      rows_BxT = np.stack([source.get(i)["tokens"]
                            for i in range(begin, min(begin + self.chunk, len(source)))])
-      if rows_CxT.max() >= self.vocab_size or rows_CxT.min() < 0:
+      if rows_BxT.max() >= self.vocab_size or rows_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
-                         f"[{rows_CxT.min()}, {rows_CxT.max()}]")
-      r = np.repeat(np.arange(len(rows_CxT)), rows_CxT.shape[1])
-      parts.append(sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_CxT.ravel())),
-                                     shape=(len(rows_CxT), self.vocab_size)))
+                         f"[{rows_BxT.min()}, {rows_BxT.max()}]")
+      r = np.repeat(np.arange(len(rows_BxT)), rows_BxT.shape[1])
+      parts.append(sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_BxT.ravel())),
+                                     shape=(len(rows_BxT), self.vocab_size)))
     return sparse.vstack(parts).tocsr()  # duplicates summed: counts
 
-  def _normalised_tfidf(self, counts_NxV):
+  def _normalised_tfidf(self, counts_ExV):
     from scipy import sparse
 
-    x = counts_NxV.multiply(self.idf_V[None, :]).tocsr()
+    x = counts_ExV.multiply(self.idf_V[None, :]).tocsr()
     norms = np.sqrt(np.asarray(x.multiply(x).sum(1))).ravel()
     return sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ x
 
   def fit(self, source, seed: int = 0) -> np.ndarray:
-    """Fits idf and the SVD on `source`; returns its embeddings [N, dim]."""
+    """Fits idf and the SVD on `source`; returns its embeddings [E, dim]."""
     from scipy.sparse import linalg
 
     counts = self.counts(source)
@@ -197,7 +197,7 @@ class TfIdf:
     return self._project(self._normalised_tfidf(self.counts(source)))
 
   def transform_prefixes(self, source, budget: int = 1 << 22) -> np.ndarray:
-    """[N, T, dim]: row t embeds window[:t + 1] of each window's inputs (window[:-1]), i.e.
+    """[E, T, dim]: row t embeds window[:t + 1] of each window's inputs (window[:-1]), i.e.
     `transform` of the window truncated to the context of prediction t, never its target.
 
     Both the projection and the tf-idf norm are sums over tokens, so they are running sums
@@ -211,38 +211,38 @@ class TfIdf:
     proj_VxD = idf_V[:, None] * self.components_DxV.T.astype(np.float64)
     n = len(source)
     t = len(source.get(0)["tokens"]) - 1 if n else 0
-    out_NxTxD = np.zeros((n, t, proj_VxD.shape[1]), np.float32)
+    out_ExTxD = np.zeros((n, t, proj_VxD.shape[1]), np.float32)
     rows = max(1, min(self.chunk, budget // max(1, t * proj_VxD.shape[1])))
     for begin in range(0, n, rows):
       end = min(begin + rows, n)
-      inputs_CxT = np.stack([source.get(i)["tokens"][:-1] for i in range(begin, end)])
-      if inputs_CxT.max() >= self.vocab_size or inputs_CxT.min() < 0:
+      inputs_BxT = np.stack([source.get(i)["tokens"][:-1] for i in range(begin, end)])
+      if inputs_BxT.max() >= self.vocab_size or inputs_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
-                         f"[{inputs_CxT.min()}, {inputs_CxT.max()}]")
+                         f"[{inputs_BxT.min()}, {inputs_BxT.max()}]")
       # The squared tf-idf norm grows by ((c + 1)^2 - c^2) idf^2 = (2c + 1) idf^2 when a
       # token seen c times before joins the prefix.
-      seen_CxT = _earlier_occurrences(inputs_CxT)
-      sq_norm_CxT = np.cumsum((2.0 * seen_CxT + 1.0) * idf_V[inputs_CxT] ** 2, axis=1)
-      z_CxTxD = np.cumsum(proj_VxD[inputs_CxT], axis=1)
-      z_CxTxD /= np.maximum(np.sqrt(sq_norm_CxT), 1e-12)[..., None]
-      z_CxTxD /= np.maximum(np.linalg.norm(z_CxTxD, axis=-1, keepdims=True), 1e-12)
-      out_NxTxD[begin:end] = z_CxTxD
-    return out_NxTxD
+      seen_BxT = _earlier_occurrences(inputs_BxT)
+      sq_norm_BxT = np.cumsum((2.0 * seen_BxT + 1.0) * idf_V[inputs_BxT] ** 2, axis=1)
+      z_BxTxD = np.cumsum(proj_VxD[inputs_BxT], axis=1)
+      z_BxTxD /= np.maximum(np.sqrt(sq_norm_BxT), 1e-12)[..., None]
+      z_BxTxD /= np.maximum(np.linalg.norm(z_BxTxD, axis=-1, keepdims=True), 1e-12)
+      out_ExTxD[begin:end] = z_BxTxD
+    return out_ExTxD
 
-  def _project(self, x_NxV) -> np.ndarray:
-    z = np.asarray(x_NxV @ self.components_DxV.T, np.float32)
+  def _project(self, x_ExV) -> np.ndarray:
+    z = np.asarray(x_ExV @ self.components_DxV.T, np.float32)
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
 
-def _earlier_occurrences(tokens_CxT: np.ndarray) -> np.ndarray:
+def _earlier_occurrences(tokens_BxT: np.ndarray) -> np.ndarray:
   """[C, T]: how often tokens[c, t] occurs in tokens[c, :t]."""
-  c, t = tokens_CxT.shape
-  order_CxT = np.argsort(tokens_CxT, axis=1, kind="stable")  # equal tokens keep their order
-  sorted_CxT = np.take_along_axis(tokens_CxT, order_CxT, axis=1)
+  c, t = tokens_BxT.shape
+  order_BxT = np.argsort(tokens_BxT, axis=1, kind="stable")  # equal tokens keep their order
+  sorted_BxT = np.take_along_axis(tokens_BxT, order_BxT, axis=1)
   pos_T = np.arange(t)
-  starts_CxT = np.ones((c, t), bool)
-  starts_CxT[:, 1:] = sorted_CxT[:, 1:] != sorted_CxT[:, :-1]
-  rank_CxT = pos_T - np.maximum.accumulate(np.where(starts_CxT, pos_T, 0), axis=1)
-  seen_CxT = np.empty_like(rank_CxT)
-  np.put_along_axis(seen_CxT, order_CxT, rank_CxT, axis=1)
-  return seen_CxT
+  starts_BxT = np.ones((c, t), bool)
+  starts_BxT[:, 1:] = sorted_BxT[:, 1:] != sorted_BxT[:, :-1]
+  rank_BxT = pos_T - np.maximum.accumulate(np.where(starts_BxT, pos_T, 0), axis=1)
+  seen_BxT = np.empty_like(rank_BxT)
+  np.put_along_axis(seen_BxT, order_BxT, rank_BxT, axis=1)
+  return seen_BxT

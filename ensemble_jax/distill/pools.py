@@ -139,21 +139,21 @@ def build(config, data, num_consumers: int, proxy_dir: str):
   proxy = train.fit(proxy_config(config), proxy_dir)
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
   proxy_state = soup(proxy.state) if d.proxy == "lipt" else proxy.state
-  logits_MxNxC, features_MxNxF, labels_N, score_flops = forward(
+  logits_MxExC, features_MxExD, labels_E, score_flops = forward(
       proxy_state, proxy.method.step_config, data.train, data.eval_transform,
       config.eval.batch_size)
   scoring_done = time.perf_counter()
-  n = len(labels_N)
+  n = len(labels_E)
   weights = route = None
   if d.method in ("el2n", "loss", "grand"):
-    per_proxy = [scores.grand_scores(l, labels_N, f) if d.method == "grand" else
-                 SCORES[d.method](l, labels_N) for l, f in zip(logits_MxNxC, features_MxNxF)]
+    per_proxy = [scores.grand_scores(l, labels_E, f) if d.method == "grand" else
+                 SCORES[d.method](l, labels_E) for l, f in zip(logits_MxExC, features_MxExD)]
     selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
-                                      d.keep, labels_N, d.per_class)
+                                      d.keep, labels_E, d.per_class)
     pools = split(selected, num_consumers, config.seed, d.split)
   elif d.method == "kmeans":
-    mean, std = features_MxNxF[0].mean(0), features_MxNxF[0].std(0) + 1e-6
-    assignment, centroids = clusters.kmeans((features_MxNxF[0] - mean) / std, num_consumers,
+    mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
+    assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
                                             seed=config.seed, balanced=d.balanced)
     pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
     selected = np.arange(n)
@@ -166,16 +166,16 @@ def build(config, data, num_consumers: int, proxy_dir: str):
           (eval_features[0] - mean) / std, centroids,
           d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
   else:  # craig | gradmatch on all proxies' last-layer gradients side by side
-    def gradients(rows):  # [len(rows), K]: computed per class when selecting per class
+    def gradients(rows):  # [len(rows), D]: computed per class when selecting per class
       return np.concatenate([coresets.last_layer_gradients(
-          f[rows], l[rows], labels_N[rows], include_weight=d.gradient == "last_layer")
-          for l, f in zip(logits_MxNxC, features_MxNxF)], axis=1)
+          f[rows], l[rows], labels_E[rows], include_weight=d.gradient == "last_layer")
+          for l, f in zip(logits_MxExC, features_MxExD)], axis=1)
 
     k = max(1, int(round(d.fraction * n)))
     kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
     select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
     if d.per_class:
-      selected, w = coresets.per_class(select, gradients, labels_N, k, **kwargs)
+      selected, w = coresets.per_class(select, gradients, labels_E, k, **kwargs)
     else:
       selected, w = select(gradients(np.arange(n)), k, **kwargs)
     weights = np.zeros(n, np.float32)
@@ -200,30 +200,30 @@ def build(config, data, num_consumers: int, proxy_dir: str):
 
 def _text_clusters(config, data, num_consumers: int, start: float):
   """c-BTM: balanced k-means of the training windows' tf-idf; each eval position routed by
-  the tf-idf of its running prefix [M, T, N], so no prediction's routing sees its target."""
+  the tf-idf of its running prefix [E, T, N], so no prediction's routing sees its target."""
   d = config.distill
   tfidf = clusters.TfIdf(data.num_classes, d.tfidf_dim)
-  train_NxD = tfidf.fit(data.train, seed=config.seed)
+  train_ExD = tfidf.fit(data.train, seed=config.seed)
   iters = 20
-  assignment, centroids = clusters.kmeans(train_NxD, num_consumers, seed=config.seed,
+  assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
                                           iters=iters, balanced=d.balanced)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):
-    prefixes_MxTxD = tfidf.transform_prefixes(data.eval)
-    m, t, dim = prefixes_MxTxD.shape
+    prefixes_ExTxD = tfidf.transform_prefixes(data.eval)
+    m, t, dim = prefixes_ExTxD.shape
     route = np.zeros((m, t, num_consumers), np.float32)
     rows = max(1, 65536 // max(t, 1))  # windows per routing call: bounded device memory
     for i in range(0, m, rows):
       route[i:i + rows] = np.asarray(clusters.routing_weights(
-          prefixes_MxTxD[i:i + rows].reshape(-1, dim), centroids, d.route_temperature,
+          prefixes_ExTxD[i:i + rows].reshape(-1, dim), centroids, d.route_temperature,
           min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)
-  n, dim = train_NxD.shape
+  n, dim = train_ExD.shape
   info = {
       "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}",
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
       "build_time_s": time.perf_counter() - start,
-      # Lloyd's distances (3 N k D per iteration, plus the final assignment); the tf-idf
+      # Lloyd's distances (3 E k D per iteration, plus the final assignment); the tf-idf
       # counting and the sparse SVD run on the host and are in build_time_s only.
       "build_flops": float(3 * n * num_consumers * dim * (iters + 1)),
       "proxy": None, "scoring_flops": 0.0, "selection_time_s": time.perf_counter() - start,
@@ -248,7 +248,7 @@ def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]
 
 
 def forward(stacked_state, step_config, source, transform, batch_size: int):
-  """Eval-mode logits [M, N, C], penultimate features [M, N, F] and labels [N] of every
+  """Eval-mode logits [M, E, C], penultimate features [M, E, D] and labels [E] of every
   proxy on a whole split, in fixed batches sharded over all devices; and their XLA FLOPs."""
   mesh = Mesh(np.asarray(jax.devices()), ("data",))
   batch_size = -(-batch_size // mesh.size) * mesh.size
