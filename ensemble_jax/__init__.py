@@ -8,5 +8,6 @@ per axis, the same letter for the same meaning everywhere:
   N  workers (the stacked axis)       M  models: proxies or other members, not workers
   E  examples of a whole split        K  clusters (k-means centroids)
   D  feature / embedding dimension    F  filters or hidden features inside a model
-  H, W  image height and width        x  an axis the code does not fix (`logits_Nx`)
+  S  a subset of examples (picks)     H, W  image height and width
+  x  an axis the code does not fix (`logits_Nx`: [N, ...])
 """

@@ -17,6 +17,7 @@ METHODS = ("data_parallel", "ensemble", "diloco")  # methods.METHODS implements 
 SAMPLERS = ("random", "disjoint")  # data.samplers.SAMPLERS
 # aggregate.py: the reductions over workers; the first listed in a config is the headline.
 AGGREGATION_MODES = ("logits", "probs", "soup", "routed")
+LR_SCALINGS = ("linear", "sqrt", "none")  # optim.py: peak lr vs batch size
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
 TASKS = ("classification", "lm")
@@ -281,7 +282,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,
         "must lie in (0, 1).")
   _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
-  _need(config.optim.lr_scaling in ("linear", "sqrt", "none"), "optim.lr_scaling",
+  _need(config.optim.lr_scaling in LR_SCALINGS, "optim.lr_scaling",
         config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")

@@ -4,9 +4,6 @@ from __future__ import annotations
 import optax
 
 
-SCALING_RULES = ("linear", "sqrt", "none")
-
-
 def peak_learning_rate(optim_config, batch_size: int) -> float:
   """learning_rate at base_batch_size, scaled by the ratio (linear), its root (sqrt, the
   usual rule for Adam), or not at all (none)."""
