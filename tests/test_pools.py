@@ -1,7 +1,6 @@
 """Pools wired into runs: a proxy through the engine, cost in results.json, a cache that is
 reused and invalidated, coreset weights in the loss."""
 import glob
-import os
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +10,6 @@ import pytest
 
 from ensemble_jax import aggregate, config_lib, optim, run
 from ensemble_jax.data import samplers
-from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
 
@@ -158,13 +156,31 @@ def _stacked_states(n, tx=optax.sgd(0.0)):
   return jax.vmap(init)(jax.random.split(jax.random.key(0), n))
 
 
-def test_lipt_soup_is_the_mean_of_its_members():
+def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
+  """The merged LiPT proxy and the soup aggregation: mean weights, and BatchNorm statistics
+  of those weights on train batches -- not the members' averaged statistics (the LiPT
+  proxy averaged them up to 3c6ac85)."""
+  from ensemble_jax.methods import ensemble
+
+  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
   stacked = _stacked_states(3)
-  merged = pools.soup(stacked)
+  stacked = stacked.replace(batch_stats=jax.tree.map(  # members with their own statistics
+      lambda x: x + jax.random.uniform(jax.random.key(3), x.shape), stacked.batch_stats))
+  cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
+  images = jax.random.uniform(jax.random.key(4), (2, 3, 8, 8, 8, 1)) * 255  # [S, N, b, ...]
+  bn_batches = {"image": images, "label": jnp.zeros((2, 3, 8), jnp.int32)}
+  merged = ensemble.soup_state(model, cfg, stacked, jnp.ones(3), bn_batches)
   for a, b in zip(jax.tree.leaves(merged.params), jax.tree.leaves(stacked.params)):
-    np.testing.assert_allclose(a[0], b.mean(0), rtol=1e-6, atol=1e-7)
-  for a, b in zip(jax.tree.leaves(merged.batch_stats), jax.tree.leaves(stacked.batch_stats)):
-    np.testing.assert_allclose(a[0], b.mean(0), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a, b.mean(0), rtol=1e-6, atol=1e-7)
+  like = jax.tree.map(lambda x: x[0], stacked.batch_stats)
+  expected = [step_lib.batch_statistics(model, merged.params, like,
+                                        jax.tree.map(lambda x, s=s: x[s], bn_batches), cfg)
+              for s in range(2)]
+  for got, e0, e1, members in zip(jax.tree.leaves(merged.batch_stats),
+                                  jax.tree.leaves(expected[0]), jax.tree.leaves(expected[1]),
+                                  jax.tree.leaves(stacked.batch_stats)):
+    np.testing.assert_allclose(got, (e0 + e1) / 2, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(got, members.mean(0), rtol=1e-3)
 
 
 def test_snip_mask_is_data_driven_and_stays_fixed():

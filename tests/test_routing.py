@@ -3,7 +3,6 @@ routed on its running prefix), and an example whose routed experts were all excl
 back to the healthy workers."""
 import types
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 

@@ -32,6 +32,7 @@ and the data's fingerprint; a cached pool is reused and reports its original cos
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -42,9 +43,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import aggregate, config_lib, costs, train
+from ensemble_jax import config_lib, costs, train
 from ensemble_jax.data import pipeline, samplers
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
 
 SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
@@ -94,6 +96,10 @@ def cache_key(config, data, num_consumers: int) -> str:
     # Text pools once routed each window on all of its tokens, targets included: a new key,
     # so no such cached routing is ever read back.
     fields["route_scheme"] = "prefix"
+  if config.distill.method != "none" and config.distill.proxy == "lipt":
+    # LiPT proxies were once pruned by value (zero-initialised parameters frozen) and merged
+    # with averaged BatchNorm statistics: a new key, so no such pool is read back.
+    fields["lipt_proxy"] = "snip_mask_in_state,bn_reestimated"
   blob = json.dumps(fields, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -138,7 +144,7 @@ def build(config, data, num_consumers: int, proxy_dir: str):
     return _text_clusters(config, data, num_consumers, start)
   proxy = train.fit(proxy_config(config), proxy_dir)
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
-  proxy_state = soup(proxy.state) if d.proxy == "lipt" else proxy.state
+  proxy_state = merged_proxy(proxy, config.seed) if d.proxy == "lipt" else proxy.state
   logits_MxExC, features_MxExD, labels_E, score_flops = forward(
       proxy_state, proxy.method.step_config, data.train, data.eval_transform,
       config.eval.batch_size)
@@ -232,13 +238,21 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   return pools, None, route, info
 
 
-def soup(stacked_state):
-  """The members' weights (and BatchNorm statistics) averaged: a stack of one model."""
-  weights = jax.numpy.ones(jax.tree.leaves(stacked_state.params)[0].shape[0])
-  merge = lambda tree: jax.tree.map(lambda x: x[None], aggregate.soup_params(tree, weights))
+def merged_proxy(proxy, seed: int):
+  """Ro et al.'s merged proxy, a stack of one: the members' weight average, its BatchNorm
+  statistics re-estimated for the merged weights on the members' own (augmented) train
+  batches -- the soup aggregation's rule, never the members' averaged statistics."""
+  method, data = proxy.method, proxy.data
+  train_batches = pipeline.TrainBatches(data.train, method.sampler(len(data.train), seed),
+                                        data.train_transform, method.train_layout, seed)
+  bn_batches = ensemble.stacked_train_batches(train_batches,
+                                              method.config.method.soup_bn_batches)
+  one = jax.jit(functools.partial(ensemble.soup_state, method.model, method.step_config))(
+      proxy.state, jax.numpy.ones(method.num_workers), bn_batches)
+  stack = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
   # The members' masks differ; the merged proxy only predicts, so it carries none.
-  return stacked_state.replace(params=merge(stacked_state.params),
-                               batch_stats=merge(stacked_state.batch_stats), prune_mask=None)
+  return proxy.state.replace(params=stack(one.params), batch_stats=stack(one.batch_stats),
+                             prune_mask=None)
 
 
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:

@@ -222,15 +222,7 @@ class Ensemble(Method):
 
   # ---- soup: average the weights, then re-estimate BatchNorm statistics ----
   def _soup_sums(self, states, weights_N, bn_batches, batch):
-    params = aggregate.soup_params(states.params, weights_N)
-    stats = states.batch_stats
-    if stats is not None:  # the soup's own statistics, averaged over the [N, b] batches
-      model = self.model.clone(bn_axis_name=None)  # runs outside shard_map
-      like = jax.tree.map(lambda x: x[0], stats)
-      stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(
-          lambda b: step_lib.batch_statistics(model, params, like, b, self.step_config),
-          bn_batches))
-    soup = states.replace(params=params, batch_stats=stats)
+    soup = soup_state(self.model, self.step_config, states, weights_N, bn_batches)
     logits = step_lib.predict(soup, batch, self.step_config)
     return metrics_lib.prediction_sums(logits, step_lib.targets(batch, self.step_config),
                                        batch["mask"])
@@ -241,9 +233,7 @@ class Ensemble(Method):
                        if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
     if "soup" in self.modes:
       # Global arrays: a process's local batch holds only its own workers' rows.
-      bn_batches = jax.tree.map(lambda *xs: jnp.stack(xs), *[
-          to_global(train_batches.local_batch(k), train_batches.layout)
-          for k in range(self.config.method.soup_bn_batches)])
+      bn_batches = stacked_train_batches(train_batches, self.config.method.soup_bn_batches)
       weights = jnp.asarray(self.healthy, jnp.float32)
       soup_sums = jax.jit(self._soup_sums)
       sums = None
@@ -259,3 +249,25 @@ class Ensemble(Method):
             "excluded_workers": list(self.excluded),
             # Counted off shapes: the params span processes, so no one process can fetch them.
             "num_params_per_worker": step_lib.num_params(state.params) // self.num_workers}
+
+
+def soup_state(model, step_config, states, weights_N, bn_batches):
+  """The workers' weighted weight average as one model (params and batch_stats without the
+  worker axis; valid from a shared init), with BatchNorm statistics re-estimated for its
+  own weights on `bn_batches` ([S, N, b, ...] train batches, averaged over S), never the
+  workers' averaged statistics."""
+  params = aggregate.soup_params(states.params, weights_N)
+  stats = states.batch_stats
+  if stats is not None:
+    model = model.clone(bn_axis_name=None)  # runs outside shard_map
+    like = jax.tree.map(lambda x: x[0], stats)
+    stats = jax.tree.map(lambda x: x.mean(0), jax.lax.map(
+        lambda b: step_lib.batch_statistics(model, params, like, b, step_config), bn_batches))
+  return states.replace(params=params, batch_stats=stats)
+
+
+def stacked_train_batches(train_batches, count: int) -> dict:
+  """The first `count` [N, b] batches of a run's train stream, stacked: [count, N, b, ...].
+  Global arrays: a process's local batch holds only its own workers' rows."""
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *[
+      to_global(train_batches.local_batch(k), train_batches.layout) for k in range(count)])
