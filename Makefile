@@ -49,7 +49,7 @@ pile: install
 	  echo "  PILE_DIR=/data/pile       shards *.jsonl.zst (or *.jsonl), one JSON object per line:"; \
 	  echo "                            {\"text\": ..., \"meta\": {\"pile_set_name\": ...}}"; \
 	  echo "  TOKENIZER_DIR=/data/gpt2  GPT-2 encoder.json + vocab.bpe, or a tokenizer.json"; \
-	  echo "e.g. make pile PILE_DIR=/data/pile TOKENIZER_DIR=/data/gpt2 [WORKDIR=gs://bucket/runs]"; \
+	  echo "e.g. make pile PILE_DIR=/data/pile TOKENIZER_DIR=/data/gpt2 [WORKDIR=/mnt/bucket/runs: a local or mounted path]"; \
 	  exit 2; fi
 	$(PY) -m ensemble_jax.main --config=experiments/configs/pile_gpt2.py --workdir=$(WORKDIR)/pile \
 	  --config.data.path=$(PILE_DIR) --config.data.tokenizer_dir=$(TOKENIZER_DIR)
@@ -60,7 +60,7 @@ imagenet: install
 	  echo "make imagenet needs DATA_DIR, a TFDS data_dir holding imagenet2012 as array_record."; \
 	  echo "Prepare it once (the tar files come from image-net.org):"; \
 	  echo "  tfds build imagenet2012 --manual_dir=/path/to/tars --data_dir=DATA_DIR --file_format=array_record"; \
-	  echo "e.g. make imagenet DATA_DIR=/data/tfds [WORKDIR=gs://bucket/runs]"; \
+	  echo "e.g. make imagenet DATA_DIR=/data/tfds [WORKDIR=/mnt/bucket/runs: a local or mounted path]"; \
 	  exit 2; fi
 	$(PY) -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py \
 	  --workdir=$(WORKDIR)/imagenet --config.data.data_dir=$(DATA_DIR)

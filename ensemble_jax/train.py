@@ -142,6 +142,7 @@ class Setup:
 def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Validates, loads the data and builds the method; only then creates the workdir, so a
   config that cannot work fails here and leaves no trace."""
+  _check_workdir_is_a_path(workdir)
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
@@ -160,6 +161,15 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
   return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
                warm_start, is_main)
+
+
+def _check_workdir_is_a_path(workdir: str) -> None:
+  """results.json and metrics.jsonl are written with plain file I/O: a URL would become a
+  local directory named after it (`./gs:/bucket/...`), found out only at the end."""
+  if "://" in workdir:
+    raise config_lib.ConfigError(
+        f"--workdir={workdir!r}: remote workdirs are not supported; use a local path or a "
+        "mounted bucket (e.g. gcsfuse's /mnt/bucket/runs).")
 
 
 def _prepare_workdir(workdir: str) -> None:

@@ -7,6 +7,7 @@ import ml_collections
 import pytest
 
 from ensemble_jax import config_lib, run
+from ensemble_jax.config_lib import ConfigError
 from tests.conftest import REPO
 
 
@@ -144,3 +145,11 @@ def test_choice_lists_are_the_registries():
   assert aggregate.MODES is config_lib.AGGREGATION_MODES
   assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
       "routed", "probs")
+
+
+def test_a_remote_workdir_is_refused_before_any_work(smoke_config, tmp_path, monkeypatch):
+  """It once trained ~30 s, wrote a local ./gs:/bucket/... tree, then failed."""
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ConfigError, match="remote workdirs are not supported"):
+    run.train_and_evaluate(smoke_config, "gs://bucket/runs/x")
+  assert os.listdir(tmp_path) == []
