@@ -24,6 +24,10 @@ TASKS = ("classification", "lm")
 TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
                  "perplexity": (1.0, math.inf)}
 LOWER_IS_BETTER = ("nll", "perplexity")
+RESNETS = ("resnet18", "resnet34", "resnet50")  # models/resnet.py MODELS builds each
+GPT2_SIZES = ("micro", "tiny", "mini", "small", "medium", "large", "xl")  # models/gpt2.py SIZES
+TARGET_METRICS = {"classification": ("accuracy", "nll"),  # what each task's eval reports
+                  "lm": ("perplexity", "nll", "accuracy")}
 
 
 class ConfigError(ValueError):
@@ -270,10 +274,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.data.train_augment in AUGMENTS, "data.train_augment",
         config.data.train_augment, f"choose one of {AUGMENTS}.")
   _need(config.task in TASKS, "task", config.task, f"choose one of {TASKS}.")
-  lm_model = config.model.name == "gpt2"
-  _need(lm_model == (config.task == "lm"), "model.name", config.model.name,
-        f"task {config.task!r} needs " + ("model.name='gpt2'." if config.task == "lm" else
-                                          "a ResNet (resnet18 | resnet34 | resnet50)."))
+  models = ("gpt2",) if config.task == "lm" else RESNETS
+  _need(config.model.name in models, "model.name", config.model.name,
+        f"task {config.task!r} takes one of {models}.")
+  _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
+        config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
+  _need(config.data.source != "idx" or config.data.dataset == "fashion_mnist",
+        "data.dataset", config.data.dataset, "the built-in idx reader (data.source='idx') "
+        "serves only 'fashion_mnist'; for other datasets set data.source='tfds'.")
   sources = ("files", "tfds") if config.task == "lm" else ("idx", "tfds")
   _need(config.data.source in sources, "data.source", config.data.source,
         f"for task {config.task!r} choose one of {sources}.")
@@ -316,8 +324,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(len(config.data.mean) == len(config.data.std), "data.mean", config.data.mean,
         f"must have as many channels as data.std={config.data.std!r}.")
   metric = config.eval.target_metric
-  _need(metric in TARGET_RANGES, "eval.target_metric", metric,
-        f"choose one of {tuple(TARGET_RANGES)}.")
+  _need(metric in TARGET_METRICS.get(config.task, ()), "eval.target_metric", metric,
+        f"task {config.task!r} reports {TARGET_METRICS.get(config.task, ())}: choose one.")
   lo, hi = TARGET_RANGES[metric]
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")

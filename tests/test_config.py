@@ -153,3 +153,31 @@ def test_a_remote_workdir_is_refused_before_any_work(smoke_config, tmp_path, mon
   with pytest.raises(ConfigError, match="remote workdirs are not supported"):
     run.train_and_evaluate(smoke_config, "gs://bucket/runs/x")
   assert os.listdir(tmp_path) == []
+
+
+def test_model_choice_lists_agree_with_the_model_zoo():
+  from ensemble_jax.models import gpt2, resnet
+
+  assert set(config_lib.RESNETS) == set(resnet.MODELS)
+  assert set(config_lib.GPT2_SIZES) == set(gpt2.SIZES)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("model.name", "resnet19", "takes one of"),
+    ("data.dataset", "mnist", "serves only 'fashion_mnist'"),
+    ("eval.target_metric", "perplexity", "reports"),
+])
+def test_bad_image_choices_are_one_line_errors_before_any_data(smoke_config, field, value,
+                                                               message):
+  config_lib.set_dotted(smoke_config, field, value)
+  with pytest.raises(ConfigError, match=message):
+    config_lib.validate(smoke_config)
+
+
+def test_an_unknown_gpt2_size_is_refused_by_validate():
+  from experiments.configs import pydocs_gpt2
+
+  config = pydocs_gpt2.get_config("smoke")
+  config.model.size = "huge"
+  with pytest.raises(ConfigError, match="GPT-2 size"):
+    config_lib.validate(config)
