@@ -88,10 +88,7 @@ def load_tfds(name: str, split: str, data_dir: str = "") -> ImageSource:
 
 
 def load(data_config, eval_split: str) -> ImageData:
-  if data_config.source == "idx":
-    if data_config.dataset != "fashion_mnist":
-      raise ValueError(f"config.data.source='idx' serves only fashion_mnist, not "
-                       f"{data_config.dataset!r}; use config.data.source='tfds'.")
+  if data_config.source == "idx":  # fashion_mnist only (config_lib.validate says so)
     train, test = load_fashion_mnist_idx(data_config.data_dir)
     if eval_split not in ("test", "validation"):
       raise ValueError(f"config.eval.split={eval_split!r}: the idx files hold 'test' only.")
