@@ -54,7 +54,9 @@ def parse_flags(argv):
 
 def main(argv):
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    print(f"error: unexpected arguments {argv[1:]}: the command takes --config=FILE[:variant], "
+          "--workdir=DIR and --config.<field>=<value> overrides only.", file=sys.stderr)
+    sys.exit(2)
   logging.getLogger("absl").addFilter(_quiet_orbax)
   sys.exit(run(_CONFIG.value, _WORKDIR.value))
 

@@ -123,6 +123,7 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_p
 @pytest.mark.parametrize("override,message", [
     ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
+    ("surplus_positional", "unexpected arguments ['surplus_positional']"),
 ])
 def test_cli_exits_2_on_bad_override(tmp_path, override, message):
   cmd = [sys.executable, "-m", "ensemble_jax.main",
