@@ -2,7 +2,10 @@
 
 Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
 """
+import difflib
+import glob
 import logging
+import os
 import sys
 
 from absl import app, flags
@@ -37,10 +40,26 @@ def run(config, workdir: str) -> int:
   return 0
 
 
+def _check_config_file(argv) -> None:
+  """config_flags reports a missing file as an error object that raises on first use."""
+  for arg in argv[1:]:
+    if arg.startswith("--config="):
+      path = arg.split("=", 1)[1].split(":")[0]
+      if not os.path.isfile(path):
+        known = glob.glob(os.path.join(os.path.dirname(path) or ".", "*.py"))
+        close = difflib.get_close_matches(path, known, n=1)
+        hint = f" Did you mean {close[0]}?" if close else ""
+        print(f"error: --config={path}: no such config file.{hint}", file=sys.stderr)
+        sys.exit(2)
+
+
 def parse_flags(argv):
-  """absl's parser, but a bad flag or config override is one line and exit status 2."""
+  """absl's parser, but a bad flag, config file or override is one line and exit status 2."""
+  _check_config_file(argv)
   try:
     return flags.FLAGS(argv)
+  except SyntaxError as e:  # raised while config_flags imports the file
+    print(f"error: --config: {e.filename}:{e.lineno}: {e.msg}", file=sys.stderr)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
   except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
@@ -59,6 +78,7 @@ def main(argv):
     sys.exit(2)
   logging.getLogger("absl").addFilter(_quiet_orbax)
   sys.exit(run(_CONFIG.value, _WORKDIR.value))
+
 
 
 if __name__ == "__main__":

@@ -124,6 +124,8 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_p
     ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
     ("surplus_positional", "unexpected arguments ['surplus_positional']"),
+    ("--config=experiments/configs/fashon_mnist.py",
+     "no such config file. Did you mean experiments/configs/fashion_mnist.py?"),
 ])
 def test_cli_exits_2_on_bad_override(tmp_path, override, message):
   cmd = [sys.executable, "-m", "ensemble_jax.main",
@@ -182,3 +184,14 @@ def test_an_unknown_gpt2_size_is_refused_by_validate():
   config.model.size = "huge"
   with pytest.raises(ConfigError, match="GPT-2 size"):
     config_lib.validate(config)
+
+
+def test_cli_reports_a_config_files_syntax_error_as_file_and_line(tmp_path):
+  bad = tmp_path / "bad.py"
+  bad.write_text("def get_config(:\n  pass\n")
+  cmd = [sys.executable, "-m", "ensemble_jax.main", f"--config={bad}",
+         f"--workdir={tmp_path / 'run'}"]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [f"error: --config: {bad}:1: invalid syntax"]
+  assert not (tmp_path / "run").exists()
