@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+import jax
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -31,12 +32,23 @@ USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
 
 
 def run(config, workdir: str) -> int:
-  """Trains; a config, dataset or checkpoint that cannot work is one line and status 2."""
+  """Trains; a config, dataset or checkpoint that cannot work is one line and status 2.
+  The first line says what runs where, the last where the results are and what they say."""
+  print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
+        f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
+        f"{list(config.mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
   try:
-    run_lib.train_and_evaluate(config, workdir)
+    results = run_lib.train_and_evaluate(config, workdir)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  target = results["target"]
+  metric = target["metric"]
+  reached = (f"reached at step {target['reached_step']}" if target["reached"] else
+             "not reached")
+  print(f"results: {os.path.join(workdir, run_lib.RESULTS_FILE)}; final {metric} "
+        f"{results['final'].get(metric)}; target {metric} {target['value']} {reached}",
+        flush=True)
   return 0
 
 

@@ -80,6 +80,9 @@ def test_main_subprocess(tmp_path):
     results = json.load(f)
   assert results["steps"] == 2 and results["num_devices"] == 2
   assert results["config"]["train"]["num_steps"] == 2  # the override reached the run
+  lines = proc.stdout.strip().splitlines()  # what runs where; where the results are
+  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s)" in lines[0]
+  assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
 
 
 def test_ensemble_few_steps_with_soup(tmp_path):
