@@ -12,7 +12,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib
+from ensemble_jax import checkpoint, config_lib, distributed
 from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
 
@@ -34,10 +34,13 @@ USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
 def run(config, workdir: str) -> int:
   """Trains; a config, dataset or checkpoint that cannot work is one line and status 2.
   The first line says what runs where, the last where the results are and what they say."""
-  print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
-        f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
-        f"{list(config.mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
   try:
+    config_lib.validate(config)
+    # Before anything asks JAX about devices: the runtime must exist when backends start.
+    distributed.maybe_initialize(config.distributed)
+    print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
+          f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
+          f"{list(config.mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
     results = run_lib.train_and_evaluate(config, workdir)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
