@@ -84,7 +84,8 @@ def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict
 
   data_parallel: a gradient all-reduce every step over the `data` axis; ensemble: none
   (its one reduction is at evaluation); diloco: a weight all-reduce over the workers per
-  outer step (`num_syncs`). Bytes are float32 parameters, as the gradients and weights are exchanged.
+  outer step (`num_syncs`). Bytes are float32 parameters, as the gradients and weights
+  are exchanged.
   """
   if method == "data_parallel":
     count, devices = steps, mesh_shape.get("data", 1)
