@@ -26,6 +26,7 @@ TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
 LOWER_IS_BETTER = ("nll", "perplexity")
 RESNETS = ("resnet18", "resnet34", "resnet50")  # models/resnet.py MODELS builds each
 GPT2_SIZES = ("micro", "tiny", "mini", "small", "medium", "large", "xl")  # models/gpt2.py SIZES
+ATTENTIONS = ("einsum", "fused")  # models/gpt2.py GPT2.attention
 TARGET_METRICS = {"classification": ("accuracy", "nll"),  # what each task's eval reports
                   "lm": ("perplexity", "nll", "accuracy")}
 
@@ -90,6 +91,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.sparsity = 0.0  # > 0: SNIP-prune this fraction of kernel weights at init, kept 0
   c.model.remat = False  # gpt2: rematerialise each block in the backward pass
   c.model.dropout = 0.0  # gpt2: embedding, attention and residual dropout
+  # gpt2: "einsum" (scores materialised; exact HF numerics) | "fused"
+  # (jax.nn.dot_product_attention: cuDNN flash attention on GPU in bf16; no attention dropout)
+  c.model.attention = "einsum"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.name = "adamw"  # sgd | adamw
@@ -279,6 +283,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"task {config.task!r} takes one of {models}.")
   _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
         config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
+  _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
+        f"choose one of {ATTENTIONS}.")
+  _need(config.model.attention != "fused" or config.model.dropout == 0.0, "model.attention",
+        config.model.attention, f"the fused kernel has no attention dropout and "
+        f"model.dropout={config.model.dropout}: set model.attention='einsum' or dropout 0.")
   _need(config.data.source != "idx" or config.data.dataset == "fashion_mnist",
         "data.dataset", config.data.dataset, "the built-in idx reader (data.source='idx') "
         "serves only 'fashion_mnist'; for other datasets set data.source='tfds'.")

@@ -177,12 +177,18 @@ def test_bad_image_choices_are_one_line_errors_before_any_data(smoke_config, fie
     config_lib.validate(smoke_config)
 
 
-def test_an_unknown_gpt2_size_is_refused_by_validate():
+@pytest.mark.parametrize("overrides, message", [
+    ({"model.size": "huge"}, "GPT-2 size"),
+    ({"model.attention": "flash"}, r"model.attention='flash'.*einsum"),
+    ({"model.attention": "fused", "model.dropout": 0.1}, "no attention dropout"),
+])
+def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
   from experiments.configs import pydocs_gpt2
 
   config = pydocs_gpt2.get_config("smoke")
-  config.model.size = "huge"
-  with pytest.raises(ConfigError, match="GPT-2 size"):
+  for field, value in overrides.items():
+    config_lib.set_dotted(config, field, value)
+  with pytest.raises(ConfigError, match=message):
     config_lib.validate(config)
 
 

@@ -12,7 +12,8 @@ def create_model(model_config, num_classes: int, context: int = 0):
 
     return gpt2.create_model(model_config.size, vocab_size=num_classes, context=context,
                              dtype=dtype, remat=model_config.remat,
-                             dropout=model_config.dropout)
+                             dropout=model_config.dropout,
+                             attention=model_config.attention)
   from ensemble_jax.models import resnet
 
   return resnet.create_model(model_config.name, num_classes=num_classes,

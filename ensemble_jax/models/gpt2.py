@@ -17,6 +17,7 @@ import numbers
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 # Presets: (num_layers, num_heads, embed_dim). The four published GPT-2 sizes plus
@@ -42,6 +43,20 @@ def _dense(features: int, dtype: Any, std: float, name: str) -> nn.Dense:
                   bias_init=nn.initializers.zeros, name=name)
 
 
+def _einsum_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, dtype, dropout):
+  """Causal attention with the [B, H, T, S] scores materialised: HF's numerics, and
+  `dropout` applied to the probabilities (the fused kernel has no attention dropout)."""
+  T, K = q_BxTxHxK.shape[1], q_BxTxHxK.shape[-1]
+  # Scores and softmax in float32: bf16 logits lose too much precision for softmax.
+  scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
+                              preferred_element_type=jnp.float32)
+  scores_BxHxTxS = scores_BxHxTxS / math.sqrt(K)
+  causal_TxS = jnp.tril(jnp.ones((T, T), dtype=bool))
+  scores_BxHxTxS = jnp.where(causal_TxS, scores_BxHxTxS, jnp.finfo(jnp.float32).min)
+  probs_BxHxTxS = dropout(nn.softmax(scores_BxHxTxS, axis=-1).astype(dtype))
+  return jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
+
+
 class CausalSelfAttention(nn.Module):
   """Multi-head causal self-attention with a fused qkv projection (HF `attn`)."""
 
@@ -50,6 +65,7 @@ class CausalSelfAttention(nn.Module):
   attn_dropout: float
   resid_dropout: float
   out_init_std: float
+  attention: str = "einsum"
 
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
@@ -61,19 +77,15 @@ class CausalSelfAttention(nn.Module):
     q_BxTxHxK = q_BxTxD.reshape(*q_BxTxD.shape[:-1], self.num_heads, K)
     k_BxSxHxK = k_BxSxD.reshape(*k_BxSxD.shape[:-1], self.num_heads, K)
     v_BxSxHxK = v_BxSxD.reshape(*v_BxSxD.shape[:-1], self.num_heads, K)
-
-    # Scores and softmax in float32: bf16 logits lose too much precision for softmax.
-    scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
-                                preferred_element_type=jnp.float32)
-    scores_BxHxTxS = scores_BxHxTxS / math.sqrt(K)
-    causal_TxS = jnp.tril(jnp.ones((T, T), dtype=bool))
-    scores_BxHxTxS = jnp.where(causal_TxS, scores_BxHxTxS,
-                               jnp.finfo(jnp.float32).min)
-    probs_BxHxTxS = nn.softmax(scores_BxHxTxS, axis=-1).astype(self.dtype)
-    probs_BxHxTxS = nn.Dropout(self.attn_dropout, name="attn_dropout")(
-        probs_BxHxTxS, deterministic=not train)
-
-    y_BxTxHxK = jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
+    if self.attention == "fused":  # cuDNN flash attention on GPU in bf16; XLA's elsewhere
+      cudnn = jax.default_backend() == "gpu" and q_BxTxHxK.dtype in (jnp.bfloat16, jnp.float16)
+      y_BxTxHxK = jax.nn.dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK,
+                                               is_causal=True,
+                                               implementation="cudnn" if cudnn else None)
+    else:
+      dropout = nn.Dropout(self.attn_dropout, name="attn_dropout")
+      y_BxTxHxK = _einsum_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, self.dtype,
+                                    lambda p: dropout(p, deterministic=not train))
     y_BxTxD = y_BxTxHxK.reshape(*y_BxTxHxK.shape[:-2], D)
     y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxD)
     return nn.Dropout(self.resid_dropout, name="resid_dropout")(
@@ -108,6 +120,7 @@ class Block(nn.Module):
   resid_dropout: float
   layer_norm_epsilon: float
   out_init_std: float
+  attention: str = "einsum"
 
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
@@ -118,7 +131,7 @@ class Block(nn.Module):
     x_BxTxD = x_BxTxD + CausalSelfAttention(
         num_heads=self.num_heads, dtype=self.dtype, attn_dropout=self.attn_dropout,
         resid_dropout=self.resid_dropout, out_init_std=self.out_init_std,
-        name="attn")(norm("ln_1")(x_BxTxD), train)
+        attention=self.attention, name="attn")(norm("ln_1")(x_BxTxD), train)
     x_BxTxD = x_BxTxD + MLP(
         hidden_dim=self.mlp_ratio * D, dtype=self.dtype,
         resid_dropout=self.resid_dropout, out_init_std=self.out_init_std,
@@ -148,6 +161,10 @@ class GPT2(nn.Module):
   # Recompute each block's activations in the backward pass: O(1) blocks of
   # activations in memory instead of num_layers, for ~1/3 more compute.
   remat: bool = False
+  # "einsum": scores materialised, HF's exact numerics, attention dropout. "fused":
+  # `jax.nn.dot_product_attention` (cuDNN flash attention on GPU in bf16), no attention
+  # dropout; `experiments/bench/throughput.py` measures the difference.
+  attention: str = "einsum"
   # Accepted only because the training code passes it to every model; GPT-2 has no BatchNorm.
   bn_axis_name: str | None = None
 
@@ -195,7 +212,8 @@ class GPT2(nn.Module):
                           dtype=self.dtype, attn_dropout=self.attn_dropout,
                           resid_dropout=self.resid_dropout,
                           layer_norm_epsilon=self.layer_norm_epsilon,
-                          out_init_std=out_init_std, name=f"h_{i}")(x_BxTxD, train)
+                          out_init_std=out_init_std, attention=self.attention,
+                          name=f"h_{i}")(x_BxTxD, train)
 
     x_BxTxD = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            param_dtype=jnp.float32, use_fast_variance=False,
@@ -209,10 +227,12 @@ class GPT2(nn.Module):
 
 
 def create_model(name: str, *, vocab_size: int, context: int, dtype=jnp.float32,
-                 remat: bool = False, dropout: float = 0.0) -> GPT2:
+                 remat: bool = False, dropout: float = 0.0, attention: str = "einsum"
+                 ) -> GPT2:
   """Builds a GPT-2 preset by size name; `dropout` sets all three dropout rates."""
   if name not in SIZES:
     raise ValueError(f"Unknown GPT-2 size {name!r}; valid choices: {list(SIZES)}")
   return GPT2(vocab_size=vocab_size, context=context, dtype=dtype, remat=remat,
+              attention=attention,
               embd_dropout=dropout, attn_dropout=dropout, resid_dropout=dropout,
               **SIZES[name])

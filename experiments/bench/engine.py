@@ -28,6 +28,7 @@ def _parse():
   p.add_argument("--workers_per_device", default="1,2,4")
   p.add_argument("--strategies", default="unroll,vmap")
   p.add_argument("--width", type=int, default=16)
+  p.add_argument("--out", default="", help="also write the measurements as JSON here")
   p.add_argument("--reference_only", action="store_true",
                  help="print one worker's step time in seconds (run with one device)")
   return p.parse_args()
@@ -96,7 +97,7 @@ def main():
   print(f"one worker's step, host as one device (the reference): {1e3 * t_host:.1f} ms")
   print(f"one worker's step on one of {args.devices} fake devices:   {1e3 * t_single:.1f} ms\n")
   print(f"{'workers/device':>15}{'N':>5}{'strategy':>10}{'step s':>9}{'ratio':>8}")
-  rows = []
+  rows, measured = [], []
   for k in [int(x) for x in args.workers_per_device.split(",")]:
     n = k * args.devices
     for strategy in args.strategies.split(","):
@@ -110,8 +111,19 @@ def main():
       t, _ = _time(engine.train_step, states, gbatch, jax.random.key(1), args.steps)
       ratio = t / (n * t_host)
       rows.append((k, strategy, ratio))
-      print(f"{k:>15}{n:>5}{strategy:>10}{t:>9.2f}{ratio:>8.2f}", flush=True)
+      measured.append({"workers_per_device": k, "num_workers": n, "strategy": strategy,
+                       "step_s": t, "ratio": ratio})
+      print(f"{k:>15}{n:>5}{strategy:>10}{t:>9.4f}{ratio:>8.2f}", flush=True)
   auto = resolve_local_strategy("auto", backend)
+  if args.out:
+    import json
+
+    with open(args.out, "w") as f:
+      json.dump({"backend": backend, "device": jax.devices()[0].device_kind,
+                 "jax": jax.__version__, "devices": args.devices, "batch": args.batch,
+                 "params_per_worker": step_lib.num_params(state.params),
+                 "reference_step_s": t_host, "single_step_on_one_device_s": t_single,
+                 "auto": auto, "rows": measured}, f, indent=1)
   print(f"\nauto picks '{auto}' on {backend}; its ratios: "
         + ", ".join(f"{k}/device {r:.2f}" for k, s, r in rows if s == auto))
   return 0
