@@ -2,6 +2,10 @@
 
   python -m ensemble_jax.report RESULTS_DIR [--out=RESULTS_DIR]
 
+The ratios compare each method with the strongest-baseline frontier: at every budget the
+best of all single-model curves (`baseline_curves`), at each method point's own budget
+(`matched`), then the best over budgets as a labelled summary, then each baseline alone.
+
 A run lives in `RESULTS_DIR/<curve>/<point>/seed<k>/results.json` (what the sweep writes);
 its seeds are averaged into one point of its curve. Each point is the training compute
 spent until the target was first reached (y: XLA FLOPs x steps, measured) against the
@@ -59,7 +63,8 @@ def points(runs: list[dict]) -> list[dict]:
   out = []
   for (curve, point), rs in sorted(groups.items()):
     out.append({
-        "curve": curve, "point": point, "devices": rs[0]["devices"], "seeds": len(rs),
+        "curve": curve, "point": point, "method": rs[0]["method"],
+        "devices": rs[0]["devices"], "seeds": len(rs),
         "reached": sum(r["reached"] for r in rs),
         "steps": _spread([r["steps"] for r in rs]),
         "flops": _spread([r["flops"] for r in rs]),
@@ -80,31 +85,85 @@ def pareto(pts: list[tuple[float, float]]) -> list[tuple[float, float]]:
   return front
 
 
-def ratios(pts: list[dict], curve: str, preset: str) -> dict:
-  """`curve` against data-parallel, frontier to frontier, on the seed means of the points
-  that always reached the target.
+def baseline_curves(pts: list[dict]) -> list[str]:
+  """The single-model curves (every run `data_parallel`: DP itself, the short schedules,
+  the small models, and whatever single-model curve a workload adds): the baselines."""
+  return sorted({p["curve"] for p in pts}
+                - {p["curve"] for p in pts if p["method"] != BASELINE})
 
-  At each DP point's compute c_p: DP's fastest time at compute <= c_p over `curve`'s
-  fastest time at compute <= c_p (time ratio at fixed compute); at each DP point's time
-  t_p: DP's cheapest compute at time <= t_p over `curve`'s (compute ratio at fixed time).
-  The best of each over the DP points is reported with the point's name ("up to"). Above
-  1, `curve` is better; None where no point of `curve` is within the budget.
+
+def _reached(pts: list[dict], curves, preset: str) -> list[tuple[float, float, str]]:
+  """(time, compute, 'curve point') of the points of `curves` that reached in every seed."""
+  return [(p["time_s"][preset]["mean"], p["flops"]["mean"], f"{p['curve']} {p['point']}")
+          for p in pts if p["curve"] in curves and p["reached"] == p["seeds"]]
+
+
+def frontier(pts: list[dict], preset: str, baselines=None):
+  """The strongest baseline at each budget, over every point of `baselines` (default: all
+  single-model curves) that reached the target in every seed. Returns two functions:
+  time_at(compute) -> (fastest time with compute <= it, its point) and compute_at(time) ->
+  (cheapest compute with time <= it, its point); each None when no point is that cheap
+  (fast)."""
+  base = _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset)
+
+  def time_at(compute: float):
+    within = [(t, name) for t, c, name in base if c <= compute]
+    return min(within) if within else None
+
+  def compute_at(time_s: float):
+    within = [(c, name) for t, c, name in base if t <= time_s]
+    return min(within) if within else None
+
+  return time_at, compute_at
+
+
+def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[dict]:
+  """`curve`'s points against the strongest-baseline frontier at each point's own budget:
+  time ratio = the frontier's fastest time within the point's compute / the point's time;
+  compute ratio = the frontier's cheapest compute within the point's time / the point's
+  compute. Above 1 the point is better; None with `why` when it cannot be computed."""
+  time_at, compute_at = frontier(pts, preset, baselines)
+  out = []
+  for p in pts:
+    if p["curve"] != curve:
+      continue
+    row = {"point": p["point"], "time": None, "compute": None, "why": None}
+    if p["reached"] < p["seeds"]:
+      row["why"] = f"missed ({p['reached']}/{p['seeds']})"
+    else:
+      t, c = p["time_s"][preset]["mean"], p["flops"]["mean"]
+      if (best := time_at(c)) is not None:
+        row["time"] = (best[0] / t, best[1])
+      if (best := compute_at(t)) is not None:
+        row["compute"] = (best[0] / c, best[1])
+    out.append(row)
+  return out
+
+
+def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
+  """`curve` against the baselines (default: every single-model curve), frontier to
+  frontier, on the seed means of the points that always reached the target; the best
+  over the baselines' budgets, a summary beside `matched`.
+
+  At each baseline point's compute c_p: the baselines' fastest time at compute <= c_p over
+  `curve`'s fastest time at compute <= c_p (time ratio at fixed compute); at each baseline
+  point's time t_p: the baselines' cheapest compute at time <= t_p over `curve`'s (compute
+  ratio at fixed time). The best of each over the baseline points is reported with the
+  budget's point ("up to"). Above 1, `curve` is better; None where no point of `curve` is
+  within the budget.
   """
-  def done(name):
-    return [(p["time_s"][preset]["mean"], p["flops"]["mean"], p["point"]) for p in pts
-            if p["curve"] == name and p["reached"] == p["seeds"]]
-
-  base, mine = done(BASELINE), done(curve)
+  base = _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset)
+  mine = _reached(pts, [curve], preset)
+  time_at, compute_at = frontier(pts, preset, baselines)
   time_ratio = compute_ratio = None
   for t_p, c_p, name in base:
-    dp_time = min(t for t, c, _ in base if c <= c_p)
     faster = [t for t, c, _ in mine if c <= c_p]
-    if faster and (time_ratio is None or dp_time / min(faster) > time_ratio[0]):
-      time_ratio = (dp_time / min(faster), name)
-    dp_compute = min(c for t, c, _ in base if t <= t_p)
+    if faster and (time_ratio is None or time_at(c_p)[0] / min(faster) > time_ratio[0]):
+      time_ratio = (time_at(c_p)[0] / min(faster), name)
     cheaper = [c for t, c, _ in mine if t <= t_p]
-    if cheaper and (compute_ratio is None or dp_compute / min(cheaper) > compute_ratio[0]):
-      compute_ratio = (dp_compute / min(cheaper), name)
+    if cheaper and (compute_ratio is None
+                    or compute_at(t_p)[0] / min(cheaper) > compute_ratio[0]):
+      compute_ratio = (compute_at(t_p)[0] / min(cheaper), name)
   return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
           "fastest_s": min((t for t, _, _ in mine), default=None),
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
@@ -113,6 +172,47 @@ def ratios(pts: list[dict], curve: str, preset: str) -> dict:
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
   return (f"{s['mean'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
           f"{s['max'] / scale:.{digits}f}]")
+
+
+def _show(ratio, why=None) -> str:
+  if ratio is None:
+    return why or "no baseline within budget"
+  return f"{ratio[0]:.2f}x (vs {ratio[1]})"
+
+
+def _matched_table(pts, curves, baselines) -> list[str]:
+  lines = ["", "Against the strongest-baseline frontier (at each budget the best of "
+           f"{', '.join(baselines)}), at each point's own budget: the frontier's fastest time "
+           "within the point's compute / the point's time, and the frontier's cheapest "
+           "compute within the point's time / the point's compute (> 1: the point is better; "
+           "the frontier point named; 'no baseline within budget': no baseline reached the "
+           "target that cheaply / fast):", "",
+           "| curve | point | " + " | ".join(f"time ratio {q}" for q in PRESETS) + " | "
+           + " | ".join(f"compute ratio {q}" for q in PRESETS) + " |",
+           "|---|---|" + "---|" * (2 * len(PRESETS))]
+  for curve in curves:
+    rows = {q: matched(pts, curve, q) for q in PRESETS}
+    for i, row in enumerate(rows[PRESETS[0]]):
+      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"]) for q in PRESETS]
+               + [_show(rows[q][i]["compute"], rows[q][i]["why"]) for q in PRESETS])
+      lines.append(f"| {curve} | {row['point']} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def _ratio_table(pts, curves, baselines, caption: str) -> list[str]:
+  lines = ["", caption, "",
+           "| curve | preset | fastest time (s) | cheapest TFLOPs | time ratio at fixed "
+           "compute | compute ratio at fixed time |", "|---|---|---|---|---|---|"]
+  for curve in curves:
+    for preset in PRESETS:
+      r = ratios(pts, curve, preset, baselines)
+      fastest = "-" if r["fastest_s"] is None else f"{r['fastest_s']:.1f}"
+      cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / 1e12:.2f}"
+      within = "none within budget"
+      lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
+                   f"{_show(r['time_at_fixed_compute'], within)} | "
+                   f"{_show(r['compute_at_fixed_time'], within)} |")
+  return lines
 
 
 def table(runs: list[dict]) -> str:
@@ -131,21 +231,16 @@ def table(runs: list[dict]) -> str:
                  f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], 1e12, 2)} | "
                  + " | ".join(_fmt(p["time_s"][q]) for q in PRESETS)
                  + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |")
-  curves = sorted({p["curve"] for p in pts} - {BASELINE})
-  if any(p["curve"] == BASELINE for p in pts) and curves:
-    lines += ["", f"Against {BASELINE}, frontier to frontier (ratios > 1: the curve is "
-              "better; the best ratio over the DP points' budgets, the point named):", "",
-              "| curve | preset | fastest time (s) | cheapest TFLOPs | time ratio at fixed "
-              "compute | compute ratio at fixed time |", "|---|---|---|---|---|---|"]
-    for curve in curves:
-      for preset in PRESETS:
-        r = ratios(pts, curve, preset)
-        def show(x):
-          return "none within budget" if x is None else f"{x[0]:.2f}x (vs {x[1]})"
-        fastest = "-" if r["fastest_s"] is None else f"{r['fastest_s']:.1f}"
-        cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / 1e12:.2f}"
-        lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
-                     f"{show(r['time_at_fixed_compute'])} | {show(r['compute_at_fixed_time'])} |")
+  baselines = baseline_curves(pts)
+  curves = sorted({p["curve"] for p in pts} - set(baselines))
+  if baselines and curves:
+    lines += _matched_table(pts, curves, baselines)
+    lines += _ratio_table(pts, curves, None,
+                          "Summary against the same frontier: the best ratio over the "
+                          "baselines' budgets (a second number, not the matched one), the "
+                          "budget's point named:")
+    for b in baselines:
+      lines += _ratio_table(pts, curves, [b], f"Against `{b}` alone (best over its budgets):")
   return "\n".join(lines) + "\n"
 
 
@@ -170,6 +265,10 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
     front = pareto([(p["time_s"][preset]["mean"], p["flops"]["mean"]) for p in mine
                     if p["reached"] == p["seeds"]])
     ax.plot([f[0] for f in front], [f[1] / 1e12 for f in front], color=color, lw=1)
+  base = pareto([(t, c) for t, c, _ in _reached(pts, baseline_curves(pts), preset)])
+  if base:  # the strongest baseline: the frontier of every single-model curve's points
+    ax.step([t for t, _ in base], [c / 1e12 for _, c in base], where="post", color="k",
+            ls="--", lw=1, label="strongest baseline (frontier)")
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlabel(f"time to target on D devices (s; modelled from measured steps, {preset})")

@@ -85,10 +85,16 @@ def _compare(name: str, command: str, mine: list[str], generated: list[str]) -> 
           for m, g in zip(mine_rows, generated_rows) if m != g]
 
 
+# The README holds a report's first tables (the points, the matched ratios to the strongest
+# baseline, their best-over-budgets summary); the per-baseline tables stay in table.md.
+README_REPORT_TABLES = 3
+
+
 def _report_tables(readme: str) -> list[str]:
   errors = []
   for anchor, sub in REPORT_TABLES.items():
     generated = _tables(report.table(report.load_runs(os.path.join(RESULTS, sub))))
+    generated = generated[:README_REPORT_TABLES]
     mine = _tables_after(readme, anchor, len(generated))
     for i, block in enumerate(generated):
       errors += _compare(f"cost vs time {sub} (table {i + 1})",

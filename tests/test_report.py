@@ -43,14 +43,20 @@ def test_tables_and_pngs_from_json(tmp_path):
           "40.5 [40.0, 41.0] |") in first
   assert "| ensemble | N8_L50 | 4 | 1/2 |" in first
   # nvlink: at DP D1's compute (4 TFLOPs) the ensemble's fastest full point takes 10 s.
-  assert "| ensemble | nvlink | 10.0 | 4.00 | 4.05x (vs D1) | 1.50x (vs D4) |" in first
+  assert ("| ensemble | nvlink | 10.0 | 4.00 | 4.05x (vs data_parallel D1) | "
+          "1.50x (vs data_parallel D4) |") in first
+  # Matched: N4_L100 (10 s, 4 TFLOPs) against the frontier at its own budget: DP's fastest
+  # within 4 TFLOPs is D1 (40.5 s); nothing of DP's is as fast as 10 s.
+  assert ("| ensemble | N4_L100 | 4.05x (vs data_parallel D1) | 4.05x (vs data_parallel D1) "
+          "| 4.05x (vs data_parallel D1) | no baseline within budget |") in first
+  assert "| ensemble | N8_L50 | missed (1/2) |" in first
 
 
 def test_ratios_skip_points_that_missed_the_target(tmp_path):
   _sweep(tmp_path)
   pts = report.points(report.load_runs(str(tmp_path)))
   r = report.ratios(pts, "ensemble", "eth10g")
-  assert r["time_at_fixed_compute"] == (pytest.approx(121.5 / 30), "D1")
+  assert r["time_at_fixed_compute"] == (pytest.approx(121.5 / 30), "data_parallel D1")
   assert r["fastest_s"] == 30.0  # N8_L50 (15 s) missed the target in one seed
 
 
@@ -72,3 +78,34 @@ def test_ratios_compare_frontiers_not_single_points(tmp_path):
   _write(tmp_path, "ensemble", "N2", 0, "ensemble", True, 200, 4e12, 16.0)
   r = report.ratios(report.points(report.load_runs(str(tmp_path))), "ensemble", "nvlink")
   assert r["time_at_fixed_compute"][0] == pytest.approx(20.0 / 16.0)
+
+
+def test_frontier_picks_the_best_baseline_curve_at_each_budget(tmp_path):
+  # Three single-model curves, each the best somewhere: a small model is cheapest, a
+  # short schedule is fastest at mid compute, DP is fastest at high compute.
+  for curve, point, flops, t in (("dp_small_model", "D1", 1e12, 50.0),
+                                 ("dp_short_schedule", "S1", 3e12, 20.0),
+                                 ("data_parallel", "D1", 4e12, 40.0),
+                                 ("data_parallel", "D8", 8e12, 8.0)):
+    _write(tmp_path, curve, point, 0, "data_parallel", True, 100, flops, t)
+  _write(tmp_path, "dp_small_model", "D8", 0, "data_parallel", False, 100, 0.5e12, 1.0)
+  _write(tmp_path, "ensemble", "N4", 0, "ensemble", True, 100, 5e12, 10.0)
+  pts = report.points(report.load_runs(str(tmp_path)))
+  assert report.baseline_curves(pts) == ["data_parallel", "dp_short_schedule", "dp_small_model"]
+  time_at, compute_at = report.frontier(pts, "nvlink")
+  assert time_at(0.9e12) is None  # the missed small-model point never counts
+  assert time_at(1e12) == (50.0, "dp_small_model D1")
+  assert time_at(3.5e12) == (20.0, "dp_short_schedule S1")
+  assert time_at(4e12) == (20.0, "dp_short_schedule S1")  # cheaper and faster than DP D1
+  assert time_at(9e12) == (8.0, "data_parallel D8")
+  assert compute_at(7.9) is None
+  assert compute_at(25.0) == (3e12, "dp_short_schedule S1")
+  assert compute_at(100.0) == (1e12, "dp_small_model D1")
+  # The ensemble (10 s, 5 TFLOPs) at its own budget: the frontier's fastest within 5 TFLOPs
+  # is the short schedule's 20 s (2x); within 10 s the cheapest is DP D8's 8 TFLOPs (1.6x).
+  [row] = report.matched(pts, "ensemble", "nvlink")
+  assert row["time"] == (pytest.approx(2.0), "dp_short_schedule S1")
+  assert row["compute"] == (pytest.approx(1.6), "data_parallel D8")
+  # Against data_parallel alone the same point looks better: 40 s / 10 s.
+  [alone] = report.matched(pts, "ensemble", "nvlink", ["data_parallel"])
+  assert alone["time"] == (pytest.approx(4.0), "data_parallel D1")
