@@ -150,6 +150,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.distill.gradmatch_lambda = 0.5  # GradMatch's ridge regularisation
   c.distill.balanced = True  # kmeans: equal-size clusters, one per worker
   c.distill.tfidf_dim = 64  # kmeans for task 'lm': tf-idf of windows, SVD to this many dims
+  # kmeans for images: what is clustered: "proxy" (a trained proxy's penultimate features)
+  # | "pca" (the top `pca_dim` principal components of the standardised pixels; no proxy)
+  c.distill.embedding = "proxy"
+  c.distill.pca_dim = 32
   # aggregation 'routed' (kmeans): softmax(-d^2 / T) over the top-k nearest clusters,
   # d^2 the squared distance of standardised proxy embeddings divided by their dimension
   # (images), or of the unit-norm tf-idf embeddings (text)
@@ -356,6 +360,9 @@ def _validate_distill(config) -> None:
         "language-model pools are tf-idf clusters only: use 'kmeans' or 'none' for task "
         "'lm'.")
   _need(d.tfidf_dim >= 1, "distill.tfidf_dim", d.tfidf_dim, "must be >= 1.")
+  _need(d.embedding in ("proxy", "pca"), "distill.embedding", d.embedding,
+        "choose 'proxy' or 'pca'.")
+  _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
   _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
   _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
         "choose 'hardest' or 'easiest'.")

@@ -72,6 +72,48 @@ def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
   assert info["proxy"]["kind"] == proxy
 
 
+def test_pixel_pca_pools_are_routed_clusters_without_a_proxy(tmp_path):
+  config = _config("kmeans", tmp_path / "pools", embedding="pca", pca_dim=8)
+  config.method.aggregation = "logits,routed,probs"
+  r = run.train_and_evaluate(config, str(tmp_path / "run"))
+  info = r["distill"]
+  assert info["pool_sizes"] == [128, 128] and info["proxy"] is None  # balanced, no proxy
+  assert "PCA" in info["features"] and info["build_flops"] > 2 * 256 * 784 * 784
+  assert not glob.glob(str(tmp_path / "pools" / "proxy_*"))  # nothing was trained for it
+  routed, uniform = r["ensemble"]["routed"], r["ensemble"]["probs"]
+  assert np.isfinite(routed["nll"]) and routed["nll"] != pytest.approx(uniform["nll"], rel=1e-6)
+
+
+class _Images:
+  def __init__(self, images):
+    self.images = images
+
+  def __len__(self):
+    return len(self.images)
+
+  def get(self, i):
+    return {"image": self.images[i], "label": np.int32(0)}
+
+
+def test_pixel_pca_finds_the_planted_directions():
+  from ensemble_jax.distill import clusters
+
+  rng = np.random.default_rng(0)
+  u, v = np.linalg.qr(rng.standard_normal((48, 2)))[0].T  # two orthonormal pixel directions
+  a, b = 40 * rng.standard_normal((500, 1)), 15 * rng.standard_normal((500, 1))
+  x = 128 + a * u + b * v + rng.standard_normal((500, 48))
+  images = np.clip(np.rint(x), 0, 255).astype(np.uint8).reshape(500, 4, 4, 3)
+  pca = clusters.PixelPCA(2, mean=(0.5,) * 3, std=(0.25,) * 3,
+                          transform=lambda example, u: example, chunk=128)
+  z = pca.fit(_Images(images))
+  # The first component is u (the larger variance), the second v, up to sign.
+  assert abs(pca.components_PxD[:, 0] @ u) > 0.99 and abs(pca.components_PxD[:, 1] @ v) > 0.99
+  assert z.shape == (500, 2) and z[:, 0].var() > 4 * z[:, 1].var()
+  np.testing.assert_allclose(pca.transform(_Images(images[:7])), z[:7], rtol=1e-4, atol=1e-3)
+  with pytest.raises(ValueError, match="dim must lie in"):
+    clusters.PixelPCA(49, (0.5,) * 3, (0.25,) * 3, lambda e, u: e).fit(_Images(images))
+
+
 def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
   from experiments.configs import pydocs_gpt2
 

@@ -138,6 +138,58 @@ def routing_weights(x_BxD, centroids_KxD, temperature: float = 1.0, top_k: int |
 # ---- text: tf-idf features of token windows (c-BTM clusters documents the same way) ----
 
 
+class PixelPCA:
+  """The top `dim` principal components of standardised pixels: a proxy-free embedding.
+
+  Images are read through `transform` (the eval transform: the model's input size), cast
+  to float, standardised per channel with `mean` / `std` (as the model sees them) and
+  flattened to P = H * W * C values. `fit` centres them, eigendecomposes the P x P
+  covariance (accumulated in float64 over chunks: memory O(P^2), whatever E) and returns
+  the projections [E, dim]; `transform` projects any split the same way.
+  """
+
+  def __init__(self, dim: int, mean, std, transform, chunk: int = 4096):
+    if dim < 1:
+      raise ValueError(f"dim must be >= 1, got {dim}")
+    self.dim, self.chunk, self.transform_fn = int(dim), int(chunk), transform
+    self.mean_C, self.std_C = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    self.center_P = self.components_PxD = None
+    self.flops = 0.0  # multiply-adds x 2 of the covariance and the projections
+
+  def _chunks(self, source):
+    zeros = np.zeros(8, np.float32)  # the eval transform ignores its uniforms
+    for begin in range(0, len(source), self.chunk):
+      rows = range(begin, min(begin + self.chunk, len(source)))
+      images = np.stack([self.transform_fn(source.get(i), zeros)["image"] for i in rows])
+      x = (images.astype(np.float32) / 255.0 - self.mean_C) / self.std_C
+      yield x.reshape(len(x), -1)
+
+  def fit(self, source) -> np.ndarray:
+    total, cross, n = None, None, 0
+    for x_BxP in self._chunks(source):
+      x64 = x_BxP.astype(np.float64)
+      total = x64.sum(0) if total is None else total + x64.sum(0)
+      cross = x64.T @ x64 if cross is None else cross + x64.T @ x64
+      n += len(x64)
+    p = cross.shape[0]
+    if not 1 <= self.dim <= p:
+      raise ValueError(f"dim must lie in [1, P={p} pixels], got {self.dim}")
+    center = total / n
+    cov = cross / n - np.outer(center, center)
+    _, vectors_PxP = np.linalg.eigh(cov)  # ascending eigenvalues
+    self.center_P = center.astype(np.float32)
+    self.components_PxD = vectors_PxP[:, ::-1][:, :self.dim].astype(np.float32)
+    self.flops += 2.0 * n * p * p
+    return self.transform(source)
+
+  def transform(self, source) -> np.ndarray:
+    if self.components_PxD is None:
+      raise ValueError("PixelPCA.transform before fit")
+    out = [(x - self.center_P) @ self.components_PxD for x in self._chunks(source)]
+    self.flops += 2.0 * sum(len(o) for o in out) * self.components_PxD.size
+    return np.concatenate(out)
+
+
 class TfIdf:
   """tf-idf of token windows, reduced to `dim` directions by a truncated SVD and L2-normed.
 

@@ -8,7 +8,9 @@ pool=)`): this module stands above the loop, which knows nothing about distillat
   el2n | grand | loss  the `fraction` of hardest (or easiest) examples by score, averaged
                        over the proxies (Paul et al. 2021), per class if asked
   kmeans               k = number of workers clusters of proxy embeddings (penultimate
-                       layer); worker i draws cluster i. For language models (c-BTM): the
+                       layer), or with `embedding='pca'` of the top `pca_dim` principal
+                       components of the standardised pixels (no proxy: seconds to build);
+                       worker i draws cluster i. For language models (c-BTM): the
                        clusters of the windows' tf-idf (SVD to `tfidf_dim`), no proxy; with
                        `routed` aggregation each eval position is routed on the tf-idf of
                        its running prefix (its context), never on the tokens it predicts
@@ -142,6 +144,8 @@ def build(config, data, num_consumers: int, proxy_dir: str):
   start = time.perf_counter()
   if config.task == "lm":
     return _text_clusters(config, data, num_consumers, start)
+  if d.method == "kmeans" and d.embedding == "pca":
+    return _pixel_clusters(config, data, num_consumers, start)
   proxy = train.fit(proxy_config(config), proxy_dir)
   proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
   proxy_state = merged_proxy(proxy, config.seed) if d.proxy == "lipt" else proxy.state
@@ -202,6 +206,35 @@ def build(config, data, num_consumers: int, proxy_dir: str):
       "weighted": weights is not None,
   }
   return pools, weights, route, info
+
+
+def _pixel_clusters(config, data, num_consumers: int, start: float):
+  """Balanced k-means of the standardised pixels' top principal components, no proxy;
+  with `routed` aggregation each eval image is routed by its own projection."""
+  d, iters = config.distill, 20
+  pca = clusters.PixelPCA(d.pca_dim, config.data.mean, config.data.std, data.eval_transform)
+  train_ExD = pca.fit(data.train)
+  mean, std = train_ExD.mean(0), train_ExD.std(0) + 1e-6
+  assignment, centroids = clusters.kmeans((train_ExD - mean) / std, num_consumers,
+                                          seed=config.seed, iters=iters, balanced=d.balanced)
+  pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
+  route = None
+  if _routed(config):  # the proxy path's rule: temperature per standardised dimension
+    route = np.asarray(clusters.routing_weights(
+        (pca.transform(data.eval) - mean) / std, centroids,
+        d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
+  n, dim = train_ExD.shape
+  info = {
+      "method": "kmeans", "features": f"PCA of standardised pixels to {dim}",
+      "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
+      "build_time_s": time.perf_counter() - start,
+      # The covariance and projections (PixelPCA.flops) plus Lloyd's distances (3 E k D
+      # per iteration and the final assignment); the eigendecomposition (P^3) is host-only.
+      "build_flops": pca.flops + float(3 * n * num_consumers * dim * (iters + 1)),
+      "proxy": None, "scoring_flops": 0.0, "selection_time_s": time.perf_counter() - start,
+      "weighted": False,
+  }
+  return pools, None, route, info
 
 
 def _text_clusters(config, data, num_consumers: int, start: float):

@@ -85,8 +85,13 @@ def sweep_grid(name: str = "full") -> dict:
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d, **extra})
 
-  def ensemble(n, l):
-    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l})
+  def ensemble(n, l, **extra):
+    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l, **extra})
+
+  # Cheap routed experts (no proxy): worker i trains on k-means cluster i of the pixels' top
+  # principal components; each test image is routed by its own projection.
+  pca_routed = {"distill.method": "kmeans", "distill.embedding": "pca",
+                "method.aggregation": "routed,logits,probs"}
 
   def diloco(h, l=469):  # 469 = DP D4's budget: 2 epochs at 4 x 64
     return ("diloco,sweep", {"method.sync_every": h, "method.steps_per_worker": l})
@@ -107,5 +112,7 @@ def sweep_grid(name: str = "full") -> dict:
                             for e in (0.25, 0.5, 1.0)},
       "dp_small_model": {f"D{d}": dp(d, **{"model.width": 4}) for d in (1, 4, 8)},
       "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 300), (8, 150))},
+      "ensemble_pca_routed": {f"N{n}_L{l}": ensemble(n, l, **pca_routed)
+                              for n, l in ((2, 600), (4, 300), (8, 150))},
       "diloco": {f"H{h}": diloco(h) for h in (10, 50, 300)},
   }

@@ -9,7 +9,8 @@ at the end on the full test set. Samplers: `random` and `disjoint` (the whole tr
 set), and pools of FRACTION of it chosen by EL2N, GraNd (hardest, per class), k-means
 (one balanced cluster of proxy embeddings per worker, the whole set), CRAIG and GradMatch
 (weighted coresets on bias gradients, per class); `kmeans_routed` aggregates by routing
-(softmax(-d^2/T) over each test example's nearest clusters), `lipt_gradmatch` takes
+(softmax(-d^2/T) over each test example's nearest clusters), `pca_routed` does the same
+with clusters of the pixels' top principal components (no proxy), `lipt_gradmatch` takes
 GradMatch's gradients from Ro et al.'s souped sparse proxy, `el2n_easiest` keeps the
 easiest examples. Pools come from 2 proxies of width 4 trained 150 steps each; their
 build time and FLOPs are added to the run's (one pool per seed: a pool depends on it).
@@ -46,6 +47,9 @@ SAMPLERS = {
     "gradmatch": {"distill.method": "gradmatch"},
     # the same k-means pools, each test example's logits weighted by its cluster distances
     "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,logits,probs"},
+    # the same routing, clusters of the pixels' top principal components: no proxy to train
+    "pca_routed": {"distill.method": "kmeans", "distill.embedding": "pca",
+                   "method.aggregation": "routed,logits,probs"},
     # Ro et al.'s proxy (shared init, disjoint shards, crop+flip, SNIP-sparse, souped)
     "lipt_gradmatch": {"distill.method": "gradmatch", "distill.proxy": "lipt"},
     # Sorscher et al.: at small kept fractions the easiest examples beat the hardest
