@@ -1,0 +1,250 @@
+"""Where the ensemble could win: a projection to 1024 devices, modelled from measured pieces.
+
+  python -m experiments.projection [--workload=fashion_mnist] [--out=DIR]
+
+Measured (committed results.json of the cost-vs-time grid, seed means over the points that
+reached the target in every seed): each point's steps to target, its calibrated device step
+and XLA FLOPs per device step, its pool build time; the single-model curves' steps to
+target at global batch b x D for the measured D (1 .. 8). The critical-batch sweep's DP
+steps up to B = 8192 are not read yet: beyond D = 8 data-parallel is held at its D = 8
+steps, which favours it if its steps would still fall and is exact past its critical batch.
+
+Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
+  * a single-model curve at D: its fastest measured point on at most D devices, steps x
+    (device step + ring all-reduce of its fp32 gradients over its devices); a point runs
+    only at its measured device count (no steps are assumed for an unmeasured batch). The
+    strongest baseline at D is the fastest single-model curve.
+  * an ensemble curve at D: its fastest measured (N, L) point with N <= D: pool build +
+    L x device step (no communication until the final average).
+  * DiLoCo at D: its fastest measured point (N <= D): steps x device step + one all-reduce
+    of the weights over N per outer step.
+Ratios > 1: the method is better (baseline time / method time; baseline compute / method
+compute, each side at its fastest configuration on D devices).
+
+What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts, with the device
+step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x 224^2) or GPT-2 small
+(16 x 1024 tokens) as measured on one H100 (`experiments/results/bench/h100/`): how the
+answer moves when a step is big and an all-reduce is 100 MB or 500 MB. The step counts are
+the small workload's, not the big model's: a labelled what-if, not a prediction. Each
+point keeps its size relative to the full-size data-parallel model (the small-model
+baseline stays as much smaller).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import json
+import math
+import os
+import statistics
+
+from ensemble_jax import costs
+
+DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
+BENCH = "experiments/results/bench/h100/throughput.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One measured grid point, seeds averaged."""
+  curve: str
+  name: str
+  method: str
+  devices: int  # DP: devices (global batch = per-device batch x devices); else workers
+  steps: float  # to target
+  device_step_s: float
+  flops_per_device_step: float
+  param_bytes: float
+  pool_s: float = 0.0
+  sync_every: int = 0
+
+
+def load_points(results_dir: str) -> list[Point]:
+  """Every grid point whose seeds all reached the target, its seeds averaged."""
+  groups: dict[tuple[str, str], list[dict]] = {}
+  for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
+    curve, name = os.path.relpath(path, results_dir).split(os.sep)[:2]
+    with open(path) as f:
+      groups.setdefault((curve, name), []).append(json.load(f))
+  points = []
+  for (curve, name), runs in sorted(groups.items()):
+    if not all(r["target"]["reached"] for r in runs):
+      continue
+    r = runs[0]
+    devices = r["cost"]["modelled"]["devices"]
+    points.append(Point(
+        curve=curve, name=name, method=r["method"], devices=devices,
+        steps=statistics.fmean(x["target"]["reached_step"] for x in runs),
+        device_step_s=statistics.fmean(x["cost"]["modelled"]["device_step_time_s"]
+                                       for x in runs),
+        # XLA's count of the whole step (all devices / workers), per modelled device
+        flops_per_device_step=r["flops_per_step"] / max(devices, 1),
+        param_bytes=float(costs.param_bytes(r)),
+        pool_s=statistics.fmean((x.get("distill") or {}).get("build_time_s", 0.0)
+                                for x in runs),
+        sync_every=r.get("sync_every", 0) or 0))
+  return points
+
+
+def single_model(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
+  """A single-model curve's fastest measured point on at most `devices` devices: steps x
+  (device step + ring all-reduce of its fp32 gradients over its devices). A point is run
+  only at its measured D: no step count is assumed for a batch that was not measured."""
+  best = None
+  for p in points:
+    if p.devices > devices:
+      continue
+    allreduce = costs.allreduce_time(p.param_bytes, p.devices, link)
+    row = {"point": p.name, "devices": p.devices, "steps": p.steps,
+           "time_s": p.steps * (p.device_step_s + allreduce),
+           "flops": p.steps * p.devices * p.flops_per_device_step, "allreduce_s": allreduce}
+    if best is None or row["time_s"] < best["time_s"]:
+      best = row
+  return best
+
+
+def independent(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
+  """An ensemble / DiLoCo curve's fastest measured point with N <= devices."""
+  best = None
+  for p in points:
+    if p.devices > devices:
+      continue
+    # outer steps at multiples of H before the target, and the deployable one at it
+    syncs = math.ceil(p.steps / p.sync_every) if p.sync_every else 0
+    allreduce = costs.allreduce_time(p.param_bytes, p.devices, link) if syncs else 0.0
+    time_s = p.pool_s + p.steps * p.device_step_s + syncs * allreduce
+    row = {"point": p.name, "devices": p.devices, "steps": p.steps, "time_s": time_s,
+           "flops": p.steps * p.devices * p.flops_per_device_step, "syncs": syncs}
+    if best is None or time_s < best["time_s"]:
+      best = row
+  return best
+
+
+def what_if(points: list[Point], model: str, bench_path: str = BENCH) -> list[Point]:
+  """The same step counts with a big model's H100-measured step, FLOPs and bytes, each point
+  scaled by its own size relative to the full-size data-parallel model (so the small-model
+  baseline stays proportionally small)."""
+  with open(bench_path) as f:
+    rows = [r for r in json.load(f) if r["model"] == model
+            and r.get("attention") in (None, "fused") and r.get("vocab") in (None, 50257)]
+  if not rows:
+    raise SystemExit(f"error: no {model} row in {bench_path}; run experiments/bench/throughput.py")
+  row = rows[0]
+  ref = next(p for p in points if p.curve == "data_parallel")
+  out = []
+  for p in points:
+    flops = p.flops_per_device_step / ref.flops_per_device_step
+    size = p.param_bytes / ref.param_bytes
+    out.append(dataclasses.replace(p, device_step_s=row["step_s"] * flops,
+                                   flops_per_device_step=row["flops_per_step_analytic"] * flops,
+                                   param_bytes=4.0 * row["params"] * size, pool_s=0.0))
+  return out
+
+
+def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
+  """One row per (method curve, D, preset): the strongest baseline's and the method's time
+  and compute at D, and their ratios."""
+  presets = presets or costs.INTERCONNECTS
+  baselines = sorted({p.curve for p in points if p.method == "data_parallel"})
+  methods = sorted({p.curve for p in points} - set(baselines))
+  rows = []
+  for name, link in presets.items():
+    for d in devices:
+      base = [(b, single_model([p for p in points if p.curve == b], d, link)) for b in baselines]
+      base = [(b, r) for b, r in base if r is not None]
+      if not base:
+        continue
+      b_name, b_row = min(base, key=lambda x: x[1]["time_s"])
+      for m in methods:
+        m_row = independent([p for p in points if p.curve == m], d, link)
+        if m_row is None:
+          continue
+        rows.append({
+            "preset": name, "devices": d, "method": m, "method_point": m_row["point"],
+            "method_time_s": m_row["time_s"], "method_flops": m_row["flops"],
+            "baseline": f"{b_name} {b_row['point']}", "baseline_devices": b_row["devices"],
+            "baseline_time_s": b_row["time_s"], "baseline_flops": b_row["flops"],
+            "time_ratio": b_row["time_s"] / m_row["time_s"],
+            "compute_ratio": b_row["flops"] / m_row["flops"]})
+  return rows
+
+
+def table(rows: list[dict], title: str) -> str:
+  lines = [title, "", "| method | preset | D | baseline (devices used) | baseline time s | "
+           "method point | method time s | time ratio | compute ratio |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['method']} | {r['preset']} | {r['devices']} | {r['baseline']} "
+                 f"({r['baseline_devices']}) | {r['baseline_time_s']:.3g} | "
+                 f"{r['method_point']} | {r['method_time_s']:.3g} | {r['time_ratio']:.2f}x | "
+                 f"{r['compute_ratio']:.2f}x |")
+  wins = sorted({(r["method"], r["preset"]) for r in rows})
+  lines += ["", "Where each method beats the strongest baseline in time (smallest D, if any):", ""]
+  for m, preset in wins:
+    ds = [r["devices"] for r in rows if r["method"] == m and r["preset"] == preset
+          and r["time_ratio"] > 1]
+    lines.append(f"- {m}, {preset}: " + (f"from D = {min(ds)}" if ds else "never up to D = "
+                                          f"{max(r['devices'] for r in rows)}"))
+  return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: str, title: str) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+  for i, (m, preset) in enumerate(sorted({(r["method"], r["preset"]) for r in rows})):
+    mine = [r for r in rows if r["method"] == m and r["preset"] == preset]
+    style = {"color": f"C{sorted({r['method'] for r in rows}).index(m)}",
+             "ls": ["-", "--", ":"][sorted({r['preset'] for r in rows}).index(preset) % 3]}
+    for ax, key in zip(axes, ("time_ratio", "compute_ratio")):
+      ax.plot([r["devices"] for r in mine], [r[key] for r in mine], marker="o", ms=3,
+              label=f"{m}, {preset}", **style)
+  for ax, what in zip(axes, ("time to target", "compute to target")):
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("devices D")
+    ax.set_ylabel(f"strongest baseline / method, {what}")
+  axes[0].legend(fontsize=7)
+  fig.suptitle(title + " (MODELLED from measured steps; > 1: the method wins)", fontsize=9)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--workload", default="fashion_mnist")
+  p.add_argument("--results", default="experiments/results")
+  p.add_argument("--what_if", default="", help="resnet50 | gpt2_small")
+  p.add_argument("--out", default="experiments/results/projection")
+  args = p.parse_args(argv)
+  points = load_points(os.path.join(args.results, args.workload))
+  if not points:
+    print(f"error: no finished grid points under {args.results}/{args.workload}")
+    return 2
+  label = args.workload + (f"_whatif_{args.what_if}" if args.what_if else "")
+  if args.what_if:
+    points = what_if(points, args.what_if)
+  rows = project(points)
+  os.makedirs(args.out, exist_ok=True)
+  title = (f"Projection, {args.workload}" + (f", what-if {args.what_if} (H100 step, measured "
+                                             "step counts of the small workload)"
+                                             if args.what_if else ""))
+  text = table(rows, title)
+  with open(os.path.join(args.out, f"{label}.md"), "w") as f:
+    f.write(text)
+  with open(os.path.join(args.out, f"{label}.json"), "w") as f:
+    json.dump({"modelled": True, "points": [dataclasses.asdict(p) for p in points],
+               "rows": rows}, f, indent=1)
+  plot(rows, os.path.join(args.out, f"{label}.png"), title)
+  print(text)
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
