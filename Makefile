@@ -20,7 +20,7 @@ data: install
 	$(PY) -m ensemble_jax.data.fetch
 
 test: install data
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=25 tests
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo
