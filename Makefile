@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers lipt pile imagenet clean
+.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers many-workers projection \
+	lipt pile imagenet clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +34,17 @@ sweep-fashion: install data
 sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=0,1,2
+
+# Where the claim could hold (issue 16): many-worker ensembles at L = 300 (random streams and
+# PCA-routed experts), then the modelled projection to 1024 devices from the measured grids.
+many-workers: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
+	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=0,1,2
+
+projection: install
+	$(PY) -m experiments.projection --workload=fashion_mnist
+	$(PY) -m experiments.projection --workload=fashion_mnist --what_if=resnet50
+	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data

@@ -104,8 +104,14 @@ def sweep_grid(name: str = "full") -> dict:
     return {"data_parallel": {f"D{d}": dp(d) for d in (1, 4, 8)},
             "ensemble": {"N4_L300": ensemble(4, 300), "N8_L150": ensemble(8, 150)},
             "diloco": {"H50": diloco(50)}}
+  if name == "many_workers":  # issue 16: does averaging more short runs ever reach 85%?
+    sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
+    return {"ensemble": {f"N{n}_L300": ensemble(n, 300) for n in sizes},
+            "ensemble_pca_routed": {f"N{n}_L300": ensemble(n, 300, **pca_routed)
+                                    for n in sizes}}
   if name != "full":
-    raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo or smoke")
+    raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke "
+                     "or many_workers")
   return {
       "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
       "dp_short_schedule": {f"D4_E{e}": dp(4, **{"train.num_epochs": e})
