@@ -12,7 +12,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed
+from ensemble_jax import checkpoint, config_lib, distributed, sharding
 from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
 
@@ -38,9 +38,10 @@ def run(config, workdir: str) -> int:
     config_lib.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
+    mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
-          f"{list(config.mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
+          f"{config_lib.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
     results = run_lib.train_and_evaluate(config, workdir)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)

@@ -32,6 +32,10 @@ def _set(config, dotted, value):
     ("train.num_epochs", 3.0, r"set exactly one of train.num_steps and train.num_epochs"),
     ("mesh", [("data", -1), ("worker", -1)], r"at most one axis may be -1"),
     ("mesh", [("model", 2)], r"axis names must be 'data' or 'worker'"),
+    ("mesh", "data:-1,worker:-1", r"config.mesh='data:-1,worker:-1': at most one axis"),
+    ("mesh", "data", r"config.mesh='data': write it as 'axis:size,...'"),
+    ("mesh", "data:all", r"config.mesh='data:all': write it as"),
+    ("mesh", [("data",)], r"write it as 'axis:size,...'"),
     ("method.fsdp", "yes", r"config.method.fsdp='yes': must be True or False"),
     ("data.train_augment", "mixup", r"config.data.train_augment='mixup'"),
     ("data.val_fraction", 0.0, r"config.data.val_fraction=0.0: must lie in \(0, 1\)"),
@@ -40,6 +44,22 @@ def _set(config, dotted, value):
 def test_bad_values_are_named(smoke_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.validate(_set(smoke_config, field, value))
+
+
+def test_mesh_string_and_list_forms_are_one_mesh():
+  for string, pairs in [("data:-1", [("data", -1)]),
+                        ("worker:8,data:1", [("worker", 8), ("data", 1)]),
+                        (" worker : 2 , data:-1 ", [("worker", 2), ("data", -1)])]:
+    assert config_lib.mesh_axes(string) == pairs
+    assert config_lib.mesh_axes(pairs) == pairs
+    assert config_lib.mesh_string(pairs) == string.replace(" ", "")
+
+
+def test_ensemble_without_a_worker_axis_is_named(smoke_config):
+  config = _set(_set(smoke_config, "method.name", "ensemble"), "mesh", "data:-1")
+  with pytest.raises(ConfigError, match=r"config.mesh='data:-1': ensemble steps its workers "
+                     r"over a 'worker' axis"):
+    config_lib.validate(config)
 
 
 def test_unknown_key_suggests_the_known_one(smoke_config):
@@ -123,6 +143,8 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_p
 @pytest.mark.parametrize("override,message", [
     ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
+    ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
+    ("--config.mesh=data:16", "config.mesh='data:16' needs 16 devices but only 8 are present"),
     ("surplus_positional", "unexpected arguments ['surplus_positional']"),
     ("--config=experiments/configs/fashon_mnist.py",
      "no such config file. Did you mean experiments/configs/fashion_mnist.py?"),

@@ -73,15 +73,16 @@ def test_main_subprocess(tmp_path):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
-         "--config.train.num_steps=2", "--config.eval.every_steps=2"]
+         "--config.train.num_steps=2", "--config.eval.every_steps=2", "--config.mesh=data:1"]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(tmp_path / "results.json") as f:
     results = json.load(f)
   assert results["steps"] == 2 and results["num_devices"] == 2
-  assert results["config"]["train"]["num_steps"] == 2  # the override reached the run
+  assert results["config"]["train"]["num_steps"] == 2  # the overrides reached the run
+  assert results["mesh"] == {"data": 1} and results["config"]["mesh"] == "data:1"
   lines = proc.stdout.strip().splitlines()  # what runs where; where the results are
-  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s)" in lines[0]
+  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s); mesh data:1;" in lines[0]
   assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
 
 
