@@ -7,6 +7,7 @@ anything is compiled, with a message naming the field, the value and the fix.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 
 import ml_collections
@@ -181,10 +182,46 @@ def base_config() -> ml_collections.ConfigDict:
 
 def _flat(config, prefix=""):
   for k, v in config.items():
-    if isinstance(v, ml_collections.ConfigDict):
+    if isinstance(v, (ml_collections.ConfigDict, dict)):
       yield from _flat(v, f"{prefix}{k}.")
     else:
       yield f"{prefix}{k}", v
+
+
+# What a resumed run may change: fields that alter neither the trained trajectory nor what
+# results.json measures ('x.' covers a group). Everything else must match the checkpoints.
+FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_strategy",
+                  "model.remat", "data.data_dir", "data.prefetch", "data.num_threads",
+                  "train.stop_at_target", "train.log_every_steps", "train.timing_warmup_steps",
+                  "eval.every_steps", "eval.batch_size", "distill.cache_dir", "checkpoint.",
+                  "distributed.", "cost.")
+# Durations a resumed run may lengthen (extending the run). The steps before the extension
+# keep the learning-rate schedule of the shorter budget.
+EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
+
+
+def config_changes(stored: dict, config) -> dict[str, tuple]:
+  """{field: (stored, now)} for each field whose value differs between a run's saved config
+  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
+  stored = dict(_flat(stored))
+  changes = {}
+  for key, now in _flat(json.loads(json.dumps(config.to_dict()))):
+    if key not in stored:
+      continue
+    before = stored[key]
+    if key == "mesh":  # the string and the list form of one mesh are the same mesh
+      before, now = mesh_string(before), mesh_string(now)
+    if before != now:
+      changes[key] = (before, now)
+  return changes
+
+
+def may_change_on_resume(field: str, before, now) -> bool:
+  """Whether a resumed run may continue with `field` changed from `before` to `now`."""
+  if field in EXTENSIBLE:
+    numbers = all(isinstance(v, (int, float)) for v in (before, now))
+    return numbers and 0 < before < now
+  return any(field == f or (f.endswith(".") and field.startswith(f)) for f in FREE_ON_RESUME)
 
 
 def get(config, dotted: str):

@@ -41,8 +41,13 @@ def run(config, workdir: str) -> int:
     mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
-          f"{config_lib.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
-    results = run_lib.train_and_evaluate(config, workdir)
+          f"{config_lib.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
+          flush=True)
+    results = run_lib.finished_results(config, workdir)
+    if results is None:
+      results = run_lib.train_and_evaluate(config, workdir)
+    else:
+      print("already finished with this config: results.json left as it was", flush=True)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

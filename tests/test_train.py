@@ -52,11 +52,14 @@ def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
   smoke_config.train.num_steps = 1
   first = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert first["steps"] == 1 and first["history"][-1]["step"] == 1
-  smoke_config.train.num_steps = 3
+  smoke_config.train.num_steps = 3  # a longer budget extends the finished run
   second = run.train_and_evaluate(smoke_config, str(tmp_path))
   # Restored at step 1 and trained two more steps: the history continues.
   assert [h["step"] for h in second["history"]] == [1, 2, 3]
   assert sorted(int(p) for p in os.listdir(tmp_path / "checkpoints")) == [2, 3]
+  # The extension is on the record: where it happened and what changed.
+  assert second["config_changes"] == [{"step": 1, "changes": {"train.num_steps": [1, 3]}}]
+  assert second["config"]["train"]["num_steps"] == 3
 
 
 def test_target_tracking(smoke_config, tmp_path):
