@@ -83,6 +83,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.val_fraction = 0.05  # documents held out, chosen by a hash of their id
   c.data.pile_subsets = ()  # meta.pile_set_name values to keep; () = all
   c.data.text_key = "text"  # the text feature of a TFDS text dataset
+  # .jsonl corpora: skip lines that are not a JSON object with the text field (counted in
+  # results.json's data.skipped_lines) instead of stopping at the first with its file:line
+  c.data.skip_bad_lines = False
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "resnet18"  # resnet18 | resnet34 | resnet50

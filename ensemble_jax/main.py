@@ -27,7 +27,7 @@ def _quiet_orbax(record: logging.LogRecord) -> bool:
   return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
 
 
-USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
+USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
                 checkpoint.CheckpointError)
 
 
