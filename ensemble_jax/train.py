@@ -289,6 +289,20 @@ def _listed(changes: dict[str, tuple]) -> str:
   return ", ".join(f"{field} {before!r} -> {now!r}" for field, (before, now) in changes.items())
 
 
+PARAMETERS_FILE = "parameters.txt"  # the parameter table, in every run's workdir
+
+
+def _write_parameter_table(workdir: str, params) -> None:
+  """The per-parameter table goes to the workdir; the log gets the one line with its total."""
+  path = os.path.join(workdir, PARAMETERS_FILE)
+  table = parameter_overview.get_parameter_overview(params, include_stats=False)
+  if not os.path.exists(path):  # a finished run's workdir stays as it was
+    with open(path, "w") as f:
+      f.write(table + "\n")
+  logging.info("parameters: %s (per-parameter table: %s)",
+               f"{sum(math.prod(x.shape) for x in jax.tree.leaves(params)):,}", path)
+
+
 def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, dict]:
   """The state to train from and the run's record: the workdir's latest checkpoint, else
   `state` (with config.train.init_from's weights if set) and a fresh record."""
@@ -303,8 +317,7 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
         {"step": meta["step"], "changes": {k: list(v) for k, v in changes.items()}}]
   s.method.load_host_state(meta.get("method", {}))
   if s.is_main:
-    logging.info("Parameters:\n%s", parameter_overview.get_parameter_overview(
-        jax.eval_shape(lambda x: x.params, state), include_stats=False))
+    _write_parameter_table(workdir, jax.eval_shape(lambda x: x.params, state))
   if meta["step"]:
     logging.info("Resumed from step %d in %s", meta["step"], workdir)
   elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer

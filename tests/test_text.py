@@ -169,6 +169,16 @@ def test_bad_jsonl_lines_stop_the_run_or_are_skipped_and_counted(tmp_path):
     text.load(_config(path=str(corpus), data_dir=cache, val_fraction=0.5))
 
 
+def test_building_the_token_cache_says_what_and_how_long(tmp_path, caplog):
+  corpus = _write_tree(tmp_path / "corpus", {f"{i}.txt": "some text " * 20 for i in range(8)})
+  config = _config(path=str(corpus), data_dir=str(tmp_path / "cache"))
+  with caplog.at_level("INFO"):
+    data = text.load(config)
+  assert f"token cache: tokenizing {corpus} into " in caplog.text
+  assert "token cache: 8 documents, 1608 tokens in " in caplog.text
+  assert data.stats["train_tokens"] + data.stats["eval_tokens"] == 1608
+
+
 @pytest.mark.parametrize("damage", ["truncate train.npy", "corrupt stats.json"])
 def test_a_damaged_token_cache_names_the_file_and_how_to_rebuild_it(tmp_path, damage):
   corpus = _write_tree(tmp_path / "corpus", {f"{i}.txt": "some text " * 20 for i in range(8)})

@@ -18,6 +18,7 @@ import time
 from typing import Iterable
 
 import numpy as np
+from absl import logging
 
 from ensemble_jax.data import fetch
 from ensemble_jax.data.text_readers import Document
@@ -144,6 +145,8 @@ def build(documents: Iterable[Document], tokenizer, val_fraction: float,
   dtype = token_dtype(tokenizer.vocab_size)
   writers = {split: _NpyWriter(staging / f"{split}.npy", dtype) for split in SPLITS}
   start = time.monotonic()
+  logging.info("token cache: tokenizing %s into %s (once; later runs read it back)",
+               source_name or "the corpus", cache_dir)
   try:
     counts = _tokenize(documents, tokenizer, val_fraction, writers)
     for w in writers.values():
@@ -159,6 +162,9 @@ def build(documents: Iterable[Document], tokenizer, val_fraction: float,
              "eos_id": int(tokenizer.eos_id), "val_fraction": float(val_fraction),
              "source": source_name, "build_seconds": round(time.monotonic() - start, 3)}
     (staging / "stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True))
+    logging.info("token cache: %d documents, %d tokens in %.1f s",
+                 counts["train_documents"] + counts["eval_documents"],
+                 sum(writers[split].count for split in SPLITS), stats["build_seconds"])
     try:
       os.rename(staging, cache_dir)
     except OSError:
