@@ -25,6 +25,26 @@ def _abstract(tree):
       if isinstance(x, jax.Array) else x, tree)
 
 
+def latest_record(directory: str) -> dict | None:
+  """The JSON record of the newest checkpoint in `directory` that reads, without its state
+  (what a rerun checks its config against before loading any data); None if none reads."""
+  if not os.path.isdir(directory):
+    return None
+  manager = ocp.CheckpointManager(os.path.abspath(directory),
+                                  options=ocp.CheckpointManagerOptions(create=False))
+  try:
+    for step in sorted(manager.all_steps(), reverse=True):
+      try:
+        meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+      except Exception:  # damaged: Checkpointer.restore reports it and falls back too
+        continue
+      if isinstance(meta["meta"], dict) and meta["meta"].get("step") == step:
+        return meta["meta"]
+  finally:
+    manager.close()
+  return None
+
+
 class Checkpointer:
   """Saves every `every_steps` (and at the end); restores the latest at start."""
 

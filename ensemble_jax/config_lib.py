@@ -7,6 +7,7 @@ anything is compiled, with a message naming the field, the value and the fix.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 
 import ml_collections
@@ -39,8 +40,9 @@ def base_config() -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.seed = 0
   c.task = "classification"  # classification (images) | lm (next-token prediction)
-  # Mesh axes as [(name, size)]; -1 means "all remaining devices".
-  c.mesh = [("data", -1)]
+  # Mesh axes "name:size,..." (-1: all remaining devices), e.g. "worker:8,data:1"; config
+  # files may also give [(name, size)]. Read it through mesh_axes().
+  c.mesh = ml_collections.FieldReference("data:-1", field_type=object)
 
   c.method = ml_collections.ConfigDict()
   c.method.name = "data_parallel"
@@ -81,6 +83,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.data.val_fraction = 0.05  # documents held out, chosen by a hash of their id
   c.data.pile_subsets = ()  # meta.pile_set_name values to keep; () = all
   c.data.text_key = "text"  # the text feature of a TFDS text dataset
+  # .jsonl corpora: skip lines that are not a JSON object with the text field (counted in
+  # results.json's data.skipped_lines) instead of stopping at the first with its file:line
+  c.data.skip_bad_lines = False
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "resnet18"  # resnet18 | resnet34 | resnet50
@@ -184,10 +189,46 @@ def base_config() -> ml_collections.ConfigDict:
 
 def _flat(config, prefix=""):
   for k, v in config.items():
-    if isinstance(v, ml_collections.ConfigDict):
+    if isinstance(v, (ml_collections.ConfigDict, dict)):
       yield from _flat(v, f"{prefix}{k}.")
     else:
       yield f"{prefix}{k}", v
+
+
+# What a resumed run may change: fields that alter neither the trained trajectory nor what
+# results.json measures ('x.' covers a group). Everything else must match the checkpoints.
+FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_strategy",
+                  "model.remat", "data.data_dir", "data.prefetch", "data.num_threads",
+                  "train.stop_at_target", "train.log_every_steps", "train.timing_warmup_steps",
+                  "eval.every_steps", "eval.batch_size", "distill.cache_dir", "checkpoint.",
+                  "distributed.", "cost.")
+# Durations a resumed run may lengthen (extending the run). The steps before the extension
+# keep the learning-rate schedule of the shorter budget.
+EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
+
+
+def config_changes(stored: dict, config) -> dict[str, tuple]:
+  """{field: (stored, now)} for each field whose value differs between a run's saved config
+  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
+  stored = dict(_flat(stored))
+  changes = {}
+  for key, now in _flat(json.loads(json.dumps(config.to_dict()))):
+    if key not in stored:
+      continue
+    before = stored[key]
+    if key == "mesh":  # the string and the list form of one mesh are the same mesh
+      before, now = mesh_string(before), mesh_string(now)
+    if before != now:
+      changes[key] = (before, now)
+  return changes
+
+
+def may_change_on_resume(field: str, before, now) -> bool:
+  """Whether a resumed run may continue with `field` changed from `before` to `now`."""
+  if field in EXTENSIBLE:
+    numbers = all(isinstance(v, (int, float)) for v in (before, now))
+    return numbers and 0 < before < now
+  return any(field == f or (f.endswith(".") and field.startswith(f)) for f in FREE_ON_RESUME)
 
 
 def get(config, dotted: str):
@@ -240,6 +281,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
       raise ConfigError(f"config.{key}: unknown key.{hint} Known keys are listed in "
                         "ensemble_jax/config_lib.py:base_config().")
   for key, default in known.items():
+    if key == "mesh":  # a string or a list of pairs: _validate_mesh reads both
+      continue
     try:
       value = get(config, key)
     except (AttributeError, KeyError):
@@ -342,7 +385,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   lo, hi = TARGET_RANGES[metric]
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")
-  _validate_mesh(config.mesh)
+  _validate_mesh(config)
 
 
 DISTILL_METHODS = ("none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch")
@@ -383,19 +426,47 @@ def _validate_distill(config) -> None:
         "must be >= 0.")
 
 
-def _validate_mesh(mesh) -> None:
+MESH_AXES = ("data", "worker")
+_MESH_FORMS = ("write it as 'axis:size,...' like 'data:-1' or 'worker:8,data:1' (a config "
+               "file may also give [('data', -1)]).")
+
+
+def mesh_axes(mesh) -> list[tuple[str, int]]:
+  """config.mesh as [(axis, size)], from its string form 'worker:8,data:1' (what the command
+  line sets) or its list form [('worker', 8), ('data', 1)] (config files); -1 = the rest.
+
+  The one parser of the field; raises ConfigError on a value that is neither.
+  """
   try:
-    axes = [(str(name), int(size)) for name, size in mesh]
+    if isinstance(mesh, str):
+      pairs = [part.split(":") for part in mesh.split(",")]
+      axes = [(name.strip(), int(size)) for name, size in pairs]
+    else:
+      axes = [(str(name), int(size)) for name, size in mesh]
   except (TypeError, ValueError):
-    raise ConfigError(f"config.mesh={mesh!r}: must be a list of (axis_name, size) pairs, "
-                      "e.g. [('data', -1)].") from None
+    raise ConfigError(f"config.mesh={mesh!r}: {_MESH_FORMS}") from None
+  _need(bool(axes) and all(name for name, _ in axes), "mesh", mesh, _MESH_FORMS)
+  return axes
+
+
+def mesh_string(mesh) -> str:
+  """config.mesh in its string form: 'worker:8,data:1'."""
+  return ",".join(f"{name}:{size}" for name, size in mesh_axes(mesh))
+
+
+def _validate_mesh(config) -> None:
+  mesh = config.mesh
+  axes = mesh_axes(mesh)
   names = [n for n, _ in axes]
   _need(len(set(names)) == len(names), "mesh", mesh, "axis names must be unique.")
   _need(sum(s == -1 for _, s in axes) <= 1, "mesh", mesh, "at most one axis may be -1.")
   _need(all(s == -1 or s > 0 for _, s in axes), "mesh", mesh,
         "sizes must be positive or -1 (all remaining devices).")
-  _need(all(n in ("data", "worker") for n in names), "mesh", mesh,
+  _need(all(n in MESH_AXES for n in names), "mesh", mesh,
         "axis names must be 'data' or 'worker'.")
+  _need(config.method.name == "data_parallel" or "worker" in names, "mesh", mesh,
+        f"{config.method.name} steps its workers over a 'worker' axis: e.g. "
+        "'worker:-1,data:1'.")
 
 
 def num_train_steps(config, num_train_examples: int) -> int:

@@ -12,7 +12,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed
+from ensemble_jax import checkpoint, config_lib, distributed, sharding
 from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
 
@@ -27,7 +27,7 @@ def _quiet_orbax(record: logging.LogRecord) -> bool:
   return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
 
 
-USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError,
+USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
                 checkpoint.CheckpointError)
 
 
@@ -38,10 +38,16 @@ def run(config, workdir: str) -> int:
     config_lib.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
+    mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
-          f"{list(config.mesh)}; method {config.method.name}; workdir {workdir}", flush=True)
-    results = run_lib.train_and_evaluate(config, workdir)
+          f"{config_lib.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
+          flush=True)
+    results = run_lib.finished_results(config, workdir)
+    if results is None:
+      results = run_lib.train_and_evaluate(config, workdir)
+    else:
+      print("already finished with this config: results.json left as it was", flush=True)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -13,6 +13,7 @@ from ensemble_jax import train
 from ensemble_jax.distill import pools
 
 RESULTS_FILE = train.RESULTS_FILE  # results.json, in every run's workdir
+finished_results = train.finished_results  # a finished run's results, read not rewritten
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str) -> train.Fit:
@@ -24,5 +25,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str) -> train.Fit:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains `config.method` on `config.data` (and its distilled pool, if any); writes
-  checkpoints, metrics and results.json in `workdir`; returns the results."""
-  return fit(config, workdir).results
+  checkpoints, metrics and results.json in `workdir`; returns the results. A finished run
+  (the same config run again) is not touched: its results.json is read and returned."""
+  finished = finished_results(config, workdir)
+  return finished if finished is not None else fit(config, workdir).results

@@ -7,22 +7,24 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ensemble_jax import config_lib
 from ensemble_jax.config_lib import ConfigError
 
 
 def mesh_shape(mesh_config, num_devices: int) -> list[tuple[str, int]]:
   """Resolves the one -1 axis; checks the mesh fits the devices."""
-  axes = [(str(name), int(size)) for name, size in mesh_config]
+  axes = config_lib.mesh_axes(mesh_config)
+  shown = config_lib.mesh_string(mesh_config)
   fixed = math.prod(size for _, size in axes if size != -1)
   if any(size == -1 for _, size in axes):
     if num_devices % fixed:
-      raise ConfigError(f"config.mesh={list(mesh_config)}: the fixed axes use {fixed} devices, "
+      raise ConfigError(f"config.mesh={shown!r}: the fixed axes use {fixed} devices, "
                         f"which does not divide the {num_devices} devices present; choose "
                         f"sizes whose product divides {num_devices}.")
     axes = [(name, num_devices // fixed if size == -1 else size) for name, size in axes]
   total = math.prod(size for _, size in axes)
   if total > num_devices:
-    raise ConfigError(f"config.mesh={list(mesh_config)} needs {total} devices but only "
+    raise ConfigError(f"config.mesh={shown!r} needs {total} devices but only "
                       f"{num_devices} are present; shrink the mesh or use -1 for one axis.")
   return axes
 

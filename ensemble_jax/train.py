@@ -39,6 +39,7 @@ from ensemble_jax.methods import Method, create_method
 from ensemble_jax.sharding import make_mesh
 
 RESULTS_FILE = "results.json"
+CHECKPOINTS = "checkpoints"  # the workdir's orbax directory
 
 
 @dataclasses.dataclass
@@ -107,6 +108,8 @@ class Progress:
   tracker: TargetTracker
   history: list[dict]  # one row of eval scalars per eval
   chrono: Chrono
+  config: dict  # this session's config (JSON), kept with every checkpoint
+  config_changes: list[dict]  # what each resumed session changed: {"step", "changes"}
   durations: list[float] = dataclasses.field(default_factory=list)  # this session's steps
   flops_per_step: float = float("nan")
   last_eval: dict | None = None
@@ -115,7 +118,8 @@ class Progress:
     """The checkpoint's JSON record: what a resumed run needs besides the state."""
     return {"step": self.step, "train_time_s": self.chrono.train_s,
             "eval_time_s": self.chrono.paused_s["eval"], "history": self.history,
-            "target": dataclasses.asdict(self.tracker), "method": method.host_state()}
+            "target": dataclasses.asdict(self.tracker), "method": method.host_state(),
+            "config": self.config, "config_changes": self.config_changes}
 
 
 @dataclasses.dataclass
@@ -146,6 +150,9 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
+  # Before any data: checkpoints of another config are an error, not a silent resume.
+  _resume_changes(checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS)), config,
+                  workdir)
   data = data_lib.load(config)
   is_main = jax.process_index() == 0
 
@@ -193,10 +200,14 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   s = setup or set_up(config, workdir)
   init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
   state = s.method.init(init_rng)
-  checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+  checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
                                              config.checkpoint.every_steps,
                                              config.checkpoint.max_to_keep)
+  finished = finished_results(config, workdir)
   state, meta = _restore(config, workdir, s, state, checkpointer)
+  if finished is not None:  # its results stand; the state is the final checkpoint's
+    checkpointer.close()
+    return Fit(finished, state, s.method, s.data)
   if pool is None:  # no distilled sequence: the method's own sampler
     pool = samplers.Pool(s.method.sampler(len(s.data.train), config.seed), None)
   train_batches, eval_batches = _streams(config, s, pool)
@@ -206,14 +217,90 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
                            config.model.sparsity)
   writer = writers.MetricWriter(workdir, enabled=s.is_main)
   progress = Progress(int(meta["step"]), TargetTracker(**meta["target"]), meta["history"],
-                      Chrono(meta["train_time_s"], meta["eval_time_s"]))
+                      Chrono(meta["train_time_s"], meta["eval_time_s"]), _as_json(config),
+                      meta.get("config_changes", []))
   state = _train(config, workdir, s, state, step_rng, train_batches, eval_batches, progress,
                  checkpointer, writer)
   results = _results(config, s, pool, state, progress, train_batches, eval_batches)
-  if s.is_main:
-    with open(os.path.join(workdir, RESULTS_FILE), "w") as f:
+  if s.is_main:  # written whole or not at all: a rerun reads it to know the run finished
+    path = os.path.join(workdir, RESULTS_FILE)
+    with open(path + ".tmp", "w") as f:
       json.dump(_jsonable(results), f, indent=2)
+    os.replace(path + ".tmp", path)
   return Fit(results, state, s.method, s.data)
+
+
+def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
+  """The workdir's results.json if `config` would train that run no further (the same
+  command run again), else None. Never rewrites it; reads no data, so it is quick.
+
+  Raises ConfigError if the results are of a run `config` cannot continue (see
+  `_resume_changes`). A longer duration, or stop_at_target turned off before the budget
+  was spent, continues the run from its checkpoints instead.
+  """
+  _check_workdir_is_a_path(workdir)
+  config_lib.validate(config)
+  path = os.path.join(workdir, RESULTS_FILE)
+  try:
+    with open(path) as f:
+      results = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:  # unreadable: the checkpoints decide what happens
+    logging.warning("%s cannot be read (%s); resuming from the checkpoints", path, e)
+    return None
+  changes = _resume_changes({"step": results.get("steps"), "config": results.get("config")},
+                            config, workdir)
+  if any(field in config_lib.EXTENSIBLE for field in changes):
+    return None  # extended: train on
+  steps = results.get("steps", 0)
+  spent = steps >= results.get("step_budget", steps)
+  if not (spent or config.train.stop_at_target and results.get("target", {}).get("reached")):
+    return None  # stopped at its target, and this config does not stop there: train on
+  if changes:
+    logging.info("%s is finished; changes that alter nothing trained are ignored: %s",
+                 workdir, _listed(changes))
+  return results
+
+
+def _resume_changes(record: dict | None, config, workdir: str) -> dict[str, tuple]:
+  """{field: (before, now)}: what `config` changes in the run `record` (a checkpoint's record
+  or results.json) describes; each a change `config_lib.may_change_on_resume` allows.
+
+  Raises ConfigError listing the others: continuing would make one run of two configs, and
+  results.json would claim the new one for all of it.
+  """
+  if not record or not isinstance(record.get("config"), dict):
+    return {}  # a fresh workdir, or checkpoints from before configs were kept with them
+  changes = config_lib.config_changes(record["config"], config)
+  blocked = {k: v for k, v in changes.items() if not config_lib.may_change_on_resume(k, *v)}
+  if blocked:
+    raise config_lib.ConfigError(
+        f"--workdir={workdir!r} holds a run trained {record['step']} steps with other values: "
+        f"{_listed(blocked)}. Continue it with its own values, or give the new config a new "
+        "--workdir. (A rerun may change logging, eval frequency and batch size, "
+        "stop_at_target, checkpointing, cost.*, the mesh, sharding and data location, and may "
+        "lengthen train.num_steps, train.num_epochs or method.steps_per_worker to extend the "
+        "run.)")
+  return changes
+
+
+def _listed(changes: dict[str, tuple]) -> str:
+  return ", ".join(f"{field} {before!r} -> {now!r}" for field, (before, now) in changes.items())
+
+
+PARAMETERS_FILE = "parameters.txt"  # the parameter table, in every run's workdir
+
+
+def _write_parameter_table(workdir: str, params) -> None:
+  """The per-parameter table goes to the workdir; the log gets the one line with its total."""
+  path = os.path.join(workdir, PARAMETERS_FILE)
+  table = parameter_overview.get_parameter_overview(params, include_stats=False)
+  if not os.path.exists(path):  # a finished run's workdir stays as it was
+    with open(path, "w") as f:
+      f.write(table + "\n")
+  logging.info("parameters: %s (per-parameter table: %s)",
+               f"{sum(math.prod(x.shape) for x in jax.tree.leaves(params)):,}", path)
 
 
 def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, dict]:
@@ -223,10 +310,14 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
   meta = meta or {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
                   "target": dataclasses.asdict(TargetTracker(config.eval.target_metric,
                                                              config.eval.target_value))}
+  changes = _resume_changes(meta, config, workdir)
+  if changes:  # allowed ones, kept in the record and results.json
+    logging.info("Resuming at step %d with changed fields: %s", meta["step"], _listed(changes))
+    meta["config_changes"] = meta.get("config_changes", []) + [
+        {"step": meta["step"], "changes": {k: list(v) for k, v in changes.items()}}]
   s.method.load_host_state(meta.get("method", {}))
   if s.is_main:
-    logging.info("Parameters:\n%s", parameter_overview.get_parameter_overview(
-        jax.eval_shape(lambda x: x.params, state), include_stats=False))
+    _write_parameter_table(workdir, jax.eval_shape(lambda x: x.params, state))
   if meta["step"]:
     logging.info("Resumed from step %d in %s", meta["step"], workdir)
   elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer
@@ -375,6 +466,9 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
                  "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
                  "reached_wall_time_s": target.reached_wall_time_s},
       "history": p.history,
+      # Fields a resumed session changed ({"step", "changes": {field: [before, after]}});
+      # `config` is the last session's.
+      "config_changes": p.config_changes,
       **method.final_results(state, p.last_eval, p.step, train_batches, eval_batches),
   }
   if pool.info is not None:
@@ -441,6 +535,11 @@ def _fetch(tree):
 
 def _scalars(metrics: dict) -> dict:
   return {k: v for k, v in metrics.items() if np.ndim(v) == 0}
+
+
+def _as_json(config) -> dict:
+  """The config as results.json and the checkpoint record hold it (tuples as lists)."""
+  return json.loads(json.dumps(config.to_dict()))
 
 
 def _jsonable(x):

@@ -1,5 +1,6 @@
 """Bad configs fail before compilation with one message naming field, value and fix."""
 import os
+import shutil
 import subprocess
 import sys
 
@@ -32,6 +33,10 @@ def _set(config, dotted, value):
     ("train.num_epochs", 3.0, r"set exactly one of train.num_steps and train.num_epochs"),
     ("mesh", [("data", -1), ("worker", -1)], r"at most one axis may be -1"),
     ("mesh", [("model", 2)], r"axis names must be 'data' or 'worker'"),
+    ("mesh", "data:-1,worker:-1", r"config.mesh='data:-1,worker:-1': at most one axis"),
+    ("mesh", "data", r"config.mesh='data': write it as 'axis:size,...'"),
+    ("mesh", "data:all", r"config.mesh='data:all': write it as"),
+    ("mesh", [("data",)], r"write it as 'axis:size,...'"),
     ("method.fsdp", "yes", r"config.method.fsdp='yes': must be True or False"),
     ("data.train_augment", "mixup", r"config.data.train_augment='mixup'"),
     ("data.val_fraction", 0.0, r"config.data.val_fraction=0.0: must lie in \(0, 1\)"),
@@ -40,6 +45,22 @@ def _set(config, dotted, value):
 def test_bad_values_are_named(smoke_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
     config_lib.validate(_set(smoke_config, field, value))
+
+
+def test_mesh_string_and_list_forms_are_one_mesh():
+  for string, pairs in [("data:-1", [("data", -1)]),
+                        ("worker:8,data:1", [("worker", 8), ("data", 1)]),
+                        (" worker : 2 , data:-1 ", [("worker", 2), ("data", -1)])]:
+    assert config_lib.mesh_axes(string) == pairs
+    assert config_lib.mesh_axes(pairs) == pairs
+    assert config_lib.mesh_string(pairs) == string.replace(" ", "")
+
+
+def test_ensemble_without_a_worker_axis_is_named(smoke_config):
+  config = _set(_set(smoke_config, "method.name", "ensemble"), "mesh", "data:-1")
+  with pytest.raises(ConfigError, match=r"config.mesh='data:-1': ensemble steps its workers "
+                     r"over a 'worker' axis"):
+    config_lib.validate(config)
 
 
 def test_unknown_key_suggests_the_known_one(smoke_config):
@@ -123,6 +144,8 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_p
 @pytest.mark.parametrize("override,message", [
     ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
+    ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
+    ("--config.mesh=data:16", "config.mesh='data:16' needs 16 devices but only 8 are present"),
     ("surplus_positional", "unexpected arguments ['surplus_positional']"),
     ("--config=experiments/configs/fashon_mnist.py",
      "no such config file. Did you mean experiments/configs/fashion_mnist.py?"),
@@ -201,3 +224,62 @@ def test_cli_reports_a_config_files_syntax_error_as_file_and_line(tmp_path):
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == [f"error: --config: {bad}:1: invalid syntax"]
   assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory):
+  """Files a newcomer's command can point at: each broken the way a real one breaks."""
+  from experiments.configs import pydocs_gpt2
+  from ensemble_jax.data import fetch, text
+
+  root = tmp_path_factory.mktemp("bad_inputs")
+  (root / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "cut off\n')
+  shutil.copytree(fetch.require("fashion_mnist"), root / "idx" / "fashion_mnist")
+  labels = root / "idx" / "fashion_mnist" / "t10k-labels-idx1-ubyte.gz"
+  labels.write_bytes(labels.read_bytes()[:100])
+  (root / "corpus").mkdir()
+  for i in range(100):  # both splits get documents at val_fraction 0.05
+    (root / "corpus" / f"{i}.txt").write_text(f"document {i}, " * 10)
+  config = pydocs_gpt2.get_config("smoke")
+  config.data.path, config.data.data_dir = str(root / "corpus"), str(root / "tokens")
+  cache_dir = text.load(config.data).stats["cache_dir"]
+  with open(os.path.join(cache_dir, "train.npy"), "r+b") as f:
+    f.truncate(300)
+  (root / "tfds").mkdir()
+  return root
+
+
+LM = "--config=experiments/configs/pydocs_gpt2.py:smoke"
+BAD_INPUTS = [  # (what, arguments ({root}: the fixture's files), what the one line says)
+    ("mesh not axis:size", ["--config.mesh=data:all"], "config.mesh='data:all': write it as"),
+    ("ensemble without a worker axis",
+     ["--config=experiments/configs/fashion_mnist.py:ensemble,smoke", "--config.mesh=data:-1"],
+     "config.mesh='data:-1': ensemble steps its workers over a 'worker' axis"),
+    ("malformed jsonl line", [LM, "--config.data.path={root}/bad.jsonl",
+                              "--config.data.data_dir={root}/tokens"],
+     "{root}/bad.jsonl:2 is not valid JSON"),
+    ("truncated idx file", ["--config.data.data_dir={root}/idx"],
+     "{root}/idx/fashion_mnist/t10k-labels-idx1-ubyte.gz is truncated or corrupt"),
+    ("truncated token cache", [LM, "--config.data.path={root}/corpus",
+                               "--config.data.data_dir={root}/tokens"],
+     "train.npy is truncated or corrupt"),
+    ("unprepared tfds dataset", ["--config.data.source=tfds", "--config.data.data_dir={root}/tfds"],
+     "`tfds build fashion_mnist --data_dir={root}/tfds --file_format=array_record`"),
+]
+
+
+@pytest.mark.parametrize("what,args,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inputs, tmp_path,
+                                                                         what, args, message):
+  workdir = tmp_path / "wd"
+  args = [a.format(root=bad_inputs) for a in args]
+  config = [a for a in args if a.startswith("--config=")] or [
+      "--config=experiments/configs/fashion_mnist.py:smoke"]
+  cmd = [sys.executable, "-m", "ensemble_jax.main", *config, f"--workdir={workdir}",
+         *[a for a in args if not a.startswith("--config=")]]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+  assert proc.returncode == 2 and len(errors) == 1, (what, proc.stderr[-3000:])
+  assert proc.stderr.strip().splitlines()[-1] == errors[0] and "Traceback" not in proc.stderr
+  assert message.format(root=bad_inputs) in errors[0], (what, errors[0])
+  assert not workdir.exists()

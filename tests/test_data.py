@@ -1,4 +1,7 @@
 """Samplers, the grain pipeline, the TFDS path (mocked) and missing-data errors."""
+import os
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -109,8 +112,31 @@ def test_missing_idx_dataset_names_path_and_command(fashion, tmp_path):
 def test_missing_tfds_dataset_says_how_to_prepare(fashion, tmp_path):
   config, _ = fashion
   config.data.source, config.data.data_dir = "tfds", str(tmp_path)
-  with pytest.raises(fetch.DatasetUnavailableError, match="tfds build fashion_mnist"):
+  with pytest.raises(fetch.DatasetUnavailableError) as e:
     images.load(config.data, "test")
+  # Nothing is downloaded or built (download=False): the message says what to run.
+  assert str(e.value) == (
+      f"TFDS dataset 'fashion_mnist' (split 'train') cannot be read from {tmp_path}: nothing "
+      f"prepared at {tmp_path / 'fashion_mnist'}. Prepare it once as array_record: `tfds build "
+      f"fashion_mnist --data_dir={tmp_path} --file_format=array_record` (the build needs "
+      f"TensorFlow: pip install tensorflow), then run with --config.data.data_dir={tmp_path}.")
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "empty"])
+def test_a_truncated_idx_file_names_it_and_the_command_that_fetches_it_again(tmp_path, damage):
+  source = fetch.require("fashion_mnist")
+  shutil.copytree(source, tmp_path / "fashion_mnist")
+  path = tmp_path / "fashion_mnist" / "t10k-labels-idx1-ubyte.gz"
+  raw = path.read_bytes()
+  path.write_bytes({"truncate": raw[:len(raw) // 2], "garble": raw[:20] + b"x" * 100,
+                    "empty": b""}[damage])
+  with pytest.raises(fetch.DataError) as e:
+    images.load_fashion_mnist_idx(str(tmp_path))
+  assert str(e.value).startswith(f"{path} is truncated or corrupt (")
+  assert str(e.value).endswith(
+      f"; fetch it again with `python -m ensemble_jax.data.fetch --force --data_dir {tmp_path} "
+      "fashion_mnist`.")
 
 
 def test_tfds_imagenet_inception_crop_under_mock_data():

@@ -117,3 +117,19 @@ def test_real_fetch_fashion_mnist(tmp_path):
         magic, n, rows, cols = struct.unpack(">IIII", f.read(16))
     assert (magic, n, rows, cols) == (2051, 60000, 28, 28)
     assert F.require("fashion_mnist", tmp_path) == path
+
+
+def test_force_fetches_a_complete_dataset_again(tmp_path, monkeypatch):
+    d = tmp_path / "fashion_mnist"
+    d.mkdir()
+    for f in FASHION_FILES:
+        (d / f).write_bytes(b"dummy")
+    monkeypatch.setattr(subprocess, "run", _no_subprocess)
+    monkeypatch.setattr(F.shutil, "which", lambda *_: None)
+    assert F.fetch("fashion_mnist", tmp_path) == d  # complete: nothing to do
+    with pytest.raises(F.DatasetUnavailableError, match="apt-get and dpkg not found on PATH"):
+        F.fetch("fashion_mnist", tmp_path, force=True)  # forced: fetched again
+    assert all((d / f).read_bytes() == b"dummy" for f in FASHION_FILES)  # kept until replaced
+    assert F.main(["--force", "--data_dir", str(tmp_path), "fashion_mnist"]) == 1
+    assert F.fetch_command("fashion_mnist", tmp_path, force=True) == (
+        f"python -m ensemble_jax.data.fetch --force --data_dir {tmp_path} fashion_mnist")

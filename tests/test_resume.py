@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from ensemble_jax import checkpoint, run
+from ensemble_jax import checkpoint, config_lib, run
 from tests.conftest import REPO
 
 STEPS, EVERY = 24, 3
@@ -171,6 +171,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_
 def test_no_good_checkpoint_says_what_to_delete(smoke_config, tmp_path):
   smoke_config.train.num_steps = 2
   run.train_and_evaluate(smoke_config, str(tmp_path))
+  os.remove(tmp_path / "results.json")  # as if killed before the end (else it is finished)
   for f in glob.glob(str(tmp_path / "checkpoints" / "*" / "meta" / "metadata")):
     os.remove(f)
   with pytest.raises(checkpoint.CheckpointError, match="Delete the damaged step directories"):
@@ -183,3 +184,92 @@ def test_same_seed_same_results(smoke_config, tmp_path):
   assert a["final"] == b["final"]
   assert [{k: v for k, v in h.items() if k != "train_time_s"} for h in a["history"]] == \
       [{k: v for k, v in h.items() if k != "train_time_s"} for h in b["history"]]
+
+
+def _files(workdir) -> dict:
+  """Every file under `workdir` with its bytes (what a rerun must leave as it was)."""
+  out = {}
+  for root, _, names in os.walk(workdir):
+    for name in names:
+      with open(os.path.join(root, name), "rb") as f:
+        out[os.path.relpath(os.path.join(root, name), workdir)] = f.read()
+  return out
+
+
+def test_rerunning_a_finished_run_leaves_its_results_untouched(smoke_config, tmp_path, capsys):
+  from ensemble_jax import main, train
+
+  smoke_config.train.num_steps = 2
+  first = run.train_and_evaluate(smoke_config, str(tmp_path))
+  before = _files(tmp_path)
+  capsys.readouterr()
+  assert main.run(smoke_config, str(tmp_path)) == 0  # the README's resume command, again
+  out = capsys.readouterr().out.strip().splitlines()
+  assert "already finished with this config: results.json left as it was" in out
+  assert out[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
+  # The old code rewrote results.json (flops_per_step null, compile_time_s 0, a new wall time).
+  assert _files(tmp_path) == before
+  # Changes that alter nothing trained leave it finished too; so does the loop itself.
+  smoke_config.eval.every_steps, smoke_config.train.log_every_steps = 1, 1
+  assert run.train_and_evaluate(smoke_config, str(tmp_path)) == json.loads(
+      before["results.json"])
+  fit = train.fit(smoke_config, str(tmp_path))
+  assert fit.results["flops_per_step"] == first["flops_per_step"] > 0
+  assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["finished", "killed"])
+def test_resuming_with_another_config_is_one_line_listing_the_fields(smoke_config, tmp_path,
+                                                                     capsys, monkeypatch,
+                                                                     killed):
+  from ensemble_jax import main, train
+
+  smoke_config.train.num_steps = 2
+  run.train_and_evaluate(smoke_config, str(tmp_path))
+  if killed:  # checkpoints only: the config kept with them is what is compared
+    os.remove(tmp_path / "results.json")
+  before = _files(tmp_path)
+  smoke_config.train.batch_size, smoke_config.optim.learning_rate = 64, 0.01
+  smoke_config.model.width = 8  # once reported as damaged checkpoints to delete
+  smoke_config.eval.every_steps = 1  # free to change: not listed as a difference
+  monkeypatch.setattr(train.data_lib, "load", lambda config: pytest.fail("data was loaded"))
+  capsys.readouterr()
+  assert main.run(smoke_config, str(tmp_path)) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1, err
+  assert err[0].startswith(f"error: --workdir='{tmp_path}' holds a run trained 2 steps with "
+                           "other values: ")
+  for change in ("train.batch_size 32 -> 64", "model.width 4 -> 8",
+                 "optim.learning_rate 0.003 -> 0.01"):
+    assert change in err[0], err
+  assert "eval.every_steps" not in err[0].split("(")[0]
+  assert "Continue it with its own values, or give the new config a new --workdir" in err[0]
+  assert _files(tmp_path) == before
+
+
+def test_free_changes_and_a_longer_budget_resume_and_are_recorded(smoke_config, tmp_path):
+  smoke_config.train.num_steps = 2
+  run.train_and_evaluate(smoke_config, str(tmp_path))
+  os.remove(tmp_path / "results.json")  # killed after its last checkpoint
+  smoke_config.train.num_steps, smoke_config.eval.every_steps = 4, 1
+  smoke_config.mesh = "data:4"  # layout, not trajectory
+  r = run.train_and_evaluate(smoke_config, str(tmp_path))
+  assert [h["step"] for h in r["history"]] == [2, 3, 4] and r["mesh"] == {"data": 4}
+  assert r["config_changes"] == [{"step": 2, "changes": {
+      "mesh": ["data:-1", "data:4"], "train.num_steps": [2, 4], "eval.every_steps": [2, 1]}}]
+  smoke_config.train.num_steps = 3  # shorter than the checkpoints' budget: not an extension
+  with pytest.raises(config_lib.ConfigError, match=r"train.num_steps 4 -> 3"):
+    run.train_and_evaluate(smoke_config, str(tmp_path))
+
+
+def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(smoke_config, tmp_path):
+  smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
+  smoke_config.train.stop_at_target = True
+  first = run.train_and_evaluate(smoke_config, str(tmp_path))
+  assert first["steps"] == 2 and first["step_budget"] == 4
+  with open(tmp_path / "results.json") as f:
+    assert run.finished_results(smoke_config, str(tmp_path)) == json.load(f)
+  smoke_config.train.stop_at_target = False  # the whole budget now: train on from step 2
+  assert run.finished_results(smoke_config, str(tmp_path)) is None
+  second = run.train_and_evaluate(smoke_config, str(tmp_path))
+  assert second["steps"] == 4 and [h["step"] for h in second["history"]] == [2, 4]

@@ -16,7 +16,7 @@ EOS = tokenizers.GPT2_EOS
 def _config(**overrides):
   config = dict(dataset="files", source="files", path="", data_dir="", tokenizer="byte",
                 tokenizer_dir="", context=8, val_fraction=0.25, pile_subsets=(),
-                text_key="text")
+                text_key="text", skip_bad_lines=False)
   config.update(overrides)
   return types.SimpleNamespace(**config)
 
@@ -141,10 +141,58 @@ def test_jsonl_zst_shards_with_subset_filter(tmp_path):
 
   bad = tmp_path / "bad.jsonl"
   bad.write_text('{"text": "ok"}\nnot json\n')
-  with pytest.raises(ValueError, match=r"bad.jsonl:2 is not valid JSON"):
+  with pytest.raises(fetch.DataError, match=r"bad.jsonl:2 is not valid JSON .*"
+                                            r"config.data.skip_bad_lines=True"):
     list(text_readers.read_jsonl(bad))
-  with pytest.raises(ValueError, match="no string field 'content'"):
+  with pytest.raises(fetch.DataError, match="bad.jsonl:1 has no string field 'content'"):
     list(text_readers.read_jsonl(bad, text_key="content"))
+
+
+def test_bad_jsonl_lines_stop_the_run_or_are_skipped_and_counted(tmp_path):
+  corpus = _write_tree(tmp_path / "corpus", {"a.jsonl": "\n".join(
+      ['{"text": "first document, long enough for a window"}', '{"text": "cut off',
+       '["a list"]', '{"body": "no text field"}', '{"text": "second document, also long"}'])})
+  cache = str(tmp_path / "cache")
+  with pytest.raises(fetch.DataError, match=r"a.jsonl:2 is not valid JSON"):
+    text.load(_config(path=str(corpus), data_dir=cache, val_fraction=0.5))
+  assert not os.listdir(tmp_path / "cache" / "tokens")  # no half-built cache left behind
+  data = text.load(_config(path=str(corpus), data_dir=cache, val_fraction=0.5,
+                           skip_bad_lines=True))
+  assert data.stats["skipped_lines"] == 3
+  assert data.stats["first_skipped_line"] == f"{corpus / 'a.jsonl'}:2"
+  assert data.stats["train_documents"] + data.stats["eval_documents"] == 2
+  again = text.load(_config(path=str(corpus), data_dir=cache, val_fraction=0.5,
+                            skip_bad_lines=True))
+  assert again.stats["cached"] and again.stats["skipped_lines"] == 3  # kept with the cache
+  # The cache of the skipping reader is not the strict reader's: that one still stops.
+  with pytest.raises(fetch.DataError, match=r"a.jsonl:2"):
+    text.load(_config(path=str(corpus), data_dir=cache, val_fraction=0.5))
+
+
+def test_building_the_token_cache_says_what_and_how_long(tmp_path, caplog):
+  corpus = _write_tree(tmp_path / "corpus", {f"{i}.txt": "some text " * 20 for i in range(8)})
+  config = _config(path=str(corpus), data_dir=str(tmp_path / "cache"))
+  with caplog.at_level("INFO"):
+    data = text.load(config)
+  assert f"token cache: tokenizing {corpus} into " in caplog.text
+  assert "token cache: 8 documents, 1608 tokens in " in caplog.text
+  assert data.stats["train_tokens"] + data.stats["eval_tokens"] == 1608
+
+
+@pytest.mark.parametrize("damage", ["truncate train.npy", "corrupt stats.json"])
+def test_a_damaged_token_cache_names_the_file_and_how_to_rebuild_it(tmp_path, damage):
+  corpus = _write_tree(tmp_path / "corpus", {f"{i}.txt": "some text " * 20 for i in range(8)})
+  config = _config(path=str(corpus), data_dir=str(tmp_path / "cache"))
+  data = text.load(config)
+  cache_dir = pathlib.Path(data.stats["cache_dir"])
+  name = damage.split()[1]
+  with open(cache_dir / name, "r+b") as f:
+    f.truncate(200 if name.endswith(".npy") else 10)
+  with pytest.raises(fetch.DataError) as e:
+    text.load(config)
+  message = str(e.value)
+  assert f"token cache file {cache_dir / name} is" in message and "\n" not in message
+  assert f"`rm -r {cache_dir}` and run again" in message
 
 
 def test_txt_tree_reads_every_txt_sorted(tmp_path):

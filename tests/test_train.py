@@ -52,11 +52,14 @@ def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
   smoke_config.train.num_steps = 1
   first = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert first["steps"] == 1 and first["history"][-1]["step"] == 1
-  smoke_config.train.num_steps = 3
+  smoke_config.train.num_steps = 3  # a longer budget extends the finished run
   second = run.train_and_evaluate(smoke_config, str(tmp_path))
   # Restored at step 1 and trained two more steps: the history continues.
   assert [h["step"] for h in second["history"]] == [1, 2, 3]
   assert sorted(int(p) for p in os.listdir(tmp_path / "checkpoints")) == [2, 3]
+  # The extension is on the record: where it happened and what changed.
+  assert second["config_changes"] == [{"step": 1, "changes": {"train.num_steps": [1, 3]}}]
+  assert second["config"]["train"]["num_steps"] == 3
 
 
 def test_target_tracking(smoke_config, tmp_path):
@@ -73,15 +76,21 @@ def test_main_subprocess(tmp_path):
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
-         "--config.train.num_steps=2", "--config.eval.every_steps=2"]
+         "--config.train.num_steps=2", "--config.eval.every_steps=2", "--config.mesh=data:1"]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(tmp_path / "results.json") as f:
     results = json.load(f)
   assert results["steps"] == 2 and results["num_devices"] == 2
-  assert results["config"]["train"]["num_steps"] == 2  # the override reached the run
+  assert results["config"]["train"]["num_steps"] == 2  # the overrides reached the run
+  assert results["mesh"] == {"data": 1} and results["config"]["mesh"] == "data:1"
   lines = proc.stdout.strip().splitlines()  # what runs where; where the results are
-  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s)" in lines[0]
+  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s); mesh data:1;" in lines[0]
+  # Long phases say what they did and how long it took; the parameter table is a file.
+  assert "data: fashion_mnist, 60000 train / 10000 eval examples, loaded in " in proc.stderr
+  assert f"parameters: 44,550 (per-parameter table: {tmp_path}/parameters.txt)" in proc.stderr
+  table = (tmp_path / "parameters.txt").read_text()
+  assert "| head/kernel " in table and "head/kernel" not in proc.stderr
   assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
 
 

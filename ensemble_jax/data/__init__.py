@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 
 
 @dataclasses.dataclass
@@ -36,10 +38,14 @@ class Head:
 
 def load(config) -> Data:
   """Images or token windows; the training set cut to config.data.train_examples if > 0."""
+  start = time.perf_counter()
   data = _load(config)
   if config.data.train_examples > 0:
     data.train = Head(data.train, config.data.train_examples)
     data.info = {**data.info, "train_examples_used": len(data.train)}
+  kind = "windows" if config.task == "lm" else "examples"
+  logging.info("data: %s, %d train / %d eval %s, loaded in %.1f s", config.data.dataset,
+               len(data.train), len(data.eval), kind, time.perf_counter() - start)
   return data
 
 

@@ -41,6 +41,36 @@ class DatasetUnavailableError(FileNotFoundError):
   """A dataset is not present locally and/or could not be fetched."""
 
 
+class DataError(ValueError):
+  """Data that is present but cannot be read (a malformed line, a truncated file): the message
+  names the file (and line) and the command or setting that fixes it."""
+
+
+def fetch_command(name: str, data_dir: PathLike | None = None, force: bool = False) -> str:
+  """The command that fetches dataset `name` (again, with `force`)."""
+  dd = f" --data_dir {pathlib.Path(data_dir).expanduser()}" if data_dir else ""
+  return f"python -m ensemble_jax.data.fetch{' --force' if force else ''}{dd} {name}"
+
+
+def tfds_source(name: str, split: str, data_dir: str = "", prepare_hint: str = ""):
+  """`tfds.data_source` of a TFDS dataset prepared as array_record; never downloads or
+  prepares (download=False). Raises DatasetUnavailableError saying how to prepare it."""
+  import tensorflow_datasets as tfds  # heavy import, only on this path
+
+  where = data_dir or os.environ.get("TFDS_DATA_DIR") or "~/tensorflow_datasets"
+  try:
+    return tfds.data_source(name, split=split, data_dir=data_dir or None, download=False)
+  except Exception as e:  # tfds raises several types for "not prepared"
+    base = pathlib.Path(where).expanduser() / name.split(":")[0]
+    reason = (f"nothing prepared at {base}" if not base.exists() else
+              " ".join(str(e).split()[:40]) or type(e).__name__)
+    raise DatasetUnavailableError(
+        f"TFDS dataset {name!r} (split {split!r}) cannot be read from {where}: {reason}. "
+        f"Prepare it once as array_record: `tfds build {name} --data_dir={where} "
+        f"--file_format=array_record`{prepare_hint} (the build needs TensorFlow: pip install "
+        f"tensorflow), then run with --config.data.data_dir={where}.") from e
+
+
 _FASHION_FILES = (
   "train-images-idx3-ubyte.gz",
   "train-labels-idx1-ubyte.gz",
@@ -209,15 +239,16 @@ def _replace_dir(staging: pathlib.Path, final: pathlib.Path) -> None:
     os.rename(staging, final)
 
 
-def fetch(name: str, data_dir: PathLike | None = None) -> pathlib.Path:
+def fetch(name: str, data_dir: PathLike | None = None, force: bool = False) -> pathlib.Path:
   """Make dataset `name` available locally and return its directory.
 
   Idempotent: if the expected files are already there, returns at once
-  without touching the network.
+  without touching the network. `force` fetches them again (a truncated or corrupt file),
+  replacing the directory only once the new copy is complete.
   """
   spec = _spec(name)
   final = dataset_dir(name, data_dir)
-  if _is_complete(name, final):
+  if not force and _is_complete(name, final):
     return final
 
   missing = [t for t in ("apt-get", "dpkg") if shutil.which(t) is None]
@@ -309,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           help=f"datasets to fetch (default: all of {', '.join(DATASETS)})")
   ap.add_argument("--data_dir", default=None,
           help=f"cache directory (default: ${ENV_VAR} or ~/.cache/ensemble_jax)")
+  ap.add_argument("--force", action="store_true",
+          help="fetch again even if the files are there (a truncated or corrupt file)")
   args = ap.parse_args(argv)
   names = args.names or list(DATASETS)
   unknown = [n for n in names if n not in DATASETS]
@@ -317,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   for name in names:
     t0 = time.monotonic()
     try:
-      path = fetch(name, args.data_dir)
+      path = fetch(name, args.data_dir, force=args.force)
     except DatasetUnavailableError as e:
       print(f"error: {e}", file=sys.stderr)
       return 1

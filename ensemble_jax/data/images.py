@@ -11,11 +11,13 @@ import dataclasses
 import gzip
 import math
 import os
+import zlib
 from typing import Callable
 
 import numpy as np
 from PIL import Image
 
+from ensemble_jax import config_lib
 from ensemble_jax.data import fetch
 
 
@@ -49,40 +51,38 @@ class ImageData:
   image_shape: tuple[int, int, int]  # what the model sees: (S, S, C)
 
 
-def _read_idx(path: str) -> np.ndarray:
-  with gzip.open(path, "rb") as f:
-    raw = f.read()
-  ndim = raw[3]
-  dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
-  data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-  if data.size != math.prod(dims):
-    raise ValueError(f"{path}: idx header says {dims} but holds {data.size} bytes; the file "
-                     "is truncated or corrupt. Delete it and run `make data` again.")
+def _read_idx(path: str, refetch: str) -> np.ndarray:
+  """An idx array from its .gz file; DataError naming the file and `refetch` if it is
+  truncated or corrupt."""
+  try:
+    with gzip.open(path, "rb") as f:
+      raw = f.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != math.prod(dims):
+      raise ValueError(f"its header says {dims} but it holds {data.size} values")
+  except (OSError, EOFError, ValueError, IndexError, zlib.error) as e:
+    raise fetch.DataError(f"{path} is truncated or corrupt ({e}); fetch it again with "
+                          f"`{refetch}`.") from None
   return data.reshape(dims)
 
 
 def load_fashion_mnist_idx(data_dir: str = "") -> tuple[ImageSource, ImageSource]:
   root = fetch.require("fashion_mnist", data_dir or None)
+  refetch = fetch.fetch_command("fashion_mnist", data_dir, force=True)
   splits = {}
   for split, prefix in (("train", "train"), ("test", "t10k")):
-    images = _read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte.gz"))[..., None]
-    labels = _read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte.gz")).astype(np.int32)
+    images = _read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte.gz"), refetch)[..., None]
+    labels = _read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte.gz"),
+                       refetch).astype(np.int32)
     splits[split] = ImageSource(images, labels, 10, f"fashion_mnist/{split}")
   return splits["train"], splits["test"]
 
 
 def load_tfds(name: str, split: str, data_dir: str = "") -> ImageSource:
-  import tensorflow_datasets as tfds  # heavy import, only on this path
-
-  try:
-    source = tfds.data_source(name, split=split, data_dir=data_dir or None)
-  except Exception as e:  # tfds raises several types for "not prepared"
-    where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
-    raise fetch.DatasetUnavailableError(
-        f"TFDS dataset {name!r} (split {split!r}) is not prepared under {where}: {e}\n"
-        f"Prepare it as array_record, e.g. `tfds build {name} --data_dir={where} "
-        "--file_format=array_record` (imagenet2012 also needs --manual_dir with the "
-        "downloaded tar files), then set config.data.data_dir.") from e
+  hint = " --manual_dir=<the downloaded tar files>" if name.startswith("imagenet") else ""
+  source = fetch.tfds_source(name, split, data_dir, hint)
   num_classes = source.dataset_info.features["label"].num_classes
   return ImageSource(source, None, num_classes, f"{name}/{split}")
 
@@ -91,16 +91,17 @@ def load(data_config, eval_split: str) -> ImageData:
   if data_config.source == "idx":  # fashion_mnist only (config_lib.validate says so)
     train, test = load_fashion_mnist_idx(data_config.data_dir)
     if eval_split not in ("test", "validation"):
-      raise ValueError(f"config.eval.split={eval_split!r}: the idx files hold 'test' only.")
+      raise config_lib.ConfigError(f"config.eval.split={eval_split!r}: the idx files hold "
+                                   "'test' only.")
     evaluation = test
   else:
     train = load_tfds(data_config.dataset, "train", data_config.data_dir)
     evaluation = load_tfds(data_config.dataset, eval_split, data_config.data_dir)
   channels = train.get(0)["image"].shape[-1]
   if channels != len(data_config.mean):
-    raise ValueError(f"config.data.mean={tuple(data_config.mean)} has {len(data_config.mean)} "
-                     f"channels but {train.name} images have {channels}; set data.mean and "
-                     "data.std per channel.")
+    raise config_lib.ConfigError(
+        f"config.data.mean={tuple(data_config.mean)} has {len(data_config.mean)} channels but "
+        f"{train.name} images have {channels}; set data.mean and data.std per channel.")
   size = data_config.image_size
   return ImageData(train, evaluation, train.num_classes, (size, size, channels))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
+
 from ensemble_jax.data import fetch, token_cache
 from ensemble_jax.data.text_readers import (Corpus, files_corpus, missing_path_message,
                                             tfds_corpus)
@@ -26,7 +28,8 @@ def corpus_from_config(data_config) -> Corpus:
     if dataset != "pydocs":
       raise fetch.DatasetUnavailableError(missing_path_message(dataset, path))
     path = str(fetch.require("pydocs", data_config.data_dir or None))
-  return files_corpus(path, tuple(data_config.pile_subsets), data_config.text_key, dataset)
+  return files_corpus(path, tuple(data_config.pile_subsets), data_config.text_key, dataset,
+                      data_config.skip_bad_lines)
 
 
 @dataclasses.dataclass
@@ -48,8 +51,12 @@ def load(data_config) -> TextData:
   key = token_cache.cache_key(corpus.key, tokenizer, val_fraction,
                   prefix=f"{data_config.dataset}-{tokenizer.name}".replace("/", "_"))
   cache_dir = token_cache.default_root(data_config.data_dir) / key
-  build = token_cache.build(corpus.documents(), tokenizer, val_fraction, cache_dir, corpus.name)
+  build = token_cache.build(corpus.documents(), tokenizer, val_fraction, cache_dir, corpus.name,
+                            corpus.counts)
   streams, stats = token_cache.load(cache_dir)
+  if stats.get("skipped_lines"):
+    logging.warning("skipped %d malformed lines of %s (the first: %s; data.skip_bad_lines)",
+                    stats["skipped_lines"], corpus.name, stats["first_skipped_line"])
   stats.update(cached=build["cached"], cache_dir=str(cache_dir), context=context)
   splits = {}
   for split in token_cache.SPLITS:
@@ -60,7 +67,7 @@ def load(data_config) -> TextData:
   if short:
     counts = ", ".join(f"{s}: {stats[f'{s}_documents']} documents, {stats[f'{s}_tokens']} "
                        "tokens" for s in token_cache.SPLITS)
-    raise ValueError(
+    raise fetch.DataError(
         f"corpus {corpus.name} is too small: the {' and '.join(short)} split has fewer than "
         f"context + 1 = {context + 1} tokens, so no full window ({counts}). Use a bigger "
         "corpus, a smaller config.data.context or, for an empty eval split, a larger "

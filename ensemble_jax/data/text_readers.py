@@ -39,12 +39,20 @@ def _valid_unicode(text: str) -> str:
     return _SURROGATE.sub("\ufffd", text)
 
 
+SKIP_HINT = ("fix or delete the line, or set config.data.skip_bad_lines=True to skip such "
+             "lines (counted in results.json's data.skipped_lines)")
+
+
 def read_jsonl(path: str | os.PathLike, pile_subsets: Iterable[str] = (),
-               text_key: str = "text", name: str = "") -> Iterator[Document]:
+               text_key: str = "text", name: str = "", skipped: dict | None = None
+               ) -> Iterator[Document]:
   """One document per JSON line (the Pile's layout); `.zst` shards are decompressed as a stream.
 
   doc_id is f"{name}:{line_number}" (name defaults to the file name; line numbers from 1).
   `pile_subsets` keeps only records whose meta.pile_set_name is listed (empty: all).
+  A line that is not a JSON object with a string `text_key` raises DataError naming
+  file:line; with `skipped` (a dict) it is skipped and counted there instead
+  (`skipped_lines`, and `first_skipped_line`: file:line).
   """
   path = pathlib.Path(path)
   name = name or path.name
@@ -62,23 +70,27 @@ def read_jsonl(path: str | os.PathLike, pile_subsets: Iterable[str] = (),
     for line_number, line in enumerate(lines, 1):
       if not line.strip():
         continue
+      problem, record = None, None
       try:
         record = json.loads(line)
       except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{line_number} is not valid JSON ({e}); expected {PILE_LAYOUT}"
-                         ) from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{path}:{line_number} holds a JSON {type(record).__name__}, not an "
-                         f"object; expected {PILE_LAYOUT}")
-      if allowed:
+        problem = f"is not valid JSON ({e}); {SKIP_HINT}"
+      if problem is None and not isinstance(record, dict):
+        problem = f"holds a JSON {type(record).__name__}, not an object; {SKIP_HINT}"
+      if problem is None and allowed:
         meta = record.get("meta")
         if not isinstance(meta, dict) or meta.get("pile_set_name") not in allowed:
           continue
-      text = record.get(text_key)
-      if not isinstance(text, str):
-        raise ValueError(f"{path}:{line_number} has no string field {text_key!r} (keys: "
-                         f"{sorted(record)}); set config.data.text_key to the text field.")
-      yield f"{name}:{line_number}", _valid_unicode(text)
+      if problem is None and not isinstance(record.get(text_key), str):
+        problem = (f"has no string field {text_key!r} (keys: {sorted(record)}); set "
+                   f"config.data.text_key to the text field, or {SKIP_HINT}")
+      if problem is None:
+        yield f"{name}:{line_number}", _valid_unicode(record[text_key])
+      elif skipped is None:
+        raise fetch.DataError(f"{path}:{line_number} {problem}. Expected {PILE_LAYOUT}.")
+      else:
+        skipped["skipped_lines"] = skipped.get("skipped_lines", 0) + 1
+        skipped.setdefault("first_skipped_line", f"{path}:{line_number}")
 
 
 def _read_text_file(root: pathlib.Path, rel: str) -> Document:
@@ -105,33 +117,21 @@ def list_corpus_files(path: str | os.PathLike, suffixes=TEXT_SUFFIXES + JSONL_SU
 
 
 def read_files(root: str | os.PathLike, relpaths: Iterable[str], pile_subsets=(),
-               text_key: str = "text") -> Iterator[Document]:
-  """Documents of each file in order: a `.txt` file is one, a `.jsonl[.zst]` one per line."""
+               text_key: str = "text", skipped: dict | None = None) -> Iterator[Document]:
+  """Documents of each file in order: a `.txt` file is one, a `.jsonl[.zst]` one per line
+  (bad lines skipped and counted in `skipped` if given, see `read_jsonl`)."""
   root = pathlib.Path(root)
   for rel in relpaths:
     if rel.endswith(JSONL_SUFFIXES):
-      yield from read_jsonl(root / rel, pile_subsets, text_key, name=rel)
+      yield from read_jsonl(root / rel, pile_subsets, text_key, name=rel, skipped=skipped)
     else:
       yield _read_text_file(root, rel)
-
-
-def _tfds_source(name: str, split: str, data_dir: str):
-  import tensorflow_datasets as tfds  # heavy import, only on this path
-
-  try:
-    return tfds.data_source(name, split=split, data_dir=data_dir or None)
-  except Exception as e:  # tfds raises several types for "not prepared"
-    where = data_dir or os.environ.get("TFDS_DATA_DIR", "~/tensorflow_datasets")
-    raise fetch.DatasetUnavailableError(
-        f"TFDS dataset {name!r} (split {split!r}) is not prepared under {where}: {e}\n"
-        f"Prepare it as array_record, e.g. `tfds build {name} --data_dir={where} "
-        "--file_format=array_record`, then set config.data.data_dir.") from e
 
 
 def _tfds_text(source, name: str, text_key: str) -> Callable[[int], str]:
   features = source.dataset_info.features
   if text_key not in features:
-    raise ValueError(f"TFDS dataset {name!r} has no feature {text_key!r} (features: "
+    raise fetch.DataError(f"TFDS dataset {name!r} has no feature {text_key!r} (features: "
                      f"{sorted(features)}); set config.data.text_key to its text feature.")
 
   def text(index: int) -> str:
@@ -148,6 +148,9 @@ class Corpus:
   name: str  # for messages: a path or a TFDS name
   key: dict
   documents: Callable[[], Iterator[Document]]
+  # What reading the documents counted (skipped_lines, first_skipped_line); complete once
+  # documents() is exhausted.
+  counts: dict = dataclasses.field(default_factory=dict)
 
 
 def missing_path_message(dataset: str, path: str) -> str:
@@ -160,29 +163,35 @@ def missing_path_message(dataset: str, path: str) -> str:
           "path='' for the embedded Python docs (fetched by `make data`).")
 
 
-def files_corpus(path: str, pile_subsets=(), text_key: str = "text", dataset: str = ""
-                 ) -> Corpus:
-  """Documents from a directory, file or glob of `.txt` / `.jsonl[.zst]` files."""
+def files_corpus(path: str, pile_subsets=(), text_key: str = "text", dataset: str = "",
+                 skip_bad_lines: bool = False) -> Corpus:
+  """Documents from a directory, file or glob of `.txt` / `.jsonl[.zst]` files; with
+  `skip_bad_lines`, malformed `.jsonl` lines are skipped and counted (Corpus.counts)."""
   try:
     root, relpaths = list_corpus_files(path)
   except FileNotFoundError:
     raise fetch.DatasetUnavailableError(missing_path_message(dataset, path)) from None
   if not relpaths:
     kinds = "*.jsonl / *.jsonl.zst" if dataset == "pile" else "*.txt, *.jsonl or *.jsonl.zst"
-    raise ValueError(f"empty corpus: found 0 files ({kinds}) under {path}. "
-                     + missing_path_message(dataset, path))
+    raise fetch.DataError(f"empty corpus: found 0 files ({kinds}) under {path}. "
+                          + missing_path_message(dataset, path))
   files = []
   for rel in relpaths:
     st = (root / rel).stat()
     files.append([rel, st.st_size, st.st_mtime_ns])
   key = {"kind": "files", "root": str(root.resolve()), "files": files,
          "pile_subsets": sorted(pile_subsets), "text_key": text_key}
-  return Corpus(str(path), key, lambda: read_files(root, relpaths, pile_subsets, text_key))
+  counts: dict = {}
+  skipped = counts if skip_bad_lines else None  # None: a bad line is an error
+  if skip_bad_lines:  # a different stream from the same files (keys of old caches unchanged)
+    key["skip_bad_lines"] = True
+  return Corpus(str(path), key,
+                lambda: read_files(root, relpaths, pile_subsets, text_key, skipped), counts)
 
 
 def tfds_corpus(name: str, split: str = "train", data_dir: str = "", text_key: str = "text"
                 ) -> Corpus:
-  source = _tfds_source(name, split, data_dir)
+  source = fetch.tfds_source(name, split, data_dir)
   text = _tfds_text(source, name, text_key)
   key = {"kind": "tfds", "name": name, "split": split, "data_dir": data_dir,
          "version": str(source.dataset_info.version), "num_records": len(source),

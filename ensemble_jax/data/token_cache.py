@@ -18,6 +18,7 @@ import time
 from typing import Iterable
 
 import numpy as np
+from absl import logging
 
 from ensemble_jax.data import fetch
 from ensemble_jax.data.text_readers import Document
@@ -126,36 +127,44 @@ def _tokenize(documents: Iterable[Document], tokenizer, val_fraction: float,
 
 
 def build(documents: Iterable[Document], tokenizer, val_fraction: float,
-                      cache_dir: str | os.PathLike, source_name: str = "") -> dict:
+          cache_dir: str | os.PathLike, source_name: str = "", reader_counts: dict | None = None
+          ) -> dict:
   """Tokenizes `documents` into cache_dir/{train,eval}.npy + stats.json, unless already there.
 
-  Returns the stats (documents and tokens per split; "cached": whether it was reused).
+  Returns the stats (documents and tokens per split; "cached": whether it was reused), with
+  `reader_counts` (what the documents' reader counted while they were read) among them.
   The directory is built under a temporary name and renamed, so it is complete or absent.
   """
   cache_dir = pathlib.Path(cache_dir)
   stats_path = cache_dir / "stats.json"
   if stats_path.is_file():
-    return {**json.loads(stats_path.read_text()), "cached": True}
+    return {**_read_stats(cache_dir), "cached": True}
   cache_dir.parent.mkdir(parents=True, exist_ok=True)
   # Unique per builder (hosts sharing a file system may build at once); renamed when done.
   staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{cache_dir.name}.tmp-", dir=cache_dir.parent))
   dtype = token_dtype(tokenizer.vocab_size)
   writers = {split: _NpyWriter(staging / f"{split}.npy", dtype) for split in SPLITS}
   start = time.monotonic()
+  logging.info("token cache: tokenizing %s into %s (once; later runs read it back)",
+               source_name or "the corpus", cache_dir)
   try:
     counts = _tokenize(documents, tokenizer, val_fraction, writers)
     for w in writers.values():
       w.close()
     if not counts["train_documents"] + counts["eval_documents"]:
-      raise ValueError(
+      raise fetch.DataError(
           f"empty corpus: {source_name or 'the documents given'} yielded 0 non-empty documents "
           f"({counts['empty_documents']} empty). Check config.data.path / dataset and, for "
           "Pile shards, config.data.pile_subsets and config.data.text_key.")
-    stats = {**counts, **{f"{split}_tokens": writers[split].count for split in SPLITS},
+    stats = {**(reader_counts or {}), **counts,
+             **{f"{split}_tokens": writers[split].count for split in SPLITS},
              "tokenizer": tokenizer.fingerprint, "vocab_size": int(tokenizer.vocab_size),
              "eos_id": int(tokenizer.eos_id), "val_fraction": float(val_fraction),
              "source": source_name, "build_seconds": round(time.monotonic() - start, 3)}
     (staging / "stats.json").write_text(json.dumps(stats, indent=1, sort_keys=True))
+    logging.info("token cache: %d documents, %d tokens in %.1f s",
+                 counts["train_documents"] + counts["eval_documents"],
+                 sum(writers[split].count for split in SPLITS), stats["build_seconds"])
     try:
       os.rename(staging, cache_dir)
     except OSError:
@@ -170,6 +179,19 @@ def build(documents: Iterable[Document], tokenizer, val_fraction: float,
   return {**stats, "cached": False}
 
 
+def _corrupt(cache_dir: pathlib.Path, path: pathlib.Path, what: str) -> fetch.DataError:
+  return fetch.DataError(f"token cache file {path} {what}; delete the cache with `rm -r "
+                         f"{cache_dir}` and run again: it is rebuilt from the corpus.")
+
+
+def _read_stats(cache_dir: pathlib.Path) -> dict:
+  path = cache_dir / "stats.json"
+  try:
+    return json.loads(path.read_text())
+  except ValueError as e:
+    raise _corrupt(cache_dir, path, f"is corrupt ({e})") from None
+
+
 def load(cache_dir: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
   """({split: memory-mapped stream}, stats) of a cache written by `build`."""
   cache_dir = pathlib.Path(cache_dir)
@@ -177,5 +199,15 @@ def load(cache_dir: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict]:
   if not stats_path.is_file():
     raise FileNotFoundError(f"no token cache in {cache_dir} (stats.json missing); build it with "
                             "token_cache.build, or delete the directory and load again.")
-  streams = {split: np.load(cache_dir / f"{split}.npy", mmap_mode="r") for split in SPLITS}
-  return streams, json.loads(stats_path.read_text())
+  stats = _read_stats(cache_dir)
+  streams = {}
+  for split in SPLITS:
+    path = cache_dir / f"{split}.npy"
+    try:
+      streams[split] = np.load(path, mmap_mode="r")
+    except (OSError, ValueError) as e:
+      raise _corrupt(cache_dir, path, f"is truncated or corrupt ({e})") from None
+    if len(streams[split]) != stats.get(f"{split}_tokens"):
+      raise _corrupt(cache_dir, path, f"holds {len(streams[split])} tokens, not the "
+                                      f"{stats.get(f'{split}_tokens')} of stats.json")
+  return streams, stats

@@ -43,6 +43,7 @@ import time
 
 import jax
 import numpy as np
+from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import config_lib, costs, train
@@ -62,14 +63,18 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
   key = cache_key(config, data, num_consumers)
   path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"), f"{key}.npz")
   if os.path.exists(path):
+    logging.info("distill: the %s pool read from %s", config.distill.method, path)
     with np.load(path) as f:
       pools = np.split(f["indices"], f["offsets"][1:-1])
       weights = f["weights"] if f["weights"].size else None
       route = f["route"] if f["route"].size else None
       info = {**json.loads(str(f["info"])), "cached": path}
   else:
+    logging.info("distill: building the %s pool for %d workers (proxy training, scoring, "
+                 "selection; cached in %s)", config.distill.method, num_consumers, path)
     pools, weights, route, info = build(config, data, num_consumers,
                                         os.path.join(os.path.dirname(path), f"proxy_{key}"))
+    logging.info("distill: pool built in %.1f s", info["build_time_s"])
     os.makedirs(os.path.dirname(path), exist_ok=True)
     offsets = np.cumsum([0] + [len(p) for p in pools])
     tmp = path + ".tmp.npz"

@@ -36,7 +36,7 @@ def get_config(arg: str = ""):
                                        "fashion_mnist.py")
   if variants & {"ensemble", "diloco"}:
     c.method.name = "ensemble"
-    c.mesh = [("worker", -1), ("data", 1)]
+    c.mesh = "worker:-1,data:1"
     c.method.num_workers = 8
     c.method.steps_per_worker = 117  # 8 x 117 = 936 worker-steps ~ the DP run's 938
     c.method.sampler = "random"

@@ -50,7 +50,7 @@ def get_config(arg: str = ""):
                                        "pydocs_gpt2.py")
   if variants & {"ensemble", "diloco"}:
     c.method.name = "ensemble"
-    c.mesh = [("worker", -1), ("data", 1)]
+    c.mesh = "worker:-1,data:1"
     c.method.num_workers = 4
     c.method.steps_per_worker = DP_STEPS // 4
     c.method.aggregation = "probs,logits"  # the mixture's perplexity is the proper one
