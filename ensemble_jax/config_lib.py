@@ -101,6 +101,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.learning_rate = 3e-3
   c.optim.base_batch_size = 128
   c.optim.lr_scaling = "linear"  # linear | sqrt (usual for Adam) | none
+  # Linear warm-up: > 0, this fraction of the run's own step budget (the sweeps' one rule
+  # for every method); else warmup_steps if > 0; else warmup_epochs.
+  c.optim.warmup_fraction = 0.0
   c.optim.warmup_epochs = 0.1
   c.optim.warmup_steps = 0  # > 0 overrides warmup_epochs (language models count steps)
   c.optim.schedule = "cosine"  # cosine | constant (both after linear warmup)
@@ -301,6 +304,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
   _need(config.optim.lr_scaling in LR_SCALINGS, "optim.lr_scaling",
         config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
+  _need(0.0 <= config.optim.warmup_fraction < 1.0, "optim.warmup_fraction",
+        config.optim.warmup_fraction, "is a fraction of the step budget, in [0, 1).")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",

@@ -27,7 +27,7 @@ def get_config(arg: str = ""):
   c.optim.learning_rate = 3e-3  # at base_batch_size 128; scaled linearly with batch size
   c.optim.base_batch_size = 128
   c.optim.weight_decay = 5e-4
-  c.optim.warmup_epochs = 0.1
+  c.optim.warmup_fraction = 0.05  # of every run's own step budget, whatever the method
   c.train.batch_size = 128
   c.train.num_epochs = 2.0
   c.eval.batch_size = 1000
@@ -41,7 +41,6 @@ def get_config(arg: str = ""):
     c.method.steps_per_worker = 117  # 8 x 117 = 936 worker-steps ~ the DP run's 938
     c.method.sampler = "random"
     c.method.aggregation = "logits,probs"
-    c.optim.warmup_epochs = 0.02
   if "diloco" in variants:  # the same engine, with an outer Nesterov step every H steps
     c.method.name = "diloco"
     c.method.sync_every = 25
@@ -57,6 +56,7 @@ def get_config(arg: str = ""):
     c.model.name, c.model.width = "resnet18", 4
     c.train.batch_size = 32
     c.train.num_epochs, c.train.num_steps = 0.0, 4
+    c.optim.warmup_fraction = 0.75  # 3 of the 4 steps, as the golden values were made
     c.train.log_every_steps = 2
     c.eval.every_steps = 2
     c.eval.batch_size = 64
