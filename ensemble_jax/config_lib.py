@@ -132,6 +132,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.split = "test"
   c.eval.target_metric = "accuracy"  # accuracy | nll
   c.eval.target_value = 0.91
+  # Near the target, evaluate every max(1, target_resolution x step) steps instead of
+  # every_steps, so steps to target is known to that fraction of itself (0: off). Near:
+  # some eval within near_target_margin x target of it, or the last two evals' rate
+  # reaching it within near_target_lookahead x every_steps.
+  c.eval.target_resolution = 0.0
+  c.eval.near_target_margin = 0.05
+  c.eval.near_target_lookahead = 2.0
 
   # Multi-host: JAX's own runtime (jax.distributed.initialize), one process per host.
   c.distributed = ml_collections.ConfigDict()
@@ -306,6 +313,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
   _need(0.0 <= config.optim.warmup_fraction < 1.0, "optim.warmup_fraction",
         config.optim.warmup_fraction, "is a fraction of the step budget, in [0, 1).")
+  for field in ("eval.target_resolution", "eval.near_target_margin",
+                "eval.near_target_lookahead"):
+    value = get(config, field)
+    _need(value >= 0, field, value, "must be >= 0.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",

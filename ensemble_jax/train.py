@@ -50,8 +50,12 @@ class TargetTracker:
   reached_step: int | None = None
   reached_time_s: float | None = None  # training time (evals and compile excluded)
   reached_wall_time_s: float | None = None  # wall time since the run started
+  # The crossing lies in (reached_step - resolution_steps, reached_step]: the eval before
+  # it was resolution_steps earlier (or the run's start).
+  resolution_steps: int | None = None
 
-  def update(self, metrics: dict, step: int, train_time_s: float, wall_time_s: float):
+  def update(self, metrics: dict, step: int, train_time_s: float, wall_time_s: float,
+             previous_eval_step: int = 0):
     if self.reached or self.metric not in metrics:
       return
     got = metrics[self.metric]
@@ -60,6 +64,36 @@ class TargetTracker:
     if crossed:
       self.reached, self.reached_step = True, step
       self.reached_time_s, self.reached_wall_time_s = train_time_s, wall_time_s
+      self.resolution_steps = step - previous_eval_step
+
+
+def near_target(history: list[dict], metric: str, value: float, eval_config,
+                every: int) -> bool:
+  """Whether some eval so far came within `near_target_margin` (a fraction of the target)
+  of the target, or the last two evals' rate reaches it within `near_target_lookahead`
+  intervals of `every` steps."""
+  lower = metric in config_lib.LOWER_IS_BETTER
+  scores = [(h["step"], h[metric]) for h in history if h.get(metric) is not None]
+  gaps = [(step, got - value if lower else value - got) for step, got in scores]
+  if any(gap <= eval_config.near_target_margin * abs(value) for _, gap in gaps):
+    return True
+  if len(gaps) < 2:
+    return False
+  (s1, g1), (s2, g2) = gaps[-2:]
+  rate = (g1 - g2) / max(s2 - s1, 1)  # of the gap closed per step
+  return rate > 0 and g2 <= rate * eval_config.near_target_lookahead * every
+
+
+def next_eval_step(step: int, history: list[dict], metric: str, value: float, eval_config,
+                   every: int) -> int:
+  """The step of the eval after one at `step`: the next multiple of `every`, or, near the
+  target (`near_target`), `target_resolution` x `step` steps later (at least 1), so that
+  the step the target is first reached at is known to that fraction of itself."""
+  coarse = (step // every + 1) * every
+  if eval_config.target_resolution <= 0 or not near_target(history, metric, value,
+                                                           eval_config, every):
+    return coarse
+  return min(coarse, step + max(1, int(eval_config.target_resolution * step)))
 
 
 class Chrono:
@@ -264,6 +298,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   stop_at_target = config.train.stop_at_target
   # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
   end_step = p.step if stop_at_target and p.tracker.reached else num_steps
+  next_eval = _next_eval(config, s, p)
   bar = _progress_bar(p.step, num_steps, s.is_main)
   preemption = PreemptionWatch()
   step_fn = None
@@ -282,8 +317,9 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       bar.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
         _log(writer, bar, done, step_metrics)
-      if done % s.eval_every == 0 or done == num_steps:
+      if done >= next_eval or done == num_steps:
         _evaluate(method, state, batch, done, eval_batches, p, writer)
+        next_eval = _next_eval(config, s, p)
       reached = stop_at_target and p.tracker.reached
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
@@ -312,6 +348,13 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   return state
 
 
+def _next_eval(config, s: Setup, p: Progress) -> int:
+  """The step of the next eval, from the last one (or the start) and the history."""
+  last = p.history[-1]["step"] if p.history else 0
+  return next_eval_step(last, p.history, p.tracker.metric, p.tracker.value, config.eval,
+                        s.eval_every)
+
+
 def _compile(method: Method, state, batch, step_rng, mesh, p: Progress):
   """The step compiled once (timed apart), XLA's FLOPs read off the same executable."""
   with p.chrono.paused("compile"):
@@ -333,7 +376,8 @@ def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress
   with p.chrono.paused("eval"):
     p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
   scalars = _scalars(p.last_eval)
-  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s())
+  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
+                   p.history[-1]["step"] if p.history else 0)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})
   logging.info("step %d eval %s", step, scalars)
@@ -373,7 +417,11 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
       "final": _scalars(p.last_eval),
       "target": {"metric": target.metric, "value": target.value, "reached": target.reached,
                  "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
-                 "reached_wall_time_s": target.reached_wall_time_s},
+                 "reached_wall_time_s": target.reached_wall_time_s,
+                 # the crossing is in (reached_step - resolution_steps, reached_step]
+                 "resolution_steps": target.resolution_steps,
+                 "resolution": (target.resolution_steps / target.reached_step
+                                if target.reached else None)},
       "history": p.history,
       **method.final_results(state, p.last_eval, p.step, train_batches, eval_batches),
   }

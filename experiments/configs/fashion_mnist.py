@@ -50,6 +50,7 @@ def get_config(arg: str = ""):
     c.optim.lr_scaling = "sqrt"  # Adam at D x 64
     c.eval.every_steps, c.eval.num_examples = 25, 2000
     c.eval.target_value = SWEEP_TARGET
+    c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
     c.train.timing_warmup_steps = 5
     c.method.num_workers, c.method.steps_per_worker = 4, 300
   if "smoke" in variants:

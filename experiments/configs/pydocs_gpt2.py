@@ -65,6 +65,7 @@ def get_config(arg: str = ""):
     c.method.steps_per_worker = SWEEP_STEPS // 2 if variants & {"ensemble", "diloco"} else 0
     c.eval.every_steps, c.eval.num_examples = 25, 256
     c.eval.target_value = SWEEP_TARGET
+    c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
     c.train.timing_warmup_steps = 5
   if "smoke" in variants:
     c.model.size = "tiny"
