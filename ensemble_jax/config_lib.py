@@ -182,6 +182,16 @@ def base_config() -> ml_collections.ConfigDict:
   # the per-device batch); 0: the run's own host step / D
   c.cost.device_step_time_s = 0.0
 
+  # The sweeps' tuning rule (experiments/sweeps/tuning.py), one for every curve point: on
+  # seed `seed`, each key in turn at `factors` x its configured value, extended by
+  # `extend` beyond an edge while the best sits there (at most `max_extensions` per edge).
+  c.tune = ml_collections.ConfigDict()
+  c.tune.fields = ("optim.learning_rate",)  # numeric config fields, tuned one after another
+  c.tune.factors = (0.5, 1.0, 2.0)  # (1.0,): not tuned
+  c.tune.extend = 2.0
+  c.tune.max_extensions = 2
+  c.tune.seed = 0
+
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
   c.checkpoint.max_to_keep = 2
@@ -337,6 +347,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
         config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
   _validate_distill(config)
+  _validate_tune(config)
   _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
         "must be >= 0 (0: one device per replica or worker).")
   _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
@@ -390,6 +401,21 @@ def _validate_distill(config) -> None:
   _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")
   _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
         "must be >= 0.")
+
+
+def _validate_tune(config) -> None:
+  t = config.tune
+  for key in t.fields:
+    try:
+      value = get(config, key)
+    except (AttributeError, KeyError):
+      value = None
+    _need(isinstance(value, float), "tune.fields", t.fields,
+          f"{key!r} is not a float field of the config (e.g. 'optim.learning_rate').")
+  _need(len(t.factors) > 0 and all(f > 0 for f in t.factors), "tune.factors", t.factors,
+        "a non-empty list of positive multipliers, e.g. (0.5, 1.0, 2.0).")
+  _need(t.extend > 1.0, "tune.extend", t.extend, "must be > 1 (e.g. 2.0).")
+  _need(t.max_extensions >= 0, "tune.max_extensions", t.max_extensions, "must be >= 0.")
 
 
 def _validate_mesh(mesh) -> None:

@@ -177,24 +177,39 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Validates, loads the data and builds the method; only then creates the workdir, so a
   config that cannot work fails here and leaves no trace."""
   _check_workdir_is_a_path(workdir)
+  s = _assemble(config)
+  if config.train.init_from and not os.path.isdir(s.warm_start):
+    raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
+                                 f"checkpoints in {s.warm_start}; train that run first.")
+  _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
+  return s
+
+
+def _assemble(config: ml_collections.ConfigDict) -> Setup:
+  """The run's mesh, data and method, checked against the config; nothing written."""
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
   data = data_lib.load(config)
-  is_main = jax.process_index() == 0
-
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
-  warm_start = os.path.join(config.train.init_from, "checkpoints")
-  if config.train.init_from and not os.path.isdir(warm_start):
-    raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
-                                 f"checkpoints in {warm_start}; train that run first.")
-  _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
   return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
-               warm_start, is_main)
+               os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0)
+
+
+def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
+  """`config`'s train step compiled as `fit` compiles it, on an abstract state and the
+  first train batch, without training or writing anything (the sweeps fingerprint it)."""
+  s = _assemble(config)
+  init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
+  state = jax.eval_shape(s.method.init, init_rng)
+  batches = pipeline.TrainBatches(s.data.train, s.method.sampler(len(s.data.train), config.seed),
+                                  s.data.train_transform, s.method.train_layout, config.seed)
+  batch = pipeline.to_global(batches.local_batch(0), batches.layout)
+  return s.method.train_step.lower(state, batch, step_rng).compile()
 
 
 def _check_workdir_is_a_path(workdir: str) -> None:
