@@ -106,6 +106,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.learning_rate = 3e-3
   c.optim.base_batch_size = 128
   c.optim.lr_scaling = "linear"  # linear | sqrt (usual for Adam) | none
+  # Linear warm-up: > 0, this fraction of the run's own step budget (the sweeps' one rule
+  # for every method); else warmup_steps if > 0; else warmup_epochs.
+  c.optim.warmup_fraction = 0.0
   c.optim.warmup_epochs = 0.1
   c.optim.warmup_steps = 0  # > 0 overrides warmup_epochs (language models count steps)
   c.optim.schedule = "cosine"  # cosine | constant (both after linear warmup)
@@ -134,6 +137,13 @@ def base_config() -> ml_collections.ConfigDict:
   c.eval.split = "test"
   c.eval.target_metric = "accuracy"  # accuracy | nll
   c.eval.target_value = 0.91
+  # Near the target, evaluate every max(1, target_resolution x step) steps instead of
+  # every_steps, so steps to target is known to that fraction of itself (0: off). Near:
+  # some eval within near_target_margin x target of it, or the last two evals' rate
+  # reaching it within near_target_lookahead x every_steps.
+  c.eval.target_resolution = 0.0
+  c.eval.near_target_margin = 0.05
+  c.eval.near_target_lookahead = 2.0
 
   # Multi-host: JAX's own runtime (jax.distributed.initialize), one process per host.
   c.distributed = ml_collections.ConfigDict()
@@ -180,6 +190,16 @@ def base_config() -> ml_collections.ConfigDict:
   # > 0: one device's step time measured apart (the sweep's calibration run of one model at
   # the per-device batch); 0: the run's own host step / D
   c.cost.device_step_time_s = 0.0
+
+  # The sweeps' tuning rule (experiments/sweeps/tuning.py), one for every curve point: on
+  # seed `seed`, each key in turn at `factors` x its configured value, extended by
+  # `extend` beyond an edge while the best sits there (at most `max_extensions` per edge).
+  c.tune = ml_collections.ConfigDict()
+  c.tune.fields = ("optim.learning_rate",)  # numeric config fields, tuned one after another
+  c.tune.factors = (0.5, 1.0, 2.0)  # (1.0,): not tuned
+  c.tune.extend = 2.0
+  c.tune.max_extensions = 2
+  c.tune.seed = 0
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
@@ -348,6 +368,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
   _need(config.optim.lr_scaling in LR_SCALINGS, "optim.lr_scaling",
         config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
+  _need(0.0 <= config.optim.warmup_fraction < 1.0, "optim.warmup_fraction",
+        config.optim.warmup_fraction, "is a fraction of the step budget, in [0, 1).")
+  for field in ("eval.target_resolution", "eval.near_target_margin",
+                "eval.near_target_lookahead"):
+    value = get(config, field)
+    _need(value >= 0, field, value, "must be >= 0.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",
@@ -368,6 +394,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
         config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
   _validate_distill(config)
+  _validate_tune(config)
   _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
         "must be >= 0 (0: one device per replica or worker).")
   _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
@@ -424,6 +451,21 @@ def _validate_distill(config) -> None:
   _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")
   _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
         "must be >= 0.")
+
+
+def _validate_tune(config) -> None:
+  t = config.tune
+  for key in t.fields:
+    try:
+      value = get(config, key)
+    except (AttributeError, KeyError):
+      value = None
+    _need(isinstance(value, float), "tune.fields", t.fields,
+          f"{key!r} is not a float field of the config (e.g. 'optim.learning_rate').")
+  _need(len(t.factors) > 0 and all(f > 0 for f in t.factors), "tune.factors", t.factors,
+        "a non-empty list of positive multipliers, e.g. (0.5, 1.0, 2.0).")
+  _need(t.extend > 1.0, "tune.extend", t.extend, "must be > 1 (e.g. 2.0).")
+  _need(t.max_extensions >= 0, "tune.max_extensions", t.max_extensions, "must be >= 0.")
 
 
 MESH_AXES = ("data", "worker")

@@ -12,12 +12,22 @@ def peak_learning_rate(optim_config, batch_size: int) -> float:
   return optim_config.learning_rate * factor
 
 
+def warmup_steps(optim_config, total_steps: int, steps_per_epoch: int) -> int:
+  """Linear warm-up length: `warmup_fraction` of the run's own step budget when > 0 (one
+  rule for every method and budget), else `warmup_steps`, else `warmup_epochs`."""
+  if optim_config.warmup_fraction > 0:
+    warmup = int(round(optim_config.warmup_fraction * total_steps))
+  elif optim_config.warmup_steps > 0:
+    warmup = optim_config.warmup_steps
+  else:
+    warmup = int(round(optim_config.warmup_epochs * steps_per_epoch))
+  return min(warmup, max(total_steps - 1, 0))
+
+
 def create_schedule(optim_config, batch_size: int, total_steps: int,
                     steps_per_epoch: int) -> optax.Schedule:
   peak = peak_learning_rate(optim_config, batch_size)
-  warmup = (optim_config.warmup_steps if optim_config.warmup_steps > 0
-            else int(round(optim_config.warmup_epochs * steps_per_epoch)))
-  warmup = min(warmup, max(total_steps - 1, 0))
+  warmup = warmup_steps(optim_config, total_steps, steps_per_epoch)
   if optim_config.schedule == "constant":
     after = optax.constant_schedule(peak)
   else:

@@ -45,8 +45,25 @@ def load_runs(results_dir: str) -> list[dict]:
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
+        "step_budget": r.get("step_budget"),
+        # the crossing lies in (steps - resolution_steps, steps]; None: target missed
+        "resolution_steps": t.get("resolution_steps"),
+        # the point's tuning (experiments/sweeps/tuning.py): None for untuned runs
+        "tuning": _tuning_row(r.get("tuning")),
     })
   return runs
+
+
+def _tuning_row(record: dict | None) -> dict | None:
+  """What a table needs of a point's tuning record: the chosen values and peak learning
+  rate, whether a choice sat at the edge of its grid, and the tuning runs' compute."""
+  if not record:
+    return None
+  compute = record["compute"]
+  return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
+          "at_edge": any(axis["at_edge"] for axis in record["axes"]),
+          "runs": compute["runs"], "flops": compute["flops"], "time_s": compute["time_s"],
+          "device_seconds": compute["device_seconds"]}
 
 
 def _spread(values: list[float]) -> dict:

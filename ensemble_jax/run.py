@@ -16,16 +16,32 @@ RESULTS_FILE = train.RESULTS_FILE  # results.json, in every run's workdir
 finished_results = train.finished_results  # a finished run's results, read not rewritten
 
 
-def fit(config: ml_collections.ConfigDict, workdir: str) -> train.Fit:
+def fit(config: ml_collections.ConfigDict, workdir: str,
+        pool_config: ml_collections.ConfigDict | None = None) -> train.Fit:
   """`train_and_evaluate`, also handing back the final state, method and data."""
   setup = train.set_up(config, workdir)  # a config that cannot work fails before any pool
-  pool = pools.create(config, setup.data, setup.method.num_workers, workdir)
+  pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
   return train.fit(config, workdir, pool=pool, setup=setup)
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
+                       pool_config: ml_collections.ConfigDict | None = None) -> dict:
   """Trains `config.method` on `config.data` (and its distilled pool, if any); writes
   checkpoints, metrics and results.json in `workdir`; returns the results. A finished run
-  (the same config run again) is not touched: its results.json is read and returned."""
+  (the same config run again) is not touched: its results.json is read and returned.
+
+  `pool_config`: the config the pool is built (or read from its cache) for, when it is
+  not `config` itself: the sweeps tune the learning rate on one pool per point and seed.
+  """
   finished = finished_results(config, workdir)
-  return finished if finished is not None else fit(config, workdir).results
+  return finished if finished is not None else fit(config, workdir, pool_config).results
+
+
+def build_pool(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
+  """Builds (or reads from its cache) the distilled pool `config` asks for, training
+  nothing; its `info` (build time and FLOPs), or None without one. The sweeps build every
+  pool before any point trains, so the build is timed on a host doing nothing else."""
+  if config.distill.method == "none":
+    return None
+  setup = train.set_up(config, workdir)
+  return pools.create(config, setup.data, setup.method.num_workers, workdir).info

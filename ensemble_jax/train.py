@@ -51,8 +51,12 @@ class TargetTracker:
   reached_step: int | None = None
   reached_time_s: float | None = None  # training time (evals and compile excluded)
   reached_wall_time_s: float | None = None  # wall time since the run started
+  # The crossing lies in (reached_step - resolution_steps, reached_step]: the eval before
+  # it was resolution_steps earlier (or the run's start).
+  resolution_steps: int | None = None
 
-  def update(self, metrics: dict, step: int, train_time_s: float, wall_time_s: float):
+  def update(self, metrics: dict, step: int, train_time_s: float, wall_time_s: float,
+             previous_eval_step: int = 0):
     if self.reached or self.metric not in metrics:
       return
     got = metrics[self.metric]
@@ -61,6 +65,36 @@ class TargetTracker:
     if crossed:
       self.reached, self.reached_step = True, step
       self.reached_time_s, self.reached_wall_time_s = train_time_s, wall_time_s
+      self.resolution_steps = step - previous_eval_step
+
+
+def near_target(history: list[dict], metric: str, value: float, eval_config,
+                every: int) -> bool:
+  """Whether some eval so far came within `near_target_margin` (a fraction of the target)
+  of the target, or the last two evals' rate reaches it within `near_target_lookahead`
+  intervals of `every` steps."""
+  lower = metric in config_lib.LOWER_IS_BETTER
+  scores = [(h["step"], h[metric]) for h in history if h.get(metric) is not None]
+  gaps = [(step, got - value if lower else value - got) for step, got in scores]
+  if any(gap <= eval_config.near_target_margin * abs(value) for _, gap in gaps):
+    return True
+  if len(gaps) < 2:
+    return False
+  (s1, g1), (s2, g2) = gaps[-2:]
+  rate = (g1 - g2) / max(s2 - s1, 1)  # of the gap closed per step
+  return rate > 0 and g2 <= rate * eval_config.near_target_lookahead * every
+
+
+def next_eval_step(step: int, history: list[dict], metric: str, value: float, eval_config,
+                   every: int) -> int:
+  """The step of the eval after one at `step`: the next multiple of `every`, or, near the
+  target (`near_target`), `target_resolution` x `step` steps later (at least 1), so that
+  the step the target is first reached at is known to that fraction of itself."""
+  coarse = (step // every + 1) * every
+  if eval_config.target_resolution <= 0 or not near_target(history, metric, value,
+                                                           eval_config, every):
+    return coarse
+  return min(coarse, step + max(1, int(eval_config.target_resolution * step)))
 
 
 class Chrono:
@@ -147,6 +181,16 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Validates, loads the data and builds the method; only then creates the workdir, so a
   config that cannot work fails here and leaves no trace."""
   _check_workdir_is_a_path(workdir)
+  s = _assemble(config)
+  if config.train.init_from and not os.path.isdir(s.warm_start):
+    raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
+                                 f"checkpoints in {s.warm_start}; train that run first.")
+  _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
+  return s
+
+
+def _assemble(config: ml_collections.ConfigDict) -> Setup:
+  """The run's mesh, data and method, checked against the config; nothing written."""
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
@@ -154,20 +198,25 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   _resume_changes(checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS)), config,
                   workdir)
   data = data_lib.load(config)
-  is_main = jax.process_index() == 0
-
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
-  warm_start = os.path.join(config.train.init_from, "checkpoints")
-  if config.train.init_from and not os.path.isdir(warm_start):
-    raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
-                                 f"checkpoints in {warm_start}; train that run first.")
-  _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
   return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
-               warm_start, is_main)
+               os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0)
+
+
+def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
+  """`config`'s train step compiled as `fit` compiles it, on an abstract state and the
+  first train batch, without training or writing anything (the sweeps fingerprint it)."""
+  s = _assemble(config)
+  init_rng, step_rng = jax.random.split(jax.random.key(config.seed))
+  state = jax.eval_shape(s.method.init, init_rng)
+  batches = pipeline.TrainBatches(s.data.train, s.method.sampler(len(s.data.train), config.seed),
+                                  s.data.train_transform, s.method.train_layout, config.seed)
+  batch = pipeline.to_global(batches.local_batch(0), batches.layout)
+  return s.method.train_step.lower(state, batch, step_rng).compile()
 
 
 def _check_workdir_is_a_path(workdir: str) -> None:
@@ -355,6 +404,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   stop_at_target = config.train.stop_at_target
   # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
   end_step = p.step if stop_at_target and p.tracker.reached else num_steps
+  next_eval = _next_eval(config, s, p)
   bar = _progress_bar(p.step, num_steps, s.is_main)
   preemption = PreemptionWatch()
   step_fn = None
@@ -373,8 +423,9 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       bar.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
         _log(writer, bar, done, step_metrics)
-      if done % s.eval_every == 0 or done == num_steps:
+      if done >= next_eval or done == num_steps:
         _evaluate(method, state, batch, done, eval_batches, p, writer)
+        next_eval = _next_eval(config, s, p)
       reached = stop_at_target and p.tracker.reached
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
@@ -403,6 +454,13 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   return state
 
 
+def _next_eval(config, s: Setup, p: Progress) -> int:
+  """The step of the next eval, from the last one (or the start) and the history."""
+  last = p.history[-1]["step"] if p.history else 0
+  return next_eval_step(last, p.history, p.tracker.metric, p.tracker.value, config.eval,
+                        s.eval_every)
+
+
 def _compile(method: Method, state, batch, step_rng, mesh, p: Progress):
   """The step compiled once (timed apart), XLA's FLOPs read off the same executable."""
   with p.chrono.paused("compile"):
@@ -424,7 +482,8 @@ def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress
   with p.chrono.paused("eval"):
     p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
   scalars = _scalars(p.last_eval)
-  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s())
+  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
+                   p.history[-1]["step"] if p.history else 0)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})
   logging.info("step %d eval %s", step, scalars)
@@ -464,7 +523,11 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
       "final": _scalars(p.last_eval),
       "target": {"metric": target.metric, "value": target.value, "reached": target.reached,
                  "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
-                 "reached_wall_time_s": target.reached_wall_time_s},
+                 "reached_wall_time_s": target.reached_wall_time_s,
+                 # the crossing is in (reached_step - resolution_steps, reached_step]
+                 "resolution_steps": target.resolution_steps,
+                 "resolution": (target.resolution_steps / target.reached_step
+                                if target.reached else None)},
       "history": p.history,
       # Fields a resumed session changed ({"step", "changes": {field: [before, after]}});
       # `config` is the last session's.

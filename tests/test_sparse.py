@@ -16,7 +16,7 @@ def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(smoke_co
                                                                          tmp_path):
   config = smoke_config
   config.model.sparsity = 0.5
-  config.optim.warmup_epochs = 0.0  # every step moves the weights
+  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # every step moves weights
   config.checkpoint.every_steps = 0
   fit = run.fit(config, str(tmp_path))
   params = jax.device_get(fit.state.params)

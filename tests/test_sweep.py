@@ -1,36 +1,136 @@
-"""The cost-vs-time sweep runs its grid, writes the report, and skips finished points."""
+"""The cost-vs-time sweep: calibration by compiled program, tuning, seeds, the report, and
+finished points skipped."""
+import json
 import os
+
+import pytest
 
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
 
+CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
+SMOKE_POINTS = (("data_parallel", "D1"), ("data_parallel", "D2"), ("ensemble", "N8_L4"))
 
-def test_smoke_sweep_runs_then_skips_finished_points(tmp_path):
-  config = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
-  first = cost_vs_time.run(config, str(tmp_path), seeds=[0], grid="smoke")
-  assert first == {"trained": 3, "skipped": 0}
-  for method, point in (("data_parallel", "D1"), ("data_parallel", "D2"),
-                        ("ensemble", "N8_L4")):
-    assert (tmp_path / method / point / "seed0" / "results.json").exists()
+
+def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(tmp_path):
+  first = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+  # Two rates per point on seed 0; seed 0 is the chosen tuning run, seed 1 trains.
+  assert first == {"tuning_runs": 6, "trained": 3, "from_tuning": 3, "skipped": 0,
+                   "diverged": 0}
+  for curve, point in SMOKE_POINTS:
+    point_dir = tmp_path / curve / point
+    record = json.loads((point_dir / "tuning.json").read_text())
+    assert sorted(os.listdir(point_dir / "tune")) == sorted(r["run"].split(os.sep)[1]
+                                                             for r in record["axes"][0]["runs"])
+    assert record["compute"]["runs"] == 2 and record["compute"]["flops"] > 0
+    chosen = json.loads((point_dir / record["chosen_run"] / "results.json").read_text())
+    for seed in (0, 1):
+      results = json.loads((point_dir / f"seed{seed}" / "results.json").read_text())
+      assert results["tuning"] == record and results["config"]["seed"] == seed
+      assert results["config"]["optim"]["learning_rate"] == record["chosen"][
+          "optim.learning_rate"]
+      assert results["step_budget"] == 4 and "resolution_steps" in results["target"]
+      if seed == 0:  # the tuning run itself, not trained twice
+        assert results["history"] == chosen["history"]
+  # The three points compile to one per-device program (one model at batch 32): one timing.
+  calibrations = [d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]
+  assert len(calibrations) == 1
   assert (tmp_path / "table.md").exists() and (tmp_path / "cost_vs_time_ib800.png").exists()
-  again = cost_vs_time.run(config, str(tmp_path), seeds=[0], grid="smoke")
-  assert again == {"trained": 0, "skipped": 3}
+  again = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+  assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 6,
+                   "diverged": 0}
+  # A finished seed run at another rate than the point's choice is not silently kept.
+  path = tmp_path / "data_parallel" / "D1" / "seed1" / "results.json"
+  results = json.loads(path.read_text())
+  results["config"]["optim"]["learning_rate"] *= 3
+  path.write_text(json.dumps(results))
+  with pytest.raises(SystemExit, match="D1/seed1 .optim.learning_rate="):
+    cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+
+
+def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path):
+  """DP at D = 2 (batch 64) and an ensemble worker (batch 32), tuned to other learning
+  rates and warm-ups, time one program once; the config-keyed cache timed them apart."""
+  from experiments.configs import fashion_mnist
+
+  dp = fashion_mnist.get_config("smoke")
+  dp.train.batch_size, dp.cost.devices = 64, 2
+  worker = fashion_mnist.get_config("ensemble,smoke")
+  worker.optim.learning_rate *= 4
+  worker.optim.warmup_fraction = 0.5
+  assert cost_vs_time.calibrate(dp, str(tmp_path)) == cost_vs_time.calibrate(worker,
+                                                                             str(tmp_path))
+  assert len([d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]) == 1
+  wider = fashion_mnist.get_config("smoke")
+  wider.model.width = 8  # another program: another fingerprint
+  keys = {cost_vs_time._program_key(cost_vs_time.device_config(c), str(tmp_path))
+          for c in (dp, worker, wider)}
+  assert len(keys) == 2
+
+
+def test_program_fingerprint_ignores_source_locations_and_scalar_constants():
+  text = """HloModule jit_train_step, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+FileNames
+1 "/a/train.py"
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+
+ENTRY %main (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  %constant.1 = f32[] constant(0.003)
+  %broadcast = f32[8]{0} broadcast(%constant.1), metadata={op_name="lr" stack_frame_id=1}
+  ROOT %multiply = f32[8]{0} multiply(%p, %broadcast)
+}
+"""
+  same = (text.replace("0.003", "0.012").replace('"/a/train.py"', '"/b/other.py"')
+          .replace("stack_frame_id=1}", "stack_frame_id=7}"))
+  wider = text.replace("f32[8]", "f32[16]")
+  fingerprint = cost_vs_time.program_fingerprint
+  assert fingerprint(text) == fingerprint(same)
+  assert fingerprint(text) != fingerprint(wider)
+  assert fingerprint(text) != fingerprint(text.replace("multiply(", "add("))
 
 
 def test_recost_rewrites_cost_blocks_from_calibration(tmp_path):
-  import json
-
-  config = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
-  cost_vs_time.run(config, str(tmp_path), seeds=[0], grid="smoke", curves=["data_parallel"])
+  cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0], grid="smoke", curves=["data_parallel"])
   path = tmp_path / "data_parallel" / "D2" / "seed0" / "results.json"
   before = json.loads(path.read_text())
   calibration = next((tmp_path / "calibration").glob("*/results.json"))
   record = json.loads(calibration.read_text())
   record["step_time_s"] = 1.5  # as if re-timed
   calibration.write_text(json.dumps(record))
-  assert cost_vs_time.recost(config, str(tmp_path), "smoke") == 2
+  assert cost_vs_time.recost(CONFIG, str(tmp_path), "smoke") == 2
   after = json.loads(path.read_text())
   assert after["cost"]["modelled"]["device_step_time_s"] == 1.5
   assert after["cost"]["measured"] == before["cost"]["measured"]
   steps = after["cost"]["measured"]["steps_to_target"]
   assert after["cost"]["modelled"]["critical_path_s"]["nvlink"] >= steps * 1.5
+  # The tuning runs are recosted too, and the tuning compute with them.
+  tuning = after["tuning"]["compute"]
+  assert tuning["time_s"]["nvlink"] >= 1.5 * sum(
+      r["steps_to_target"] or 4 for r in after["tuning"]["axes"][0]["runs"])
+
+
+def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
+  """The quiet phase builds a point's pool; its runs at other learning rates read it, and
+  its quiet build time, instead of building their own (the pool key holds the rate)."""
+  import copy
+
+  from ensemble_jax import run as run_lib
+  from experiments.configs import pydocs_gpt2
+
+  c = pydocs_gpt2.get_config("ensemble,smoke")
+  c.mesh = [("worker", 2), ("data", -1)]
+  c.method.num_workers, c.method.aggregation = 2, "routed,probs"
+  c.data.train_examples = 256
+  c.distill.method, c.distill.tfidf_dim = "kmeans", 8
+  c.distill.cache_dir = str(tmp_path / "pools")
+  built = run_lib.build_pool(c, str(tmp_path / "pools"))
+  assert built["cached"] is False and built["build_time_s"] > 0
+  faster = copy.deepcopy(c)
+  faster.optim.learning_rate *= 2
+  r = run_lib.train_and_evaluate(faster, str(tmp_path / "run"), pool_config=c)
+  assert r["distill"]["cached"] and r["distill"]["build_time_s"] == built["build_time_s"]
+  assert len(list((tmp_path / "pools").glob("*.npz"))) == 1

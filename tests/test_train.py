@@ -12,7 +12,8 @@ from tests.conftest import REPO
 
 RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
                "step_time_s", "final", "target"}
-TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s"}
+TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s",
+               "resolution_steps", "resolution"}
 
 
 def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
@@ -36,6 +37,10 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert cost["measured"]["flops"] == on_disk["flops_per_step"] * 4
   to_target = on_disk["target"]["reached_step"] or 4  # the smoke target is reached early
   assert cost["measured"]["steps_to_target"] == to_target
+  if on_disk["target"]["reached"]:  # the eval before the crossing, or the start
+    evals = [0] + [h["step"] for h in on_disk["history"]]
+    previous = evals[evals.index(to_target) - 1]
+    assert on_disk["target"]["resolution_steps"] == to_target - previous
   assert cost["measured"]["flops_to_target"] == on_disk["flops_per_step"] * to_target
   modelled = cost["modelled"]
   assert modelled["devices"] == 8  # one per data-parallel replica of the mesh

@@ -9,7 +9,8 @@ Default: data-parallel ResNet-18 (small stem, width 16, 0.70M params), AdamW, ba
 so the ensemble's total compute equals the DP run's 938 steps; critical path 1/8 of it.
 `sweep`: the cost-vs-time workload (`sweep_grid`, experiments/sweeps/cost_vs_time.py):
 ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test images
-evaluated every 25 steps, small enough for 3 seeds of every point on 2 CPU cores.
+evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
+(SWEEP_EXAMPLES), small enough for 3 seeds of every point on 2 CPU cores.
 """
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
@@ -27,7 +28,7 @@ def get_config(arg: str = ""):
   c.optim.learning_rate = 3e-3  # at base_batch_size 128; scaled linearly with batch size
   c.optim.base_batch_size = 128
   c.optim.weight_decay = 5e-4
-  c.optim.warmup_epochs = 0.1
+  c.optim.warmup_fraction = 0.05  # of every run's own step budget, whatever the method
   c.train.batch_size = 128
   c.train.num_epochs = 2.0
   c.eval.batch_size = 1000
@@ -41,22 +42,25 @@ def get_config(arg: str = ""):
     c.method.steps_per_worker = 117  # 8 x 117 = 936 worker-steps ~ the DP run's 938
     c.method.sampler = "random"
     c.method.aggregation = "logits,probs"
-    c.optim.warmup_epochs = 0.02
   if "diloco" in variants:  # the same engine, with an outer Nesterov step every H steps
     c.method.name = "diloco"
     c.method.sync_every = 25
+    c.tune.fields = ("optim.learning_rate", "method.outer_learning_rate")
   if "sweep" in variants:
     c.model.width = 8
     c.train.batch_size = c.optim.base_batch_size = 64  # per device (DP) or per worker
     c.optim.lr_scaling = "sqrt"  # Adam at D x 64
     c.eval.every_steps, c.eval.num_examples = 25, 2000
     c.eval.target_value = SWEEP_TARGET
+    c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
     c.train.timing_warmup_steps = 5
-    c.method.num_workers, c.method.steps_per_worker = 4, 300
+    c.train.num_epochs, c.train.num_steps = 0.0, budget_steps(64)  # DP at D = 1
+    c.method.num_workers, c.method.steps_per_worker = 4, budget_steps(4 * 64)
   if "smoke" in variants:
     c.model.name, c.model.width = "resnet18", 4
     c.train.batch_size = 32
     c.train.num_epochs, c.train.num_steps = 0.0, 4
+    c.optim.warmup_fraction = 0.75  # 3 of the 4 steps, as the golden values were made
     c.train.log_every_steps = 2
     c.eval.every_steps = 2
     c.eval.batch_size = 64
@@ -72,38 +76,63 @@ def get_config(arg: str = ""):
 # eval set at step ~500 of 1,875 and ends at ~90%; the target sits where every curve can
 # reach it within its budget or is reported as missing it.
 SWEEP_TARGET = 0.85
+TRAIN_EXAMPLES = 60_000
+# The budget rule, one for every point of every curve: the same number of training
+# examples, all models together (D x 64 per DP step, N x 64 per ensemble or DiLoCo step),
+# 2 epochs: ~5x the 24,000 that DP at D = 1 needs to reach the target (375 steps x 64,
+# 3 seeds), so a point that misses it within the budget shows that it cannot. Runs stop at
+# the target, so an unused budget costs nothing but the length of its cosine schedule.
+# dp_short_schedule's points take stated fractions of it: their shorter schedule is the
+# point.
+SWEEP_EXAMPLES = 2 * TRAIN_EXAMPLES
+
+
+def budget_steps(examples_per_step: int, examples: int = SWEEP_EXAMPLES) -> int:
+  """The steps a point may take: `examples` at `examples_per_step`, rounded up."""
+  return -(-examples // examples_per_step)
 
 
 def sweep_grid(name: str = "full") -> dict:
   """{curve: {point: (variant, overrides)}} for experiments/sweeps/cost_vs_time.py.
 
-  data_parallel at D devices = one model at global batch 64 D (cost.devices = D), 2 epochs
-  budget; the survey's strong baselines: the same DP with a shorter full cosine schedule
-  (dp_short_schedule), and a smaller model (dp_small_model, width 4); the ensemble over
-  (N, L), one worker per device; DiLoCo with N = 4 over the sync period H.
+  data_parallel at D devices = one model at global batch 64 D (cost.devices = D); the
+  survey's strong baselines: the same DP with a shorter full cosine schedule
+  (dp_short_schedule, E epochs), and a smaller model (dp_small_model, width 4); the
+  ensemble over N (one worker per device, L steps each); DiLoCo with N = 4 over the sync
+  period H. Every budget is SWEEP_EXAMPLES' (`budget_steps`), so DP at D and the ensemble
+  at N = D take the same steps, L.
   """
   def dp(d, **extra):
-    return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d, **extra})
+    return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d,
+                      "train.num_steps": budget_steps(64 * d), **extra})
 
-  def ensemble(n, l, **extra):
-    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l, **extra})
+  def ensemble(n, l=None, **extra):  # L: the budget rule's unless given
+    steps = budget_steps(64 * n) if l is None else l
+    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": steps,
+                               **extra})
 
   # Cheap routed experts (no proxy): worker i trains on k-means cluster i of the pixels' top
   # principal components; each test image is routed by its own projection.
   pca_routed = {"distill.method": "kmeans", "distill.embedding": "pca",
                 "method.aggregation": "routed,logits,probs"}
 
-  def diloco(h, l=469):  # 469 = DP D4's budget: 2 epochs at 4 x 64
-    return ("diloco,sweep", {"method.sync_every": h, "method.steps_per_worker": l})
+  def diloco(h):
+    return ("diloco,sweep", {"method.sync_every": h,
+                             "method.steps_per_worker": budget_steps(4 * 64)})
 
-  if name == "smoke":  # the test of the sweep itself: seconds
+  if name == "smoke":  # the test of the sweep itself: seconds; two rates, no extension
+    tune = {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0}
     return {"data_parallel": {f"D{d}": ("smoke", {"train.batch_size": 32 * d,
-                                                  "cost.devices": d}) for d in (1, 2)},
-            "ensemble": {"N8_L4": ("ensemble,smoke", {})}}
-  if name == "demo":  # make demo: one seed, <= 10 minutes on 2 cores
-    return {"data_parallel": {f"D{d}": dp(d) for d in (1, 4, 8)},
-            "ensemble": {"N4_L300": ensemble(4, 300), "N8_L150": ensemble(8, 150)},
-            "diloco": {"H50": diloco(50)}}
+                                                  "cost.devices": d, **tune})
+                              for d in (1, 2)},
+            "ensemble": {"N8_L4": ("ensemble,smoke", tune)}}
+  if name == "demo":  # make demo: one seed, <= 10 minutes on 2 cores, so rates untuned
+    def untuned(point):
+      return point[0], {**point[1], "tune.factors": (1.0,)}
+
+    return {"data_parallel": {f"D{d}": untuned(dp(d)) for d in (1, 4, 8)},
+            "ensemble": {f"N{n}_L{budget_steps(64 * n)}": untuned(ensemble(n)) for n in (4, 8)},
+            "diloco": {"H50": untuned(diloco(50))}}
   if name == "many_workers":  # issue 16: does averaging more short runs ever reach 85%?
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
     return {"ensemble": {f"N{n}_L300": ensemble(n, 300) for n in sizes},
@@ -114,11 +143,12 @@ def sweep_grid(name: str = "full") -> dict:
                      "or many_workers")
   return {
       "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
-      "dp_short_schedule": {f"D4_E{e}": dp(4, **{"train.num_epochs": e})
-                            for e in (0.25, 0.5, 1.0)},
+      "dp_short_schedule": {
+          f"D4_E{e}": dp(4, **{"train.num_steps": budget_steps(4 * 64, int(e * TRAIN_EXAMPLES))})
+          for e in (0.25, 0.5, 1.0)},
       "dp_small_model": {f"D{d}": dp(d, **{"model.width": 4}) for d in (1, 4, 8)},
-      "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 300), (8, 150))},
-      "ensemble_pca_routed": {f"N{n}_L{l}": ensemble(n, l, **pca_routed)
-                              for n, l in ((2, 600), (4, 300), (8, 150))},
+      "ensemble": {f"N{n}_L{budget_steps(64 * n)}": ensemble(n) for n in (2, 4, 8)},
+      "ensemble_pca_routed": {f"N{n}_L{budget_steps(64 * n)}": ensemble(n, **pca_routed)
+                              for n in (2, 4, 8)},
       "diloco": {f"H{h}": diloco(h) for h in (10, 50, 300)},
   }

@@ -10,7 +10,8 @@ perplexity is set from a measured DP run of this config (see TARGET_PERPLEXITY).
 `diloco`: the same workers with an outer Nesterov step every H = 50 steps.
 `sweep`: the cost-vs-time workload (`sweep_grid`): GPT-2 'tiny' (2 x 64), context 128, 16
 windows per device or worker, target perplexity SWEEP_TARGET on 256 validation windows
-evaluated every 25 steps.
+evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
+(SWEEP_WINDOWS).
 """
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
@@ -36,7 +37,7 @@ def get_config(arg: str = ""):
   c.optim.learning_rate, c.optim.base_batch_size = 3e-3, 32
   c.optim.b2 = 0.99
   c.optim.weight_decay = 0.1
-  c.optim.warmup_steps = 30
+  c.optim.warmup_fraction = 0.05  # of every run's own step budget, whatever the method
   c.optim.grad_clip_norm = 1.0
   c.train.batch_size = 32
   c.train.num_epochs, c.train.num_steps = 0.0, DP_STEPS
@@ -56,15 +57,18 @@ def get_config(arg: str = ""):
     c.method.aggregation = "probs,logits"  # the mixture's perplexity is the proper one
   if "diloco" in variants:
     c.method.name, c.method.sync_every = "diloco", 50
+    c.tune.fields = ("optim.learning_rate", "method.outer_learning_rate")
   if "sweep" in variants:
     c.model.size = "tiny"
     c.data.context = 128
     c.train.batch_size = c.optim.base_batch_size = 16  # per device (DP) or per worker
     c.optim.lr_scaling = "sqrt"
-    c.train.num_steps = SWEEP_STEPS
-    c.method.steps_per_worker = SWEEP_STEPS // 2 if variants & {"ensemble", "diloco"} else 0
+    c.train.num_steps = budget_steps(16)  # DP at D = 1
+    c.method.steps_per_worker = (budget_steps(16 * c.method.num_workers)
+                                 if variants & {"ensemble", "diloco"} else 0)
     c.eval.every_steps, c.eval.num_examples = 25, 256
     c.eval.target_value = SWEEP_TARGET
+    c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
     c.train.timing_warmup_steps = 5
   if "smoke" in variants:
     c.model.size = "tiny"
@@ -72,7 +76,7 @@ def get_config(arg: str = ""):
     c.train.batch_size = 8
     c.train.num_steps = 4
     c.method.steps_per_worker = 4 if "ensemble" in variants else 0
-    c.optim.warmup_steps = 1
+    c.optim.warmup_fraction = 0.25  # 1 of the 4 steps
     c.train.log_every_steps = 2
     c.eval.every_steps = 2
     c.eval.batch_size = 16
@@ -85,40 +89,56 @@ def get_config(arg: str = ""):
 # Measured (1 seed): GPT-2 tiny at 16 x 128 tokens per step with a 600-step cosine reaches
 # perplexity 13.3 (step 300), 11.8 (400), 10.5 (600) on 256 validation windows.
 SWEEP_TARGET = 12.0
-SWEEP_STEPS = 1200  # DP budget at D = 1; D devices get SWEEP_STEPS / D (the same tokens)
+# The budget rule, one for every point of every curve: the same number of training windows
+# of 128 tokens, all models together (16 D per DP step, 16 N per ensemble or DiLoCo step):
+# 38,400, ~6x the 6,000 that DP at D = 1 needs to reach the target (375 steps x 16, 3
+# seeds). Half of it left DP at D = 8 150 steps, short of the target in every seed, while
+# the ensemble at N = 8 had twice its windows. Runs stop at the target, so an unused budget
+# costs nothing but the length of its cosine schedule. dp_short_schedule's points take
+# stated budgets below it: their shorter schedule is the point.
+SWEEP_WINDOWS = 38_400
+
+
+def budget_steps(windows_per_step: int, windows: int = SWEEP_WINDOWS) -> int:
+  """The steps a point may take: `windows` at `windows_per_step`, rounded up."""
+  return -(-windows // windows_per_step)
 
 
 def sweep_grid(name: str = "full") -> dict:
   """{curve: {point: (variant, overrides)}} for experiments/sweeps/cost_vs_time.py.
 
-  data_parallel at D devices = one model at 16 D windows per step (cost.devices = D) with
-  the same token budget; strong baselines: shorter full cosine schedules at D = 4, and a
-  smaller model ('micro', 1 layer); the ensemble over (N, L), with random streams and with
+  data_parallel at D devices = one model at 16 D windows per step (cost.devices = D);
+  strong baselines: shorter full cosine schedules at D = 4 (S steps), and a smaller model
+  ('micro', 1 layer); the ensemble over N (L steps each), with random streams and with
   c-BTM's tf-idf clusters + routing (its pool's build time on its critical path); DiLoCo
-  with N = 4 over H.
+  with N = 4 over H. Every budget is SWEEP_WINDOWS' (`budget_steps`), so DP at D and the
+  ensemble at N = D take the same steps, L.
   """
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 16 * d, "cost.devices": d,
-                      "train.num_steps": SWEEP_STEPS // d, **extra})
+                      "train.num_steps": budget_steps(16 * d), **extra})
 
-  def ensemble(n, l, **extra):
-    return ("ensemble,sweep", {"method.num_workers": n, "method.steps_per_worker": l, **extra})
+  def ensemble(n, **extra):
+    return ("ensemble,sweep", {"method.num_workers": n,
+                               "method.steps_per_worker": budget_steps(16 * n), **extra})
 
   # c-BTM: worker i trains on tf-idf cluster i, each validation window routed by its tf-idf
   routed = {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"}
 
-  if name == "smoke":
-    return {"data_parallel": {"D1": ("smoke", {})}, "ensemble": {"N4_L4": ("ensemble,smoke", {})}}
+  if name == "smoke":  # two rates, no extension
+    tune = {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0}
+    return {"data_parallel": {"D1": ("smoke", tune)},
+            "ensemble": {"N4_L4": ("ensemble,smoke", tune)}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full or smoke")
   return {
       "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
       "dp_short_schedule": {f"D4_S{s}": dp(4, **{"train.num_steps": s}) for s in (100, 150, 200)},
       "dp_small_model": {f"D{d}": dp(d, **{"model.size": "micro"}) for d in (1, 4, 8)},
-      "ensemble": {f"N{n}_L{l}": ensemble(n, l) for n, l in ((2, 600), (4, 400), (8, 300))},
-      "ensemble_tfidf_routed": {f"N{n}_L{l}": ensemble(n, l, **routed)
-                                for n, l in ((2, 600), (4, 400), (8, 300))},
+      "ensemble": {f"N{n}_L{budget_steps(16 * n)}": ensemble(n) for n in (2, 4, 8)},
+      "ensemble_tfidf_routed": {f"N{n}_L{budget_steps(16 * n)}": ensemble(n, **routed)
+                                for n in (2, 4, 8)},
       "diloco": {f"H{h}": ("diloco,sweep", {"method.sync_every": h,
-                                            "method.steps_per_worker": SWEEP_STEPS // 4})
+                                            "method.steps_per_worker": budget_steps(16 * 4)})
                  for h in (10, 50, 300)},
   }

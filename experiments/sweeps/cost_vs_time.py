@@ -5,21 +5,40 @@
 
 The workload config file owns its grid: `sweep_grid(name)` returns
 {curve: {point: (config variant, {dotted key: value})}}, curves being data_parallel, the
-survey's strong baselines (a shorter full schedule, a smaller model), ensemble and diloco.
-Every point runs `train_and_evaluate` with `train.stop_at_target=True` (the step budget
-is the config's duration) in its own directory `<method>/<point>/seed<k>`; a point whose
-results.json exists is skipped, so an interrupted sweep resumes where it stopped (and a
-half-finished point resumes from its checkpoint). DP at D devices and per-device batch b
-is trained as one model at global batch D*b (the same math), with the config's learning
-rate scaling rule. Afterwards `ensemble_jax.report` writes table.md and the figures.
+survey's strong baselines (a shorter full schedule, a smaller model), ensemble and diloco,
+and it owns the budget rule that sets every point's step budget (results.json
+`step_budget`). Fairness is the sweep's, the same for every point of every curve: each
+run stops at the target (`train.stop_at_target`), is evaluated every 5% of its steps near
+the target (`eval.target_resolution`: results.json `target.resolution_steps`), warms up a
+fraction of its own budget (`optim.warmup_fraction`), and has its learning rate tuned.
+DP at D devices and per-device batch b is trained as one model at global batch D*b (the
+same math), with the config's learning-rate scaling rule. Three phases, each finished
+before the next starts; a run whose results.json exists is read back, a half-finished run
+resumes from its checkpoint, so an interrupted sweep resumes where it stopped:
 
-Calibration first: the time axis needs one device's step time, and every point of a curve
-runs the same per-device program (one model at the per-device batch: DP at D devices and
-per-device batch b, an ensemble worker at batch b). Before the grid, each distinct
-per-device program is timed once, alone, as a short data-parallel run
-(`<workdir>/calibration/<key>/results.json`), and that median step is passed to every
-point as `cost.device_step_time_s`. The points' own host step times are still recorded
-(measured) but do not move the modelled time when something else shares the host.
+1. Quiet: what the time axis needs timed, before anything trains. One device's step: each
+   point's per-device program (one model at the per-device batch: DP at D devices, an
+   ensemble or DiLoCo worker) is compiled, on one canonical learning-rate schedule, and
+   fingerprinted by its optimized HLO text (source locations and scalar constants left
+   out): learning rates and warm-ups set only constants, not the step's cost. Each
+   distinct program is timed once, alone, as a short run
+   (`<workdir>/calibration/<fingerprint>/results.json`), and its median step is every such
+   point's `cost.device_step_time_s`. DP at D and an ensemble worker compiling to the same
+   program share one timing; the points' own host step times are still recorded
+   (measured) but do not move the modelled time. Each point's distilled pool, if any, is
+   built for every seed (`<workdir>/pools/`), so its build time, on the critical path, is
+   measured here too; the runs read the pool from the cache with that build time.
+2. Tuning (`experiments/sweeps/tuning.py`, one rule, `config.tune`): every point's
+   learning rate on seed `tune.seed`, runs in `<curve>/<point>/tune/<name>/` (a run that
+   diverges leaves `diverged.json`); the grid, each run's steps to target and final
+   metric, the choice and the tuning compute in `<curve>/<point>/tuning.json`.
+3. Seeds, outermost (an interrupted sweep has whole seeds of every point): each point at
+   its chosen values in `<curve>/<point>/seed<k>/`; seed `tune.seed`'s run is the chosen
+   tuning run, copied, not trained twice. Every seed's results.json carries the point's
+   tuning record as `tuning`. A finished seed run from before the tuning rule, or at other
+   values than the chosen ones, stops the sweep with its path: delete it to rerun it.
+
+Afterwards `ensemble_jax.report` writes table.md and the figures.
 """
 from __future__ import annotations
 
@@ -30,10 +49,24 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 
-from ensemble_jax import config_lib, costs, report
+import jax
+
+from ensemble_jax import config_lib, costs, report, train
 from ensemble_jax import run as run_lib
+from experiments.sweeps import tuning
+
+CALIBRATION_STEPS = 60
+# The calibration run's schedule: values that only set scalar constants of the step, so its
+# time does not depend on them. Canonical, so that points tuned to other rates or warm-ups
+# compile to one text: XLA merges equal constants, and a coincidence of two values (a
+# warm-up equal to the decay, say) would otherwise change the text, not the program's cost.
+CALIBRATION_LEARNING_RATE, CALIBRATION_WARMUP_FRACTION = 1e-3, 0.05
+DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
+TUNING_FILE = "tuning.json"
+
 
 def _load_config_module(path: str):
   spec = importlib.util.spec_from_file_location("sweep_config", path)
@@ -42,20 +75,20 @@ def _load_config_module(path: str):
   return module
 
 
-CALIBRATION_STEPS = 60
-
-
-def _point_config(module, variant: str, overrides: dict, seed: int):
+def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str):
+  """A point's config at `seed`, as the grid sets it (the configured learning rate)."""
   config = module.get_config(variant)
   config.seed = seed
   config.train.stop_at_target = True
+  config.distill.cache_dir = os.path.join(workdir, "pools")  # built in the quiet phase
   for key, value in overrides.items():
     config_lib.set_dotted(config, key, value)
   return config
 
 
 def device_config(config):
-  """One device's program of a point: one model at the per-device (per-worker) batch."""
+  """One device's program of a point: one model at the per-device (per-worker) batch, on
+  the calibration's schedule."""
   c = copy.deepcopy(config)
   if c.method.name == "data_parallel":
     c.train.batch_size //= max(c.cost.devices, 1)
@@ -64,17 +97,58 @@ def device_config(config):
   c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
+  c.eval.target_resolution = 0.0
   c.checkpoint.every_steps, c.seed = 0, 0
+  c.optim.learning_rate, c.optim.lr_scaling = CALIBRATION_LEARNING_RATE, "none"
+  c.optim.warmup_fraction = CALIBRATION_WARMUP_FRACTION
   return c
 
 
+_SOURCE_SECTIONS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_METADATA = re.compile(r',?\s*metadata=\{(?:[^{}"]|"(?:[^"\\]|\\.)*")*\}')
+_SCALAR_CONSTANT = re.compile(r"(\b[a-z]+\d*\[\]\s+constant)\([^()]*\)")
+
+
+def program_fingerprint(hlo_text: str) -> str:
+  """A hash of a compiled program's optimized HLO text, without what does not change its
+  step time: source locations (metadata, the file and stack-frame tables) and the values
+  of scalar constants (learning rates, schedule lengths)."""
+  lines, in_source_table = [], False
+  for line in hlo_text.splitlines():
+    if line.strip() in _SOURCE_SECTIONS:
+      in_source_table = True
+    elif in_source_table:
+      in_source_table = bool(line.strip())  # a table ends at a blank line
+    else:
+      lines.append(line)
+  text = _SCALAR_CONSTANT.sub(r"\1(_)", _METADATA.sub("", "\n".join(lines)))
+  return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _program_key(c, workdir: str) -> str:
+  """`program_fingerprint` of `c`'s compiled step, remembered per config (and jax) in
+  `<workdir>/calibration/programs.json` so that a resumed sweep compiles nothing twice."""
+  path = os.path.join(workdir, "calibration", "programs.json")
+  config_key = hashlib.sha256(json.dumps({"config": c.to_dict(), "jax": jax.__version__},
+                                         sort_keys=True, default=str).encode()).hexdigest()[:16]
+  index = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      index = json.load(f)
+  if config_key not in index:
+    index[config_key] = program_fingerprint(train.compile_step(c).as_text())
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+      json.dump(index, f, indent=2)
+    os.replace(path + ".tmp", path)
+  return index[config_key]
+
+
 def calibrate(config, workdir: str) -> float:
-  """The median step of `device_config(config)`, timed once per distinct program."""
+  """The median step of `device_config(config)`, timed once per distinct compiled program
+  in `<workdir>/calibration/<fingerprint>/`."""
   c = device_config(config)
-  key = hashlib.sha256(json.dumps({k: c[k].to_dict() for k in ("model", "data", "optim")}
-                                  | {"batch": c.train.batch_size, "task": c.task},
-                                  sort_keys=True, default=str).encode()).hexdigest()[:12]
-  run_dir = os.path.join(workdir, "calibration", key)
+  run_dir = os.path.join(workdir, "calibration", _program_key(c, workdir))
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if not os.path.exists(path):
     run_lib.train_and_evaluate(c, run_dir)
@@ -82,10 +156,71 @@ def calibrate(config, workdir: str) -> float:
     return json.load(f)["step_time_s"]
 
 
+def _read(run_dir: str) -> tuple[bool, dict | None]:
+  """(finished, results): a finished run's results.json, or None for one that diverged."""
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return True, json.load(f)
+  return os.path.exists(os.path.join(run_dir, DIVERGED_FILE)), None
+
+
+def _train(config, run_dir: str, pool_config, counts: dict, what: str) -> dict | None:
+  """The run's results, trained unless finished; None when it diverged (recorded in
+  `diverged.json`, so that a resumed sweep does not train it again)."""
+  finished, results = _read(run_dir)
+  if finished:
+    return results
+  try:
+    results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
+  except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
+    with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
+      json.dump({"error": str(e)}, f)
+    counts["diverged"] += 1
+    results = None
+  counts[what] += 1
+  return results
+
+
+def _attach(path: str, record: dict) -> None:
+  """Writes the point's tuning record into a run's results.json (if it differs)."""
+  with open(path) as f:
+    results = json.load(f)
+  record = json.loads(json.dumps(record))
+  if results.get("tuning") != record:
+    results["tuning"] = record
+    with open(path, "w") as f:
+      json.dump(results, f, indent=2)
+
+
+def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
+  """Exits naming the finished seed runs that do not belong to the points as tuned now:
+  run before the tuning rule (no `tune` in their config), or, once `chosen` is known
+  ({point: config at its chosen values}), at other values than the chosen ones."""
+  stale = []
+  for key in keys:
+    for path in sorted(glob.glob(os.path.join(workdir, *key, "seed*", run_lib.RESULTS_FILE))):
+      with open(path) as f:
+        config = json.load(f)["config"]
+      if "tune" not in config:
+        stale.append(f"{os.path.dirname(path)} (run before the tuning rule)")
+        continue
+      for field in (chosen[key].tune.fields if chosen else ()):
+        have, want = config_lib.get(config, field), config_lib.get(chosen[key], field)
+        if have != want:
+          stale.append(f"{os.path.dirname(path)} ({field}={have}, chosen {want})")
+          break
+  if stale:
+    raise SystemExit("error: finished runs that this sweep would not run; delete them to "
+                     "rerun them under the current rules:\n  " + "\n  ".join(stale))
+
+
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None) -> dict[str, int]:
-  """Runs every (curve, point, seed) not finished yet (of `curves`, default all); returns
-  counts trained/skipped. The report covers every run under the workdir."""
+  """Runs every (curve, point) of `curves` (default all): calibration and pools, tuning,
+  then every seed not finished yet. Returns run counts: `tuning_runs` and `trained` (seed
+  runs) trained now, `from_tuning` (seed runs that are the chosen tuning run), `skipped`
+  (seed runs finished before), `diverged`. The report covers every run under the workdir."""
   module = _load_config_module(config_path)
   if not hasattr(module, "sweep_grid"):
     raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
@@ -94,32 +229,90 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   unknown = set(curves or ()) - set(grid_curves)
   if unknown:
     raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
-  curves = {c: p for c, p in grid_curves.items() if not curves or c in curves}
-  # All calibrations before any point: they time a quiet host, not one shared with a sweep.
-  device_step = {(curve, point): calibrate(_point_config(module, variant, overrides, 0),
-                                           workdir)
-                 for curve, points in curves.items()
-                 for point, (variant, overrides) in points.items()}
-  counts = {"trained": 0, "skipped": 0}
-  # Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
+  points = {(curve, point): spec for curve, specs in grid_curves.items()
+            if not curves or curve in curves for point, spec in specs.items()}
+
+  def point_config(key, seed):
+    variant, overrides = points[key]
+    return _point_config(module, variant, overrides, seed, workdir)
+
+  _check_finished(workdir, points)
+  # 1. Quiet: every timing the time axis needs, before any point trains.
+  device_step = {}
+  for key in points:
+    config = point_config(key, 0)
+    device_step[key] = calibrate(config, workdir)
+    for seed in sorted({config.tune.seed, *seeds}):
+      run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
+
+  # 2. Tuning on seed tune.seed, every point before any other seed trains.
+  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
+  tuned = {}
+  for key in points:
+    base = point_config(key, 0)
+    base.seed = base.tune.seed
+    base.cost.device_step_time_s = device_step[key]
+    point_dir = os.path.join(workdir, *key)
+    tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: _train(
+        c, run_dir, b, counts, "tuning_runs"))
+    with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
+      json.dump(tuned[key][1], f, indent=2)
+
+  _check_finished(workdir, points, {key: chosen for key, (chosen, _) in tuned.items()})
+  # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
   for seed in seeds:
-    for curve, points in curves.items():
-      for point, (variant, overrides) in points.items():
-        run_dir = os.path.join(workdir, curve, point, f"seed{seed}")
-        if os.path.exists(os.path.join(run_dir, run_lib.RESULTS_FILE)):
-          counts["skipped"] += 1
-          continue
-        config = _point_config(module, variant, overrides, seed)
-        config.cost.device_step_time_s = device_step[curve, point]
-        run_lib.train_and_evaluate(config, run_dir)
-        counts["trained"] += 1
+    for key, (chosen, record) in tuned.items():
+      point_dir = os.path.join(workdir, *key)
+      chosen_results = os.path.join(point_dir, record["chosen_run"], run_lib.RESULTS_FILE)
+      if not os.path.exists(chosen_results):
+        print(f"sweep: every rate tried diverged at {point_dir} (tuning.json); no seeds run")
+        continue
+      run_dir = os.path.join(point_dir, f"seed{seed}")
+      path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+      if os.path.exists(path):
+        counts["skipped"] += 1
+      elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
+        os.makedirs(run_dir, exist_ok=True)
+        shutil.copyfile(chosen_results, path)
+        counts["from_tuning"] += 1
+      else:
+        config = copy.deepcopy(chosen)
+        config.seed = seed
+        _train(config, run_dir, point_config(key, seed), counts, "trained")
+      if os.path.exists(path):
+        _attach(path, record)
   print(report.write(workdir, workdir))
   return counts
 
 
+def _recost_file(path: str, step_time: float) -> None:
+  with open(path) as f:
+    results = json.load(f)
+  cost = results["config"]["cost"]
+  cost["device_step_time_s"] = step_time
+  results["cost"] = costs.summary(results, costs.param_bytes(results), cost["devices"],
+                                  cost.get("overlap", 0.0), simulated=True,
+                                  device_step_time_s=step_time)
+  with open(path, "w") as f:
+    json.dump(results, f, indent=2)
+
+
+class _Unfinished(Exception):
+  """A tuning run that has not been trained yet (recost trains nothing)."""
+
+
+def _finished(config, run_dir: str) -> dict | None:
+  del config
+  finished, results = _read(run_dir)
+  if not finished:
+    raise _Unfinished(run_dir)
+  return results
+
+
 def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False) -> int:
-  """Recomputes every finished run's `cost` block with its point's calibrated device step
-  (after `recalibrate` re-times them all, e.g. on a quiet host); returns runs updated.
+  """Recomputes every finished run's `cost` block (tuning runs too) with its point's
+  calibrated device step (after `recalibrate` re-times them all, e.g. on a quiet host),
+  and each point's tuning record from them; returns the runs updated.
 
   The cost block is derived from results.json and the calibration, so this changes no
   measurement: only which device step time the modelled time axis uses.
@@ -130,17 +323,23 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
   updated = 0
   for curve, points in module.sweep_grid(grid).items():
     for point, (variant, overrides) in points.items():
-      step_time = calibrate(_point_config(module, variant, overrides, 0), workdir)
-      for path in glob.glob(os.path.join(workdir, curve, point, "seed*", run_lib.RESULTS_FILE)):
-        with open(path) as f:
-          results = json.load(f)
-        cost = results["config"]["cost"]
-        cost["device_step_time_s"] = step_time
-        results["cost"] = costs.summary(results, costs.param_bytes(results), cost["devices"],
-                                        cost.get("overlap", 0.0), simulated=True,
-                                        device_step_time_s=step_time)
-        with open(path, "w") as f:
-          json.dump(results, f, indent=2)
+      config = _point_config(module, variant, overrides, 0, workdir)
+      step_time = calibrate(config, workdir)
+      point_dir = os.path.join(workdir, curve, point)
+      for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
+        _recost_file(path, step_time)
+      config.seed = config.tune.seed
+      try:
+        record = tuning.tune(config, point_dir, _finished)[1]
+      except _Unfinished:
+        record = None
+      else:
+        with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
+          json.dump(record, f, indent=2)
+      for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
+        _recost_file(path, step_time)
+        if record is not None:
+          _attach(path, record)
         updated += 1
   print(report.write(workdir, workdir))
   return updated
@@ -164,7 +363,9 @@ def main(argv=None) -> int:
     return 0
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
                [c for c in args.curves.split(",") if c] or None)
-  print(f"sweep: {counts['trained']} runs trained, {counts['skipped']} already finished")
+  print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
+        f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
+        f"from tuning, {counts['skipped']} already finished")
   return 0
 
 

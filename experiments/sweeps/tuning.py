@@ -1,0 +1,149 @@
+"""One tuning rule for every point of a cost-vs-time sweep (issue 13).
+
+For each field of `config.tune.fields` in turn (the peak learning rate `optim.learning_rate`;
+DiLoCo's `method.outer_learning_rate` after it), on seed `tune.seed`: one run at each of
+`tune.factors` x the configured value; while the best run sits at the lowest or highest
+value tried, one more run at that value / or x `tune.extend`, at most
+`tune.max_extensions` times per edge. The best run reaches the target in the fewest steps;
+among runs tied in steps, and among runs that never reach it, the better final metric
+wins; a diverged run loses to every other; of equals, the smaller value wins. The next key
+is tuned from the chosen values of the previous ones.
+
+A run lives in `<point_dir>/tune/<name>/`, named by every tuned value (`lr0.003`,
+`lr0.003_outer_lr0.7`), so a run two keys share is trained once. The chosen run is the
+point's seed-`tune.seed` run: the sweep copies it, it does not train it again.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+from typing import Callable
+
+import ml_collections
+
+from ensemble_jax import config_lib, costs, optim
+
+# (config, run_dir) -> the run's results.json, or None when it diverged.
+TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
+
+SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr"}
+RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
+        "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
+        "best = fewest steps to target, then the better final metric (also for runs that "
+        "never reach it); a diverged run loses; of equals the smaller value")
+
+
+def run_name(config) -> str:
+  """`lr0.003`, `lr0.003_outer_lr0.7`: a tuning run's directory, from its tuned values."""
+  return "_".join(f"{SHORT_NAMES.get(k, k.rsplit('.', 1)[-1])}{config_lib.get(config, k):.4g}"
+                  for k in config.tune.fields)
+
+
+def rank(results: dict | None) -> tuple:
+  """Smaller is better: (missed the target, steps to it, final metric, signed to minimise);
+  a diverged run (None) ranks after every other."""
+  if results is None:
+    return (2, 0, math.inf)
+  target = results["target"]
+  final = results["final"].get(target["metric"])
+  if final is None or not math.isfinite(final):
+    final_key = math.inf
+  else:
+    final_key = final if target["metric"] in config_lib.LOWER_IS_BETTER else -final
+  if target["reached"]:
+    return (0, target["reached_step"], final_key)
+  return (1, 0, final_key)
+
+
+def _with(config, key: str, value: float):
+  c = copy.deepcopy(config)
+  config_lib.set_dotted(c, key, float(value))
+  return c
+
+
+def tune(config: ml_collections.ConfigDict, point_dir: str,
+         train: TrainFn) -> tuple[ml_collections.ConfigDict, dict]:
+  """Runs the rule on `config` (the point at seed tune.seed) through `train`; returns the
+  config at the chosen values and the record (`tuning.json`, results.json `tuning`)."""
+  t = config.tune
+  runs: dict[str, dict | None] = {}  # run name -> results (None: diverged)
+  axes, chosen = [], config
+
+  def result(c):
+    name = run_name(c)
+    if name not in runs:
+      runs[name] = train(c, os.path.join(point_dir, "tune", name))
+    return runs[name]
+
+  for key in t.fields:
+    base = config_lib.get(chosen, key)
+    values = sorted(base * f for f in t.factors)
+    extensions = {"low": 0, "high": 0}
+    while True:
+      ranked = sorted(values, key=lambda v: (rank(result(_with(chosen, key, v))), v))
+      best = ranked[0]
+      if len(values) > 1 and best == values[0] and extensions["low"] < t.max_extensions:
+        values.insert(0, values[0] / t.extend)
+        extensions["low"] += 1
+      elif len(values) > 1 and best == values[-1] and extensions["high"] < t.max_extensions:
+        values.append(values[-1] * t.extend)
+        extensions["high"] += 1
+      else:
+        break
+    axes.append({
+        "key": key, "base": base, "chosen": best, "extensions": extensions,
+        # the best at an edge once the extensions ran out: the optimum may lie beyond
+        "at_edge": len(values) > 1 and best in (values[0], values[-1]),
+        "runs": [_row(run_name(_with(chosen, key, v)), v, base,
+                      result(_with(chosen, key, v))) for v in values],
+    })
+    chosen = _with(chosen, key, best)
+  record = {
+      "rule": RULE, "seed": t.seed, "factors": list(t.factors), "extend": t.extend,
+      "max_extensions": t.max_extensions, "axes": axes,
+      "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
+      "chosen_run": os.path.join("tune", run_name(chosen)),
+      "peak_learning_rate": optim.peak_learning_rate(chosen.optim, chosen.train.batch_size),
+      "compute": compute(list(runs.values())),
+  }
+  return chosen, record
+
+
+def _row(name: str, value: float, base: float, results: dict | None) -> dict:
+  if results is None:
+    return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
+            "diverged": True, "reached": False, "steps_to_target": None, "final": None}
+  target = results["target"]
+  return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
+          "diverged": False, "reached": bool(target["reached"]),
+          "steps_to_target": target["reached_step"] if target["reached"] else None,
+          "step_budget": results.get("step_budget"),
+          "final": results["final"].get(target["metric"])}
+
+
+def compute(runs: list[dict | None]) -> dict:
+  """What the tuning runs cost together: training FLOPs and modelled critical-path time
+  and device-seconds per interconnect preset, summed over the runs (one after another),
+  plus the point's distilled pool once (every run reads the same pool). Diverged runs
+  stopped early with no results: they are counted in `diverged`, not in the sums."""
+  done = [r for r in runs if r is not None]
+  presets = tuple(costs.INTERCONNECTS)
+  flops = sum(r["flops_per_step"] * r["steps"] for r in done)
+  time_s = dict.fromkeys(presets, 0.0)
+  device_s = dict.fromkeys(presets, 0.0)
+  pool_s = pool_flops = 0.0
+  for r in done:
+    pool = r["cost"]["measured"]["pool_build_time_s"]
+    pool_s, pool_flops = pool, (r.get("distill") or {}).get("build_flops", 0.0)
+    devices = r["cost"]["modelled"]["devices"]
+    for p in presets:
+      train_s = r["cost"]["modelled"]["critical_path_s"][p] - pool
+      time_s[p] += train_s
+      device_s[p] += devices * train_s
+  if done:
+    devices = done[0]["cost"]["modelled"]["devices"]
+    time_s = {p: t + pool_s for p, t in time_s.items()}
+    device_s = {p: s + devices * pool_s for p, s in device_s.items()}
+  return {"runs": len(runs), "diverged": len(runs) - len(done), "flops": flops + pool_flops,
+          "time_s": time_s, "device_seconds": device_s, "pool_build_time_s": pool_s}

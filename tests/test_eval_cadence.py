@@ -1,0 +1,60 @@
+"""Steps to target resolved to 5%: evaluations come closer together near the target."""
+import math
+
+import pytest
+
+from ensemble_jax import config_lib, train
+
+
+def _eval_config(resolution=0.05, margin=0.05, lookahead=2.0):
+  c = config_lib.base_config().eval
+  c.target_resolution, c.near_target_margin, c.near_target_lookahead = (resolution, margin,
+                                                                        lookahead)
+  return c
+
+
+def _next(step, history, value=0.85, metric="accuracy", **kw):
+  return train.next_eval_step(step, history, metric, value, _eval_config(**kw), every=25)
+
+
+def test_far_from_the_target_the_cadence_is_every_steps():
+  assert _next(0, []) == 25
+  assert _next(50, [{"step": 25, "accuracy": 0.40}, {"step": 50, "accuracy": 0.45}]) == 75
+  assert _next(60, [{"step": 60, "accuracy": 0.5}]) == 75  # back on the every_steps grid
+
+
+def test_within_the_margin_the_next_eval_is_a_resolution_of_the_step_away():
+  near = [{"step": 100, "accuracy": 0.83}]  # 2 points below 85%, within 5% of it
+  assert _next(100, near) == 105
+  assert _next(40, near) == 42
+  assert _next(10, near) == 11  # at least one step
+  assert _next(100, near, resolution=0.0) == 125  # off
+  lm = [{"step": 200, "perplexity": 12.5}]  # lower is better: 0.5 above 12, within 0.6
+  assert _next(200, lm, value=12.0, metric="perplexity") == 210
+  assert _next(200, [{"step": 200, "perplexity": 13.0}], value=12.0,
+               metric="perplexity") == 225
+
+
+def test_a_fast_approach_counts_as_near_before_the_margin():
+  """0.70 -> 0.78 in 25 steps: at that rate 85% is 22 steps away, within 2 intervals."""
+  history = [{"step": 50, "accuracy": 0.70}, {"step": 75, "accuracy": 0.78}]
+  assert _next(75, history) == 78
+  assert _next(75, history, lookahead=0.5) == 100  # 22 steps is beyond half an interval
+
+
+@pytest.mark.parametrize("scale", [40.0, 60.0, 150.0])
+def test_the_first_eval_past_the_target_is_within_5_percent_of_the_crossing(scale):
+  """A saturating curve evaluated by the cadence: the crossing is pinned to 5% of it."""
+  def accuracy(step):
+    return 0.9 * (1 - math.exp(-step / scale))
+
+  history, step = [], 0
+  while True:
+    step = _next(step, history)
+    history.append({"step": step, "accuracy": accuracy(step)})
+    if accuracy(step) >= 0.85:
+      break
+  previous = history[-2]["step"]
+  crossing = -scale * math.log(1 - 0.85 / 0.9)
+  assert previous < crossing <= step
+  assert (step - previous) <= 0.05 * step

@@ -1,0 +1,147 @@
+"""The sweeps' one tuning rule picks the planted best rate of a synthetic point."""
+import math
+import os
+
+import pytest
+
+from ensemble_jax import config_lib, costs
+from experiments.sweeps import tuning
+
+BASE = 3e-3
+
+
+def _config(fields=("optim.learning_rate",), factors=(0.5, 1.0, 2.0), max_extensions=2):
+  c = config_lib.base_config()
+  c.optim.learning_rate = BASE
+  c.eval.target_metric, c.eval.target_value = "accuracy", 0.85
+  c.tune.fields, c.tune.factors, c.tune.max_extensions = fields, factors, max_extensions
+  return c
+
+
+def _results(reached_step, final, budget=1000):
+  """A run's results.json as far as the rule and the compute sum read it."""
+  presets = tuple(costs.INTERCONNECTS)
+  steps = reached_step or budget
+  return {
+      "target": {"metric": "accuracy", "value": 0.85, "reached": reached_step is not None,
+                 "reached_step": reached_step},
+      "final": {"accuracy": final}, "step_budget": budget, "steps": steps,
+      "flops_per_step": 1e9,
+      "cost": {"measured": {"pool_build_time_s": 0.0},
+               "modelled": {"devices": 4, "critical_path_s": dict.fromkeys(presets, 0.01 * steps)}},
+  }
+
+
+class FakeTrain:
+  """Steps to target grow with |log2(lr / best)|; lr >= `diverge_at` diverges."""
+
+  def __init__(self, best, budget=1000, diverge_at=math.inf, steps=None):
+    self.best, self.budget, self.diverge_at, self.steps = best, budget, diverge_at, steps
+    self.dirs = []
+
+  def __call__(self, config, run_dir):
+    self.dirs.append(run_dir)
+    lr = config.optim.learning_rate
+    if lr >= self.diverge_at:
+      return None
+    distance = abs(math.log2(lr / self.best))
+    steps = self.steps(lr) if self.steps else 200 + round(300 * distance)
+    final = 0.9 - 0.01 * distance
+    return _results(steps if steps <= self.budget else None, final, self.budget)
+
+
+def _tune(fake, **kw):
+  return tuning.tune(_config(**kw), "/point", fake)
+
+
+def test_the_planted_best_inside_the_grid_is_chosen_without_extension():
+  fake = FakeTrain(best=BASE)
+  chosen, record = _tune(fake)
+  assert chosen.optim.learning_rate == BASE
+  assert [r["value"] for r in record["axes"][0]["runs"]] == pytest.approx([BASE / 2, BASE,
+                                                                           2 * BASE])
+  assert record["axes"][0]["extensions"] == {"low": 0, "high": 0}
+  assert not record["axes"][0]["at_edge"]
+  assert record["chosen_run"] == os.path.join("tune", "lr0.003")
+  assert sorted(fake.dirs) == sorted(os.path.join("/point", "tune", n)
+                                     for n in ("lr0.0015", "lr0.003", "lr0.006"))
+  steps = {r["value"]: r["steps_to_target"] for r in record["axes"][0]["runs"]}
+  assert steps[BASE] == 200 and steps[BASE / 2] == 500
+  compute = record["compute"]
+  assert compute["runs"] == 3 and compute["flops"] == 1e9 * (500 + 200 + 500)
+  assert compute["time_s"]["ib800"] == pytest.approx(0.01 * 1200)
+  assert compute["device_seconds"]["ib800"] == pytest.approx(4 * 0.01 * 1200)
+
+
+def test_a_best_at_the_edge_extends_the_grid_until_it_is_inside():
+  fake = FakeTrain(best=4 * BASE)
+  chosen, record = _tune(fake)
+  assert chosen.optim.learning_rate == pytest.approx(4 * BASE)
+  axis = record["axes"][0]
+  assert axis["extensions"] == {"low": 0, "high": 2}  # 4x is best, 8x confirms it
+  assert [r["factor"] for r in axis["runs"]] == pytest.approx([0.5, 1, 2, 4, 8])
+  assert not axis["at_edge"] and len(fake.dirs) == 5
+
+
+def test_extensions_are_capped_and_a_best_still_at_the_edge_is_flagged():
+  chosen, record = _tune(FakeTrain(best=BASE / 64))
+  assert chosen.optim.learning_rate == pytest.approx(BASE / 8)
+  assert record["axes"][0]["extensions"] == {"low": 2, "high": 0}
+  assert record["axes"][0]["at_edge"]
+
+
+def test_ties_in_steps_and_missed_targets_go_to_the_better_final_metric():
+  tie = FakeTrain(best=2 * BASE, steps=lambda lr: 300)  # every rate: 300 steps
+  assert _tune(tie, max_extensions=0)[0].optim.learning_rate == pytest.approx(2 * BASE)
+  missed = FakeTrain(best=BASE / 2, budget=100)  # nothing reaches the target in 100 steps
+  chosen, record = _tune(missed, max_extensions=0)
+  assert chosen.optim.learning_rate == pytest.approx(BASE / 2)
+  assert not any(r["reached"] for r in record["axes"][0]["runs"])
+
+
+def test_a_diverged_rate_loses_and_is_recorded():
+  chosen, record = _tune(FakeTrain(best=4 * BASE, diverge_at=5e-3))
+  assert chosen.optim.learning_rate == pytest.approx(BASE)
+  runs = {r["factor"]: r for r in record["axes"][0]["runs"]}
+  assert runs[2.0]["diverged"] and runs[2.0]["steps_to_target"] is None
+  assert record["compute"]["diverged"] == 1 and record["compute"]["runs"] == 3
+
+
+def test_a_second_field_is_tuned_from_the_first_choice_and_shares_its_run():
+  c = _config(fields=("optim.learning_rate", "method.outer_learning_rate"), max_extensions=0)
+  fake = FakeTrain(best=2 * BASE)
+  chosen, record = tuning.tune(c, "/point", fake)
+  assert chosen.optim.learning_rate == pytest.approx(2 * BASE)
+  assert [a["key"] for a in record["axes"]] == ["optim.learning_rate",
+                                                "method.outer_learning_rate"]
+  assert len(fake.dirs) == len(set(fake.dirs)) == 5  # 3 + 3, the shared run trained once
+  assert os.path.join("/point", "tune", "lr0.006_outer_lr0.7") in fake.dirs
+
+
+def test_one_factor_means_untuned():
+  fake = FakeTrain(best=BASE / 16)
+  chosen, record = _tune(fake, factors=(1.0,))
+  assert chosen.optim.learning_rate == BASE and len(fake.dirs) == 1
+  assert not record["axes"][0]["at_edge"]
+
+
+def test_the_report_reads_the_tuning_record_budget_and_resolution(tmp_path):
+  import json
+
+  from ensemble_jax import report
+
+  _, record = _tune(FakeTrain(best=BASE))
+  results = _results(200, 0.86)
+  results["target"].update({"resolution_steps": 5, "reached_time_s": 1.0})
+  results["cost"]["measured"].update({"steps_to_target": 200, "flops_to_target": 2e11})
+  results.update({"method": "data_parallel", "config": {"seed": 0}, "train_time_s": 2.0,
+                  "tuning": record})
+  run_dir = tmp_path / "data_parallel" / "D4" / "seed0"
+  run_dir.mkdir(parents=True)
+  (run_dir / "results.json").write_text(json.dumps(results))
+  (row,) = report.load_runs(str(tmp_path))
+  assert row["step_budget"] == 1000 and row["resolution_steps"] == 5
+  assert row["tuning"]["chosen"] == {"optim.learning_rate": BASE}
+  assert row["tuning"]["runs"] == 3 and row["tuning"]["flops"] == record["compute"]["flops"]
+  assert row["tuning"]["time_s"] == record["compute"]["time_s"]
+  assert not row["tuning"]["at_edge"]
