@@ -181,7 +181,7 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   """Validates, loads the data and builds the method; only then creates the workdir, so a
   config that cannot work fails here and leaves no trace."""
   _check_workdir_is_a_path(workdir)
-  s = _assemble(config)
+  s = _assemble(config, workdir)
   if config.train.init_from and not os.path.isdir(s.warm_start):
     raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
                                  f"checkpoints in {s.warm_start}; train that run first.")
@@ -189,14 +189,15 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   return s
 
 
-def _assemble(config: ml_collections.ConfigDict) -> Setup:
-  """The run's mesh, data and method, checked against the config; nothing written."""
+def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> Setup:
+  """The run's mesh, data and method, checked against the config (and against the
+  checkpoints in `workdir`, if given); nothing written."""
   config_lib.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
-  # Before any data: checkpoints of another config are an error, not a silent resume.
-  _resume_changes(checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS)), config,
-                  workdir)
+  if workdir is not None:  # before any data: another config's checkpoints are an error
+    _resume_changes(checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS)), config,
+                    workdir)
   data = data_lib.load(config)
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
