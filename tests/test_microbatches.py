@@ -185,3 +185,29 @@ def test_gpt2_through_the_loop_equals_the_unsplit_run(tmp_path):
   r1, r4 = fits[1].results, fits[4].results
   assert r4["final"]["nll"] == pytest.approx(r1["final"]["nll"], rel=1e-5)
   assert r4["flops_per_step"] == pytest.approx(r1["flops_per_step"], rel=0.02)
+
+
+@pytest.mark.parametrize("strategy", ["unroll", "vmap"])
+def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
+  """4 workers, each over 2 `data` devices (its microbatches per device, gradients pmeaned
+  once): the same workers as without microbatches."""
+  from ensemble_jax.methods import create_method
+  from experiments.configs import pydocs_gpt2
+
+  out = {}
+  for k in (1, 2):
+    config = pydocs_gpt2.get_config("ensemble,smoke")
+    config.mesh, config.method.num_workers = [("worker", 4), ("data", 2)], 4
+    config.method.local_strategy, config.train.microbatches = strategy, k
+    config.data.context = CONTEXT
+    model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
+    tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
+    engine = create_method(config, model, tx, make_mesh(config.mesh),
+                           jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
+    tokens = _gpt2_batch(4 * 8)["tokens"].reshape(4, 8, CONTEXT + 1)
+    batch = jax.device_put({"tokens": tokens}, engine.train_layout.sharding)
+    out[k] = engine.train_step(engine.init(jax.random.key(0)), batch, jax.random.key(1))
+  for a, b in zip(jax.tree.leaves(out[1][0].params), jax.tree.leaves(out[2][0].params)):
+    np.testing.assert_allclose(b, a, atol=1e-6, rtol=1e-5)
+  np.testing.assert_allclose(out[2][1]["loss"], out[1][1]["loss"], rtol=1e-5)
+  assert out[2][1]["loss"].shape == (4,)
