@@ -122,6 +122,17 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.batch_size = 128  # global batch (data_parallel)
+  # Gradient accumulation: each model's (each worker's) batch is split into k microbatches
+  # whose gradients are summed in a lax.scan before one optimizer update: the same update
+  # in about 1/k of the activation memory. BatchNorm normalises per microbatch (ghost
+  # batch norm, so BatchNorm models train differently from k = 1); its running statistics
+  # take one update per step with the microbatches' mean statistics. 1: no split.
+  c.train.microbatches = 1
+  # Estimate the gradient noise scale B_simple (ensemble_jax/noise_scale.py) from the
+  # microbatch and whole-batch gradient norms; needs microbatches >= 2. Results.json gets
+  # `noise_scale`; metrics.jsonl `train/b_simple` at log steps.
+  c.train.noise_scale = False
+  c.train.noise_scale_ema = 0.95  # decay of the moving averages of |G|^2 and tr(Sigma)
   # Duration: exactly one of num_steps / num_epochs is > 0.
   c.train.num_steps = 0
   c.train.num_epochs = 2.0
@@ -387,6 +398,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
+  _validate_microbatches(config.train)
   _need(not config.train.init_from or config.method.name != "diloco", "train.init_from",
         config.train.init_from, "warm starts are supported for data_parallel and ensemble.")
   _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
@@ -413,6 +425,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")
   _validate_mesh(config)
+
+
+def _validate_microbatches(train) -> None:
+  k = train.microbatches
+  _need(isinstance(k, int) and k >= 1, "train.microbatches", k, "must be an integer >= 1.")
+  _need(train.batch_size % k == 0, "train.microbatches", k,
+        f"must divide config.train.batch_size={train.batch_size} (the per-model batch); "
+        f"choose a divisor of {train.batch_size}.")
+  _need(not train.noise_scale or k >= 2, "train.noise_scale", train.noise_scale,
+        "needs two batch sizes: set config.train.microbatches >= 2 (small = a microbatch).")
+  _need(0.0 <= train.noise_scale_ema < 1.0, "train.noise_scale_ema", train.noise_scale_ema,
+        "is a moving-average decay, in [0, 1).")
 
 
 DISTILL_METHODS = ("none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -30,12 +31,13 @@ from clu import parameter_overview
 from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, distributed, optim, writers
+from ensemble_jax import config_lib, costs, distributed, noise_scale, optim, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import models
 from ensemble_jax.data import pipeline, samplers
 from ensemble_jax.methods import Method, create_method
+from ensemble_jax.methods import step as step_lib
 from ensemble_jax.sharding import make_mesh
 
 RESULTS_FILE = "results.json"
@@ -147,13 +149,50 @@ class Progress:
   durations: list[float] = dataclasses.field(default_factory=list)  # this session's steps
   flops_per_step: float = float("nan")
   last_eval: dict | None = None
+  noise: NoiseScaleTracker | None = None  # config.train.noise_scale
 
   def record(self, method: Method) -> dict:
     """The checkpoint's JSON record: what a resumed run needs besides the state."""
-    return {"step": self.step, "train_time_s": self.chrono.train_s,
-            "eval_time_s": self.chrono.paused_s["eval"], "history": self.history,
-            "target": dataclasses.asdict(self.tracker), "method": method.host_state(),
-            "config": self.config, "config_changes": self.config_changes}
+    record = {"step": self.step, "train_time_s": self.chrono.train_s,
+              "eval_time_s": self.chrono.paused_s["eval"], "history": self.history,
+              "target": dataclasses.asdict(self.tracker), "method": method.host_state(),
+              "config": self.config, "config_changes": self.config_changes}
+    if self.noise is not None:
+      record["noise_scale"] = self.noise.record()
+    return record
+
+
+@dataclasses.dataclass
+class NoiseScaleTracker:
+  """The gradient noise scale over training: each step's estimates (the step's metrics
+  `noise_grad_sq`, `noise_trace`; averaged over workers) into moving averages, and
+  B_simple read at every eval step (`history`)."""
+  ema: noise_scale.NoiseScaleEMA
+  history: list[dict] = dataclasses.field(default_factory=list)
+
+  @classmethod
+  def from_record(cls, record: dict | None, decay: float) -> "NoiseScaleTracker":
+    if not record:
+      return cls(noise_scale.NoiseScaleEMA(decay))
+    return cls(noise_scale.NoiseScaleEMA(**record["ema"]), list(record["history"]))
+
+  def record(self) -> dict:
+    return {"ema": self.ema.to_dict(), "history": self.history}
+
+  def update(self, step_metrics: dict) -> None:
+    self.ema.update(np.mean(step_metrics["noise_grad_sq"]),
+                    np.mean(step_metrics["noise_trace"]))
+
+  def read(self, step: int) -> None:
+    self.history.append({"step": step, **self.ema.estimates()})
+
+  def results(self, target: TargetTracker) -> dict:
+    """results.json `noise_scale`: the final averages, B_simple at the step the target was
+    reached (None if it was not), and its history."""
+    at = [h for h in self.history if h["step"] == target.reached_step]
+    return {**self.ema.estimates(), "ema_decay": self.ema.decay, "steps": self.ema.steps,
+            "b_simple_at_target": at[0]["b_simple"] if at else None,
+            "history": self.history}
 
 
 @dataclasses.dataclass
@@ -175,6 +214,8 @@ class Setup:
   eval_every: int
   warm_start: str  # config.train.init_from's checkpoints (read only if init_from is set)
   is_main: bool
+  # train.microbatches > 1: one model's abstract state, to count a microbatch's FLOPs
+  one_model: Any = None
 
 
 def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
@@ -204,8 +245,14 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
   method = create_method(config, model, tx, mesh, data.init_input)
+  one_model = None
+  if config.train.microbatches > 1:
+    one_model = jax.eval_shape(functools.partial(
+        step_lib.create_train_state, model, tx, init_input=data.init_input,
+        sparse=config.model.sparsity > 0), jax.random.key(0))
   return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
-               os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0)
+               os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0,
+               one_model)
 
 
 def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
@@ -269,6 +316,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   progress = Progress(int(meta["step"]), TargetTracker(**meta["target"]), meta["history"],
                       Chrono(meta["train_time_s"], meta["eval_time_s"]), _as_json(config),
                       meta.get("config_changes", []))
+  if config.train.noise_scale:
+    progress.noise = NoiseScaleTracker.from_record(meta.get("noise_scale"),
+                                                   config.train.noise_scale_ema)
   state = _train(config, workdir, s, state, step_rng, train_batches, eval_batches, progress,
                  checkpointer, writer)
   results = _results(config, s, pool, state, progress, train_batches, eval_batches)
@@ -413,7 +463,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
     for step in range(p.step, end_step):
       batch = next(batches)
       if step_fn is None:
-        step_fn = _compile(method, state, batch, step_rng, s.mesh, p)
+        step_fn = _compile(config, s, state, batch, step_rng, p)
       state, step_metrics = step_fn(state, batch, step_rng)
       # Checked before anything reads the new state (an eval, a sync): a worker that
       # diverged in this very update enters neither. The fetch waits for the step.
@@ -422,9 +472,13 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       p.durations.append(p.chrono.lap())
       done = step + 1
       bar.update(1)
+      if p.noise is not None:
+        p.noise.update(step_metrics)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        _log(writer, bar, done, step_metrics)
+        _log(writer, bar, done, step_metrics, p.noise)
       if done >= next_eval or done == num_steps:
+        if p.noise is not None:
+          p.noise.read(done)
         _evaluate(method, state, batch, done, eval_batches, p, writer)
         next_eval = _next_eval(config, s, p)
       reached = stop_at_target and p.tracker.reached
@@ -462,17 +516,28 @@ def _next_eval(config, s: Setup, p: Progress) -> int:
                         s.eval_every)
 
 
-def _compile(method: Method, state, batch, step_rng, mesh, p: Progress):
+def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
   """The step compiled once (timed apart), XLA's FLOPs read off the same executable."""
+  method, k = s.method, config.train.microbatches
   with p.chrono.paused("compile"):
     step_fn = method.train_step.lower(state, batch, step_rng).compile()
     # XLA counts the per-device SPMD program; the step costs that on every mesh device.
-    p.flops_per_step = costs.flops(step_fn) * mesh.devices.size
+    p.flops_per_step = costs.flops(step_fn) * s.mesh.devices.size
+    if k > 1:  # XLA counts the microbatch loop's body once; it runs k times per model
+      lead = len(method.train_layout.leading_shape)
+      rows = method.train_layout.leading_shape[-1] // k
+      mb = {name: jax.ShapeDtypeStruct((rows,) + x.shape[lead:], x.dtype)
+            for name, x in batch.items()}
+      p.flops_per_step += (k - 1) * method.num_workers * step_lib.microbatch_flops(
+          s.one_model, mb, method.step_config)
   return step_fn
 
 
-def _log(writer, bar, step: int, step_metrics: dict) -> None:
+def _log(writer, bar, step: int, step_metrics: dict,
+         noise: NoiseScaleTracker | None = None) -> None:
   scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
+  if noise is not None:
+    scalars["train/b_simple"] = noise.ema.estimates()["b_simple"]
   writer.write_scalars(step, scalars)
   bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
 
@@ -537,6 +602,8 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
   }
   if pool.info is not None:
     results["distill"] = pool.info
+  if p.noise is not None:
+    results["noise_scale"] = p.noise.results(target)
   results["cost"] = costs.summary(results, costs.param_bytes(results), config.cost.devices,
                                   config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",

@@ -27,9 +27,15 @@ def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
 
 
 def check_batch_sizes(config, data_size: int) -> None:
-  """Train and eval batches split evenly over the mesh's `data` axis."""
+  """Train and eval batches (and each microbatch) split evenly over the mesh's `data` axis."""
   check_divisible(config.train.batch_size, "train.batch_size", data_size,
                   "the mesh's data axis")
+  k = config.train.microbatches
+  if k > 1 and config.train.batch_size % (k * data_size):
+    b = config.train.batch_size
+    raise ConfigError(f"config.train.microbatches={k} splits config.train.batch_size={b} into "
+                      f"microbatches of {b / k:g}, not divisible by the mesh's data axis="
+                      f"{data_size}; choose k dividing {b // data_size}.")
   check_divisible(config.eval.batch_size, "eval.batch_size", data_size,
                   "the mesh's data axis")
 
@@ -47,7 +53,15 @@ class DataParallel(Method):
     batch_sharding = NamedSharding(mesh, P("data"))
     self.train_layout = BatchLayout((config.train.batch_size,), batch_sharding)
     self.eval_layout = BatchLayout((config.eval.batch_size,), batch_sharding)
-    self.step_config = step_lib.StepConfig.from_config(config)
+    # Gradient accumulation with replicated params runs per device under shard_map: each
+    # device sums its own microbatches' gradients and the step all-reduces them once. (Under
+    # plain jit the partitioner all-reduces every microbatch's gradient inside the loop.)
+    self.local_accumulation = config.train.microbatches > 1 and not config.method.fsdp
+    if self.local_accumulation:  # BatchNorm statistics of each microbatch over all devices
+      model = model.clone(bn_axis_name="data")
+    self.model = model
+    self.step_config = step_lib.StepConfig.from_config(
+        config, data_axis="data" if self.local_accumulation else None)
     self._init_fn = functools.partial(step_lib.create_train_state, model, tx,
                                       init_input=init_input,
                                       sparse=config.model.sparsity > 0)
@@ -55,11 +69,21 @@ class DataParallel(Method):
         jax.eval_shape(self._init_fn, jax.random.key(0)), mesh,
         fsdp=config.method.fsdp, min_size=config.method.fsdp_min_size)
     rep = sharding_lib.replicated(mesh)
-    self.train_step = jax.jit(
-        functools.partial(step_lib.train_step, cfg=self.step_config),
-        in_shardings=(self.state_sharding, batch_sharding, rep),
-        out_shardings=(self.state_sharding, rep), donate_argnums=0)
+    step = functools.partial(step_lib.train_step, cfg=self.step_config)
+    if self.local_accumulation:
+      step = jax.shard_map(self._local_step, mesh=mesh, in_specs=(P(), P("data"), P()),
+                           out_specs=(P(), P()),
+                           # Replicated by construction: grads and metrics are pmeaned
+                           # over `data`, BatchNorm statistics synced over it.
+                           check_vma=False)
+    self.train_step = jax.jit(step, in_shardings=(self.state_sharding, batch_sharding, rep),
+                              out_shardings=(self.state_sharding, rep), donate_argnums=0)
     self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
+
+  def _local_step(self, state, batch, rng):
+    """One device's part of a microbatched step (its own dropout stream)."""
+    rng = jax.random.fold_in(rng, jax.lax.axis_index("data"))
+    return step_lib.train_step(state, batch, rng, self.step_config)
 
   @property
   def examples_per_step(self) -> int:

@@ -8,6 +8,7 @@ Two tasks share the code: `classification` (batch {"image", "label"}, logits [B,
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -16,6 +17,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
+from ensemble_jax import costs, noise_scale
 from ensemble_jax.data.images import normalize
 
 
@@ -38,11 +40,18 @@ class StepConfig:
   # parallelism): gradients and metrics are averaged over it (BatchNorm syncs its batch
   # statistics itself, through the model's `bn_axis_name`).
   data_axis: str | None = None
+  # Gradient accumulation: the batch is split into this many microbatches whose gradients
+  # are summed in a `lax.scan` before one update (BatchNorm normalises per microbatch).
+  microbatches: int = 1
+  # With microbatches > 1: per-step unbiased estimates of |G|^2 and tr(Sigma) from the
+  # microbatch and whole-batch gradient norms (`ensemble_jax/noise_scale.py`).
+  noise_scale: bool = False
 
   @classmethod
   def from_config(cls, config, data_axis: str | None = None) -> "StepConfig":
     return cls(config.task, tuple(config.data.mean), tuple(config.data.std),
-               config.optim.label_smoothing, data_axis)
+               config.optim.label_smoothing, data_axis, config.train.microbatches,
+               config.train.noise_scale)
 
 
 def model_inputs(batch: dict, cfg: StepConfig) -> jax.Array:
@@ -84,6 +93,8 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
                ) -> tuple[TrainState, dict]:
   """(state, batch, rng) -> (state, metrics); the rng is folded with the step inside."""
   rng = jax.random.fold_in(rng, state.step)
+  if cfg.microbatches > 1:
+    return _accumulated_step(state, batch, rng, cfg)
   inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
   mutable = ["batch_stats"] if state.batch_stats is not None else False
 
@@ -101,6 +112,12 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
 
   (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
   accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
+  return _update(state, grads, batch_stats, loss, accuracy, cfg)
+
+
+def _update(state: TrainState, grads, batch_stats, loss, accuracy, cfg: StepConfig
+            ) -> tuple[TrainState, dict]:
+  """The step's one optimizer update from the batch's gradients, and its metrics."""
   if cfg.data_axis is not None:
     grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
   if state.prune_mask is not None:  # pruned entries get no gradient and stay exactly 0
@@ -110,6 +127,112 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
     state = state.replace(params=_masked(state.params, state.prune_mask))
   metrics = {"loss": loss, "accuracy": accuracy, "grad_norm": optax.tree.norm(grads)}
   return state, metrics
+
+
+def split_microbatches(batch: dict, k: int) -> dict:
+  """[B, ...] -> [k, B / k, ...], microbatch j holding rows j, j + k, j + 2k, ...
+
+  Strided, not contiguous: a batch sharded over devices on its rows keeps the sharding on
+  the B / k axis, so each device splits its own rows and nothing moves between devices.
+  """
+  def split(x):
+    return x.reshape((x.shape[0] // k, k) + x.shape[1:]).swapaxes(0, 1)
+
+  return jax.tree.map(split, batch)
+
+
+def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfig,
+                     loss_scale) -> tuple[tuple[jax.Array, Any], Any, jax.Array]:
+  """One microbatch's forward and backward: ((summed correct predictions, BatchNorm
+  updates), gradients, its loss share), the loss share being `loss_scale` x the summed
+  (unweighted: mean) per-example loss: the microbatch's part of the batch's loss."""
+  mutable = ["batch_stats"] if state.batch_stats is not None else False
+  labels = targets(mb, cfg)
+
+  def loss_fn(params):
+    out = state.apply_fn(_variables(state, params), model_inputs(mb, cfg), train=True,
+                         mutable=mutable, rngs={"dropout": rng})
+    logits, updates = out if mutable else (out, {})
+    loss = cross_entropy(logits, labels, cfg.label_smoothing)
+    if "weight" in mb:
+      loss = jnp.sum(mb["weight"] * loss.reshape(loss.shape[0], -1).mean(-1))
+    else:
+      loss = loss.mean()
+    correct = jnp.sum(jnp.argmax(logits, -1) == labels, dtype=jnp.float32)
+    return loss_scale * loss, (correct, updates.get("batch_stats"))
+
+  (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+  return aux, grads, loss
+
+
+def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
+                      ) -> tuple[TrainState, dict]:
+  """`cfg.microbatches` microbatches' gradients summed in a scan, then one update.
+
+  Each microbatch's loss is its share of the whole batch's (a k-th of the mean; weighted:
+  sum_i w_i l_i over the total weight of the batch, on every device of `cfg.data_axis`),
+  so the summed gradient is the unsplit step's. BatchNorm normalises per microbatch (ghost
+  batch norm); the running statistics take one update per step, with the microbatches'
+  mean batch statistics (the mean exact, the variance the mean of per-microbatch ones).
+  """
+  k = cfg.microbatches
+  rows = jax.tree.leaves(batch)[0].shape[0]
+  devices = 1 if cfg.data_axis is None else jax.lax.axis_size(cfg.data_axis)
+  weighted = "weight" in batch
+  if weighted:  # sum_i w_i l_i / sum_i w_i over the whole batch, whatever each part holds
+    total = jnp.sum(batch["weight"])
+    if cfg.data_axis is not None:
+      total = jax.lax.psum(total, cfg.data_axis)
+    loss_scale = devices / jnp.maximum(total, 1e-12)  # the pmean divides by `devices`
+  else:
+    loss_scale = 1.0 / k
+  has_stats = state.batch_stats is not None
+
+  def body(acc, xs):
+    j, mb = xs
+    (correct, stats), grads, loss = microbatch_grads(state, mb, jax.random.fold_in(rng, j),
+                                                     cfg, loss_scale)
+    out = {"grads": jax.tree.map(jnp.add, acc["grads"], grads), "loss": acc["loss"] + loss,
+           "correct": acc["correct"] + correct}
+    if has_stats:
+      out["stats"] = jax.tree.map(jnp.add, acc["stats"], stats)
+    if cfg.noise_scale:  # |g_j|^2 of the microbatch's own mean gradient
+      own = (loss_scale * jnp.maximum(jnp.sum(mb["weight"]), 1e-12) if weighted
+             else loss_scale)  # the microbatch's loss share / its own mean loss
+      g = grads if state.prune_mask is None else _masked(grads, state.prune_mask)
+      out["micro_grad_sq"] = acc["micro_grad_sq"] + optax.tree.norm(g, squared=True) / own**2
+    return out, None
+
+  zeros = lambda tree: jax.tree.map(jnp.zeros_like, tree)  # noqa: E731
+  init = {"grads": zeros(state.params), "loss": jnp.zeros((), jnp.float32),
+          "correct": jnp.zeros((), jnp.float32)}
+  if has_stats:
+    init["stats"] = zeros(state.batch_stats)
+  if cfg.noise_scale:
+    init["micro_grad_sq"] = jnp.zeros((), jnp.float32)
+  acc, _ = jax.lax.scan(body, init, (jnp.arange(k), split_microbatches(batch, k)))
+  batch_stats = jax.tree.map(lambda x: x / k, acc["stats"]) if has_stats else None
+  labels_per_row = math.prod(jax.eval_shape(lambda b: targets(b, cfg), batch).shape[1:])
+  accuracy = acc["correct"] / (rows * labels_per_row)
+  state, metrics = _update(state, acc["grads"], batch_stats, acc["loss"], accuracy, cfg)
+  if cfg.noise_scale:
+    micro_grad_sq = acc["micro_grad_sq"] / k
+    if cfg.data_axis is not None:  # a microbatch's gradient was one device's part of it
+      micro_grad_sq = jax.lax.pmean(micro_grad_sq, cfg.data_axis)
+    metrics |= noise_scale.step_estimates(micro_grad_sq, metrics["grad_norm"]**2,
+                                          rows // k, rows * devices)
+  return state, metrics
+
+
+def microbatch_flops(state: TrainState, mb: dict, cfg: StepConfig) -> float:
+  """XLA's FLOPs of one microbatch's forward and backward (one model, one device).
+
+  XLA's cost analysis counts a while loop's body once, so a step of k microbatches is
+  counted short by k - 1 of these. `state` and `mb` may be abstract (ShapeDtypeStruct).
+  """
+  cfg = dataclasses.replace(cfg, data_axis=None)
+  fn = jax.jit(lambda s, b, r: microbatch_grads(s, b, r, cfg, 1.0))
+  return costs.flops(fn.lower(state, mb, jax.random.key(0)).compile())
 
 
 def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float) -> TrainState:
