@@ -1,5 +1,6 @@
 """The samplers sweep runs end to end on a smoke grid, writes its table, and resumes."""
 import json
+import os
 
 import pytest
 
@@ -32,3 +33,23 @@ def test_smoke_text_samplers_sweep(tmp_path):
   assert results["distill"]["pool_sizes"] == [128, 128]
   with pytest.raises(ValueError, match=r"samplers \['el2n'\] unknown for workload 'pydocs'"):
     samplers.run(str(tmp_path), seeds=[0], grid="smoke", samplers=["el2n"], workload="pydocs")
+
+
+@pytest.mark.parametrize("workload, committed", [
+    ("fashion", "experiments/results/samplers/random/seed0/results.json"),
+    ("pydocs", "experiments/results/samplers_pydocs/random/seed0/results.json")])
+def test_new_rows_warm_up_as_the_committed_rows_did(workload, committed):
+  # The cost-vs-time grid's warm-up rule (a fraction of the budget) must not leak into this
+  # sweep: a row added now is compared with rows measured under the old warm-up.
+  import ml_collections
+
+  from ensemble_jax import optim
+  from tests.conftest import REPO
+
+  with open(os.path.join(REPO, committed)) as f:
+    old = ml_collections.ConfigDict(json.load(f)["config"]["optim"])
+  old.warmup_fraction = old.get("warmup_fraction", 0.0)
+  new = samplers.get_config("random", 0, "/tmp/unused", "full", workload).optim
+  steps, per_epoch = (200, 937) if workload == "fashion" else (400, 1000)
+  assert (optim.warmup_steps(new, steps, per_epoch)
+          == optim.warmup_steps(old, steps, per_epoch) > 0)
