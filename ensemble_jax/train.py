@@ -302,6 +302,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
                                              config.checkpoint.max_to_keep)
   finished = finished_results(config, workdir)
   state, meta = _restore(config, workdir, s, state, checkpointer)
+  if finished is None and meta["step"] >= s.num_steps:  # a longer budget field, same steps
+    finished = _read_results(workdir, steps=meta["step"])
   if finished is not None:  # its results stand; the state is the final checkpoint's
     checkpointer.close()
     return Fit(finished, state, s.method, s.data)
@@ -340,14 +342,8 @@ def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | 
   """
   _check_workdir_is_a_path(workdir)
   config_lib.validate(config)
-  path = os.path.join(workdir, RESULTS_FILE)
-  try:
-    with open(path) as f:
-      results = json.load(f)
-  except FileNotFoundError:
-    return None
-  except (OSError, ValueError) as e:  # unreadable: the checkpoints decide what happens
-    logging.warning("%s cannot be read (%s); resuming from the checkpoints", path, e)
+  results = _read_results(workdir)
+  if results is None:
     return None
   changes = _resume_changes({"step": results.get("steps"), "config": results.get("config")},
                             config, workdir)
@@ -361,6 +357,20 @@ def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | 
     logging.info("%s is finished; changes that alter nothing trained are ignored: %s",
                  workdir, _listed(changes))
   return results
+
+
+def _read_results(workdir: str, steps: int | None = None) -> dict | None:
+  """The workdir's results.json (only if it covers `steps` steps, when given), else None."""
+  path = os.path.join(workdir, RESULTS_FILE)
+  try:
+    with open(path) as f:
+      results = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:  # unreadable: the checkpoints decide what happens
+    logging.warning("%s cannot be read (%s); resuming from the checkpoints", path, e)
+    return None
+  return results if steps is None or results.get("steps") == steps else None
 
 
 def _resume_changes(record: dict | None, config, workdir: str) -> dict[str, tuple]:

@@ -273,3 +273,16 @@ def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(smoke_config, tm
   assert run.finished_results(smoke_config, str(tmp_path)) is None
   second = run.train_and_evaluate(smoke_config, str(tmp_path))
   assert second["steps"] == 4 and [h["step"] for h in second["history"]] == [2, 4]
+
+
+def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_path):
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("ensemble,smoke")  # L = method.steps_per_worker = 4
+  run.train_and_evaluate(config, str(tmp_path))
+  before = _files(tmp_path)
+  config.train.num_steps = 8  # grows, but the ensemble's budget is still L
+  assert run.finished_results(config, str(tmp_path)) is None  # judged by the loop instead
+  again = run.train_and_evaluate(config, str(tmp_path))
+  assert again["steps"] == 4 and again["flops_per_step"] > 0
+  assert _files(tmp_path) == before
