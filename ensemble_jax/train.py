@@ -561,8 +561,7 @@ def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress
   p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
                    p.history[-1]["step"] if p.history else 0)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
-  writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})
-  logging.info("step %d eval %s", step, scalars)
+  writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})  # logs it once
 
 
 def _eval(method: Method, state, eval_batches) -> dict:

@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
-from ensemble_jax.config_lib import ConfigError, aggregation_modes
+from ensemble_jax.config_lib import ConfigError, aggregation_modes, mesh_string
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
@@ -60,8 +60,8 @@ class Ensemble(Method):
     self.config, self.mesh = config, mesh
     m = config.method
     if "worker" not in mesh.shape:
-      raise ConfigError(f"config.mesh={list(config.mesh)}: the ensemble needs a 'worker' "
-                        "axis, e.g. [('worker', -1), ('data', 1)].")
+      raise ConfigError(f"config.mesh={mesh_string(config.mesh)!r}: the ensemble "
+                        "needs a 'worker' axis, e.g. 'worker:-1,data:1'.")
     num_shards, data_size = mesh.shape["worker"], mesh.shape.get("data", 1)
     self.num_workers = m.num_workers
     if m.num_workers % num_shards:
