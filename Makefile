@@ -5,8 +5,8 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers many-workers projection \
-	lipt pile imagenet clean
+.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+	projection lipt pile imagenet clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +50,14 @@ projection: install
 sweep-samplers: install data
 	$(PY) -m experiments.sweeps.samplers --workload=fashion --seeds=0,1,2
 	$(PY) -m experiments.sweeps.samplers --workload=pydocs --seeds=0,1,2
+
+# Data-parallel's critical batch (issue 16): steps to target vs global batch (64 .. 16,384
+# Fashion-MNIST, 64 .. 8,192 docs), 3 seeds, B_simple alongside; resumable, written to
+# experiments/results/critical_batch/<workload>. LRS: the seed-0 lr multipliers to try.
+LRS ?= 1
+critical-batch: install data
+	$(PY) -m experiments.sweeps.critical_batch --workload=fashion --seeds=0,1,2 --lrs=$(LRS)
+	$(PY) -m experiments.sweeps.critical_batch --workload=pydocs --seeds=0,1,2 --lrs=$(LRS)
 
 lipt: install data
 	$(PY) -m experiments.lipt_pipeline --workdir=experiments/results/lipt --seeds=0,1,2

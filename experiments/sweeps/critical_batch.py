@@ -1,0 +1,361 @@
+"""Data-parallel's critical batch: steps to a target vs global batch B, with the gradient
+noise scale B_simple measured alongside (McCandlish et al., 2018).
+
+  python -m experiments.sweeps.critical_batch --workload=fashion \
+      [--workdir=experiments/results/critical_batch/fashion] [--seeds=0,1,2] \
+      [--grid=full|smoke] [--lrs=1] [--batches=64,128,...]
+
+DP at D devices with 64 examples each is trained as one model at global batch B = 64 D,
+the D devices' parts as D microbatches (`config.train.microbatches = D`): the same math as
+D devices, one after another, and memory for one device's part only. BatchNorm therefore
+normalises over each simulated device's 64 examples at every B (ghost batch norm, as in
+Shallue et al., 2018), so B changes nothing but the batch. Every point with D >= 2 also
+records the noise scale (`config.train.noise_scale`: small batch one device's 64, big batch
+B); results.json's `noise_scale.b_simple_at_target` is read at the eval that reached the
+target.
+
+Each point's budget is the workload's example budget or `min_steps` steps, whichever is
+more (large batches need a floor of steps), warm-up a fixed fraction of it, an eval every
+1% of it (every step at most), `train.stop_at_target` on. Learning rates: every candidate of `learning_rates()`
+(the one tuning call site) runs on seed 0, the best (fewest steps to target) on the other
+seeds. Runs live in `<workdir>/B<B>/lr<multiplier>/seed<k>`; a run whose results.json exists
+is skipped, so an interrupted sweep resumes (a half-finished run from its checkpoint).
+Afterwards `summary.json`, `table.md` and `critical_batch.png` (steps to target vs B,
+log-log, the perfect-scaling line, McCandlish's S = S_min (1 + B_crit / B) fitted, and
+B_simple marked) are written from whatever runs exist.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import math
+import os
+import statistics
+
+import ml_collections
+
+from ensemble_jax import config_lib
+from ensemble_jax import optim as optim_lib
+from ensemble_jax import run as run_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """One critical-batch workload: a config variant and the sweep's rules for it."""
+  config_module: str  # experiments.configs.<name>: get_config(variant)
+  variant: str
+  per_device: int  # examples per simulated device (and per microbatch): D = B / per_device
+  batches: tuple[int, ...]  # global batches B
+  budget_examples: int  # each point trains max(budget_examples / B, min_steps) steps
+  min_steps: int
+  warmup_fraction: float = 0.05  # of the point's own budget
+  evals_per_budget: int = 100  # an eval every budget / this steps (at least every step)
+
+
+def _powers(lo: int, hi: int) -> tuple[int, ...]:
+  return tuple(lo * 2**i for i in range(int(math.log2(hi // lo)) + 1))
+
+
+WORKLOADS = {
+    # fashion_mnist.py `sweep`: ResNet-18 width 8, target 85% on 2,000 test images; budget
+    # 2 epochs (its DP curve's), at least 200 steps.
+    "fashion": Workload("experiments.configs.fashion_mnist", "sweep", 64, _powers(64, 16384),
+                        budget_examples=120_000, min_steps=200),
+    # pydocs_gpt2.py `sweep`: GPT-2 tiny, 128-byte windows, target perplexity 12; budget
+    # its D = 1 run's 1,200 x 16 windows, at least 200 steps.
+    "pydocs": Workload("experiments.configs.pydocs_gpt2", "sweep", 64, _powers(64, 8192),
+                       budget_examples=19_200, min_steps=200),
+}
+# The sweep's own test: seconds on 8 fake CPU devices (fashion_mnist.py `smoke`).
+SMOKE = Workload("experiments.configs.fashion_mnist", "smoke", 8, (8, 16), budget_examples=32,
+                 min_steps=4, evals_per_budget=2)
+
+
+def workload_for(name: str, grid: str) -> Workload:
+  if grid == "smoke":
+    return SMOKE
+  if grid != "full":
+    raise SystemExit(f"error: unknown --grid={grid!r}; choose full or smoke")
+  return WORKLOADS[name]
+
+
+def budget_steps(w: Workload, batch: int) -> int:
+  return max(math.ceil(w.budget_examples / batch), w.min_steps)
+
+
+def point_config(w: Workload, batch: int, seed: int, lr_multiplier: float):
+  """One (B, learning rate, seed) run: D = B / per_device devices as D microbatches."""
+  config = importlib.import_module(w.config_module).get_config(w.variant)
+  devices = batch // w.per_device
+  steps = budget_steps(w, batch)
+  config.seed = seed
+  config.train.batch_size = batch
+  config.train.microbatches = devices
+  config.train.noise_scale = devices > 1  # two batch sizes: one device's and B
+  config.train.num_epochs, config.train.num_steps = 0.0, steps
+  config.train.stop_at_target = True
+  config.optim.warmup_epochs = 0.0
+  config.optim.warmup_steps = max(1, round(w.warmup_fraction * steps))
+  config.optim.learning_rate *= lr_multiplier
+  config.eval.every_steps = max(1, steps // w.evals_per_budget)
+  config.cost.devices = devices
+  config_lib.validate(config)
+  return config
+
+
+def learning_rates(w: Workload, batch: int, lrs: list[float]) -> list[float]:
+  """TUNING CALL SITE (issue 16, section 2: 'learning rate tuned per B by the same rule as
+  the fair-comparison issue'): the multipliers of the workload's scaled peak learning rate
+  tried on seed 0 at batch B. Until experiments/sweeps/tuning.py provides that rule, the
+  `--lrs` list for every B (default [1.0]: the workload's lr_scaling rule alone)."""
+  del w, batch
+  return list(lrs)
+
+
+def _run_dir(workdir: str, batch: int, lr: float, seed: int) -> str:
+  return os.path.join(workdir, f"B{batch}", f"lr{lr:g}", f"seed{seed}")
+
+
+def _load(path: str) -> dict | None:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _steps_to_target(results: dict) -> int | None:
+  return results["target"]["reached_step"] if results["target"]["reached"] else None
+
+
+def _rank(results: dict) -> tuple:
+  """Fewer steps to the target first; among runs that missed it, the better final metric."""
+  steps = _steps_to_target(results)
+  metric = results["target"]["metric"]
+  final = results["final"].get(metric, math.nan)
+  sign = 1 if metric in config_lib.LOWER_IS_BETTER else -1
+  return (steps is None, steps or 0, sign * final if math.isfinite(final) else math.inf)
+
+
+def best_lr(workdir: str, batch: int, candidates: list[float]) -> float | None:
+  """The candidate whose seed-0 run ranks first; None until all of them have run."""
+  runs = {lr: _load(os.path.join(_run_dir(workdir, batch, lr, 0), run_lib.RESULTS_FILE))
+          for lr in candidates}
+  if any(r is None for r in runs.values()):
+    return None
+  return min(candidates, key=lambda lr: _rank(runs[lr]))
+
+
+def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
+        lrs: list[float] = (1.0,), batches: list[int] | None = None) -> dict[str, int]:
+  """Trains every (B, lr, seed) run not finished yet; writes the summary, table and
+  figure; returns counts trained/skipped."""
+  w = workload_for(workload, grid)
+  batches = list(batches or w.batches)
+  for b in batches:
+    if b % w.per_device:
+      raise SystemExit(f"error: batch {b} is not a multiple of the per-device {w.per_device}")
+  counts = {"trained": 0, "skipped": 0}
+
+  def train(batch, lr, seed):
+    path = _run_dir(workdir, batch, lr, seed)
+    if os.path.exists(os.path.join(path, run_lib.RESULTS_FILE)):
+      counts["skipped"] += 1
+      return
+    run_lib.train_and_evaluate(point_config(w, batch, seed, lr), path)
+    counts["trained"] += 1
+
+  # Seeds outermost: an interrupted sweep has whole seeds of every batch, not some batches.
+  for seed in sorted(seeds, key=lambda s: s != 0):  # seed 0 first: it picks the lr
+    for batch in batches:
+      candidates = learning_rates(w, batch, list(lrs))
+      if seed == 0:
+        for lr in candidates:
+          train(batch, lr, 0)
+      elif (lr := best_lr(workdir, batch, candidates)) is not None:
+        train(batch, lr, seed)
+      else:
+        raise SystemExit(f"error: B={batch}: seed 0 has not run every learning rate of "
+                         f"{candidates}; include seed 0 in --seeds")
+  summary = summarize(workdir, w, batches, list(lrs))
+  write_report(summary, workdir)
+  return counts
+
+
+def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
+  """McCandlish et al.'s S(B) = S_min (1 + B_crit / B), least squares in 1 / B:
+  S = S_min + (S_min B_crit) / B. None with fewer than 2 points or a non-positive fit."""
+  if len(points) < 2:
+    return None
+  xs = [1.0 / b for b, _ in points]
+  ys = [s for _, s in points]
+  mx, my = statistics.fmean(xs), statistics.fmean(ys)
+  sxx = sum((x - mx)**2 for x in xs)
+  if sxx == 0:
+    return None
+  slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+  s_min = my - slope * mx
+  if s_min <= 0 or slope <= 0:
+    return None
+  return {"s_min": s_min, "b_crit": slope / s_min}
+
+
+def summarize(workdir: str, w: Workload, batches: list[int], lrs: list[float]) -> dict:
+  """Per B: the chosen lr, steps to target per seed, B_simple; the fitted knee."""
+  rows = []
+  for batch in batches:
+    candidates = learning_rates(w, batch, lrs)
+    lr = best_lr(workdir, batch, candidates)
+    if lr is None:  # seed 0 not finished for every candidate: report what is there
+      done = [c for c in candidates
+              if _load(os.path.join(_run_dir(workdir, batch, c, 0), run_lib.RESULTS_FILE))]
+      if not done:
+        continue
+      lr = min(done, key=lambda c: _rank(_load(os.path.join(
+          _run_dir(workdir, batch, c, 0), run_lib.RESULTS_FILE))))
+    lr_dir = os.path.dirname(_run_dir(workdir, batch, lr, 0))
+    runs = {}
+    for name in sorted(os.listdir(lr_dir)):
+      results = _load(os.path.join(lr_dir, name, run_lib.RESULTS_FILE))
+      if results is not None:
+        runs[int(name.removeprefix("seed"))] = results
+    steps = {s: _steps_to_target(r) for s, r in runs.items()}
+    reached = [v for v in steps.values() if v is not None]
+    noise = [r["noise_scale"].get("b_simple_at_target") for r in runs.values()
+             if "noise_scale" in r]
+    noise = [v for v in noise if v is not None and math.isfinite(v)]
+    first = next(iter(runs.values()))
+    rows.append({
+        "batch": batch, "devices": batch // w.per_device,
+        "microbatches": first["config"]["train"]["microbatches"],
+        "lr_multiplier": lr, "lr_candidates": candidates,
+        "peak_learning_rate": _peak_lr(first["config"]),
+        "step_budget": first["step_budget"],
+        "steps_to_target": {str(s): v for s, v in sorted(steps.items())},
+        "seeds": len(runs), "seeds_reached": len(reached),
+        "median_steps": statistics.median(reached) if len(reached) == len(runs) else None,
+        "min_steps": min(reached) if reached else None,
+        "max_steps": max(reached) if reached else None,
+        "b_simple_at_target": statistics.median(noise) if noise else None,
+        "step_time_s": statistics.median(r["step_time_s"] for r in runs.values()),
+    })
+  measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
+  noise = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
+  first = _first_results(workdir, rows)
+  return {"target": first["target"]["metric"] + f" {first['target']['value']}" if first else "",
+          "per_device": w.per_device, "rows": rows,
+          "fit": fit_critical_batch(measured),
+          "b_simple": statistics.median(noise) if noise else None,
+          "note": ("steps to target: median over seeds, only where every seed reached it; "
+                   "B_simple: median over batches of the per-B median at the target eval")}
+
+
+def _first_results(workdir: str, rows: list[dict]) -> dict | None:
+  for r in rows:
+    path = _run_dir(workdir, r["batch"], r["lr_multiplier"], 0)
+    if (results := _load(os.path.join(path, run_lib.RESULTS_FILE))) is not None:
+      return results
+  return None
+
+
+def _peak_lr(config: dict) -> float:
+  return optim_lib.peak_learning_rate(ml_collections.ConfigDict(config["optim"]),
+                                      config["train"]["batch_size"])
+
+
+def table(summary: dict) -> str:
+  fit = summary["fit"]
+  lines = [f"Target: {summary['target']}. DP at D = B / {summary['per_device']} devices, "
+           "simulated as D microbatches. Steps to target: median over seeds (min-max); "
+           "'-' where a seed missed it.", "",
+           "| B | D | lr x | peak lr | steps to target | perfect scaling | B_simple at target |",
+           "|---|---|---|---|---|---|---|"]
+  base = next((r for r in summary["rows"] if r["median_steps"] is not None), None)
+  for r in summary["rows"]:
+    if r["median_steps"] is not None:
+      steps = f"{r['median_steps']:g} ({r['min_steps']}-{r['max_steps']}, {r['seeds']} seeds)"
+    else:
+      steps = f"- ({r['seeds_reached']}/{r['seeds']} seeds reached)"
+    ideal = (f"{base['median_steps'] * base['batch'] / r['batch']:.1f}" if base else "-")
+    noise = f"{r['b_simple_at_target']:.0f}" if r["b_simple_at_target"] is not None else "-"
+    lines.append(f"| {r['batch']} | {r['devices']} | {r['lr_multiplier']:g} | "
+                 f"{r['peak_learning_rate']:.3g} | {steps} | {ideal} | {noise} |")
+  lines.append("")
+  if fit:
+    lines.append(f"Fitted S(B) = S_min (1 + B_crit / B): S_min = {fit['s_min']:.1f} steps, "
+                 f"B_crit = {fit['b_crit']:.0f}.")
+  if summary["b_simple"] is not None:
+    lines.append(f"Gradient noise scale B_simple (measured, McCandlish et al. 2018): "
+                 f"{summary['b_simple']:.0f}.")
+  return "\n".join(lines) + "\n"
+
+
+def figure(summary: dict, path: str) -> None:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  rows = [r for r in summary["rows"] if r["median_steps"] is not None]
+  fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  if rows:
+    bs = [r["batch"] for r in rows]
+    med = [r["median_steps"] for r in rows]
+    err = [[m - r["min_steps"] for m, r in zip(med, rows)],
+           [r["max_steps"] - m for m, r in zip(med, rows)]]
+    ax.errorbar(bs, med, yerr=err, fmt="o-", color="C0", capsize=3,
+                label="data-parallel (median, min-max over seeds)")
+    ax.plot(bs, [med[0] * bs[0] / b for b in bs], "--", color="gray",
+            label="perfect scaling")
+    if fit := summary["fit"]:
+      grid = [bs[0] * (bs[-1] / bs[0])**(i / 50) for i in range(51)]
+      ax.plot(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], ":", color="C1",
+              label=f"S_min (1 + B_crit / B), B_crit = {fit['b_crit']:.0f}")
+  if summary["b_simple"] is not None:
+    ax.axvline(summary["b_simple"], color="C3", alpha=0.7,
+               label=f"B_simple = {summary['b_simple']:.0f} (measured)")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xlabel(f"global batch B (D = B / {summary['per_device']} devices)")
+  ax.set_ylabel("steps to target")
+  ax.set_title(f"Data-parallel's critical batch ({summary['target']})")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def write_report(summary: dict, workdir: str) -> None:
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  with open(os.path.join(workdir, "table.md"), "w") as f:
+    f.write(table(summary))
+  figure(summary, os.path.join(workdir, "critical_batch.png"))
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--workload", default="fashion", choices=sorted(WORKLOADS))
+  p.add_argument("--workdir", default="",
+                 help="default experiments/results/critical_batch/<workload>")
+  p.add_argument("--seeds", default="0,1,2")
+  p.add_argument("--grid", default="full", help="full | smoke")
+  p.add_argument("--lrs", default="1",
+                 help="multipliers of the scaled peak lr tried on seed 0 (the tuning grid)")
+  p.add_argument("--batches", default="", help="comma-separated subset of global batches")
+  args = p.parse_args(argv)
+  workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
+                                         args.workload)
+  counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
+               [float(x) for x in args.lrs.split(",")],
+               [int(b) for b in args.batches.split(",") if b] or None)
+  print(open(os.path.join(workdir, "table.md")).read())
+  print(f"critical_batch: {counts['trained']} runs trained, {counts['skipped']} already "
+        "finished")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
