@@ -27,6 +27,11 @@ def _config(num_workers, mesh, strategy="unroll", batch=4):
   c.method.local_strategy = strategy
   c.train.batch_size = batch
   c.data.image_size = IMAGE_SHAPE[0]
+  # No warm-up: the first step must move the parameters, or the equivalence and
+  # independence checks below compare untouched inits (the smoke variant warms up 3 of
+  # its 4 steps, and these tests build a 10-step schedule: lr 0 at step 0).
+  c.optim.warmup_fraction = 0.0
+  c.optim.warmup_epochs = 0.0
   return c
 
 
@@ -123,9 +128,13 @@ def test_stacked_step_equals_separate_steps(num_workers, mesh, strategy):
   local, batch = _batch(engine, seed=3)
   rng = jax.random.key(7)
   expected = _separate_steps(engine, config, state, local, rng)
+  init_params = jax.device_get(state.params)  # the step donates the state
   new_state, metrics_N = engine.train_step(state, batch, rng)
   assert metrics_N["loss"].shape == (num_workers,)
   got = jax.device_get(new_state.params)
+  moved = [np.abs(np.asarray(a) - np.asarray(b)).max() for a, b in
+           zip(jax.tree.leaves(got), jax.tree.leaves(init_params))]
+  assert max(moved) > 5e-5  # the step trained (by ~lr): what follows compares trained params
   for i in range(num_workers):
     for a, b in zip(jax.tree.leaves(jax.tree.map(lambda x: x[i], got)),
                     jax.tree.leaves(expected[i])):
