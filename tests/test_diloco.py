@@ -101,6 +101,7 @@ def _resnet_diloco(sync_every):
   c.train.batch_size, c.data.image_size = 8, IMAGE_SHAPE[0]
   model = resnet.ResNet(stage_sizes=(1, 1), block="basic", num_classes=10, width=4,
                         stem="small")
+  c.optim.warmup_fraction = c.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
   tx = optim.create_optimizer(c.optim, c.train.batch_size, 10, 10)
   return DiLoCo(c, model, tx, make_mesh(c.mesh),
                 jax.ShapeDtypeStruct((1, *IMAGE_SHAPE), jnp.float32)), model

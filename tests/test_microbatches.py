@@ -73,6 +73,7 @@ def _dp_lm(k, batch_size=32):
   config.train.batch_size, config.train.microbatches = batch_size, k
   config.data.context = CONTEXT
   model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
+  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
   tx = optim.create_optimizer(config.optim, batch_size, 10, 10)
   return DataParallel(config, model, tx, make_mesh(config.mesh),
                       jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
@@ -89,7 +90,7 @@ def test_data_parallel_accumulates_per_device_and_all_reduces_once():
     state = method.init(jax.random.key(0))
     out[name] = method.train_step(state, batch, jax.random.key(1))
   for a, b in zip(jax.tree.leaves(out["plain"][0].params), jax.tree.leaves(out["split"][0].params)):
-    np.testing.assert_allclose(b, a, atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(b, a, atol=5e-5, rtol=1e-5)  # Adam near g = 0; a step is >= 7e-4
   for key in ("loss", "accuracy", "grad_norm"):
     assert float(out["split"][1][key]) == pytest.approx(float(out["plain"][1][key]), rel=1e-5)
 
@@ -201,6 +202,7 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
     config.method.local_strategy, config.train.microbatches = strategy, k
     config.data.context = CONTEXT
     model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
+    config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
     tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
     engine = create_method(config, model, tx, make_mesh(config.mesh),
                            jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
@@ -208,6 +210,6 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
     batch = jax.device_put({"tokens": tokens}, engine.train_layout.sharding)
     out[k] = engine.train_step(engine.init(jax.random.key(0)), batch, jax.random.key(1))
   for a, b in zip(jax.tree.leaves(out[1][0].params), jax.tree.leaves(out[2][0].params)):
-    np.testing.assert_allclose(b, a, atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(b, a, atol=5e-5, rtol=1e-5)  # Adam near g = 0; a step is >= 7e-4
   np.testing.assert_allclose(out[2][1]["loss"], out[1][1]["loss"], rtol=1e-5)
   assert out[2][1]["loss"].shape == (4,)
