@@ -7,7 +7,8 @@ its seeds are averaged into one point of its curve. Each point is the training c
 spent until the target was first reached (y: XLA FLOPs x steps, measured) against the
 critical-path time to it on the cluster the run stands for (x: modelled from the measured
 host step time and a ring all-reduce per interconnect preset; see `ensemble_jax.costs`).
-Points where some seed missed the target are drawn hollow and left out of the ratios.
+Files written before the `ib800` preset was renamed `ib_xdr800` are read under the new
+name. Points where some seed missed the target are drawn hollow and left out of the ratios.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def load_runs(results_dir: str) -> list[dict]:
         "reached": bool(t["reached"]),
         "steps": cost["measured"]["steps_to_target"],
         "flops": cost["measured"]["flops_to_target"],
-        "time_s": cost["modelled"]["critical_path_s"],
+        "time_s": {costs.RENAMED_PRESETS.get(k, k): v
+                   for k, v in cost["modelled"]["critical_path_s"].items()},
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",

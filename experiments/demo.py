@@ -26,7 +26,7 @@ every 25 steps) or to its step budget, on this machine.
             short calibration run of one model at the per-device batch, before the grid).
   modelled: the time axis = steps to target x that device step, plus for data-parallel
             training and DiLoCo a ring all-reduce of the parameters over an interconnect
-            preset (nvlink / ib800 / eth10g, ensemble_jax/costs.py) per step / per sync;
+            preset (nvlink / ib_xdr800 / eth10g, ensemble_jax/costs.py) per step / per sync;
             the ensemble needs none while it trains. This host cannot run D devices at
             once: the cluster's time is modelled, not observed.
 Ratios > 1 favour the method over data-parallel; 'none within budget' means no point of

@@ -26,8 +26,8 @@ def test_critical_paths():
 def test_communication_per_method():
   dp = costs.communication("data_parallel", param_bytes=4e6, steps=10, mesh_shape={"data": 4})
   assert dp["allreduces"] == 10 and dp["devices"] == 4
-  link = costs.INTERCONNECTS["ib800"]
-  assert dp["per_preset"]["ib800"]["total_s"] == pytest.approx(
+  link = costs.INTERCONNECTS["ib_xdr800"]
+  assert dp["per_preset"]["ib_xdr800"]["total_s"] == pytest.approx(
       10 * costs.allreduce_time(4e6, 4, link))
   ens = costs.communication("ensemble", param_bytes=4e6, steps=10,
                             mesh_shape={"worker": 8, "data": 1}, num_workers=8)
@@ -79,3 +79,9 @@ def test_calibrated_device_step_replaces_the_host_estimate():
   assert dp["modelled"]["device_step_model"].startswith("calibrated")
   assert dp["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(
       60 * (0.08 + costs.allreduce_time(4e6, 4, costs.INTERCONNECTS["nvlink"])))
+
+
+def test_presets_name_what_they_model():
+  # 800 Gb/s InfiniBand is XDR (NDR is 400 Gb/s): the preset says so in its name.
+  assert "ib800" not in costs.INTERCONNECTS and costs.RENAMED_PRESETS["ib800"] == "ib_xdr800"
+  assert costs.INTERCONNECTS["ib_xdr800"].bandwidth == 800e9 / 8
