@@ -30,12 +30,12 @@ from clu import parameter_overview
 from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, distributed, optim, writers
+from ensemble_jax import communication, config_lib, costs, distributed, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
-from ensemble_jax import models
+from ensemble_jax import methods as methods_lib
 from ensemble_jax.data import pipeline, samplers
-from ensemble_jax.methods import Method, create_method
+from ensemble_jax.methods import Method
 from ensemble_jax.sharding import make_mesh
 
 RESULTS_FILE = "results.json"
@@ -134,6 +134,7 @@ class Setup:
   data: data_lib.Data
   method: Method
   num_steps: int
+  steps_per_epoch: int
   eval_every: int
   warm_start: str  # config.train.init_from's checkpoints (read only if init_from is set)
   is_main: bool
@@ -151,16 +152,17 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
 
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
-  model = models.create_model(config.model, data.num_classes, config.data.context)
-  method = create_method(config, model, tx, mesh, data.init_input)
+  method = methods_lib.build(config, mesh, num_classes=data.num_classes,
+                             init_input=data.init_input, num_steps=num_steps,
+                             steps_per_epoch=steps_per_epoch)
+  method.cluster_mesh(config.cost.devices)  # the cluster the cost report models must fit
   warm_start = os.path.join(config.train.init_from, "checkpoints")
   if config.train.init_from and not os.path.isdir(warm_start):
     raise config_lib.ConfigError(f"config.train.init_from={config.train.init_from!r}: no "
                                  f"checkpoints in {warm_start}; train that run first.")
   _prepare_workdir(workdir)  # only now: a config that cannot work leaves no trace
-  return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
-               warm_start, is_main)
+  return Setup(mesh, data, method, num_steps, steps_per_epoch,
+               config.eval.every_steps or steps_per_epoch, warm_start, is_main)
 
 
 def _check_workdir_is_a_path(workdir: str) -> None:
@@ -379,14 +381,28 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
   }
   if pool.info is not None:
     results["distill"] = pool.info
-  results["cost"] = costs.summary(results, costs.param_bytes(results), config.cost.devices,
-                                  config.cost.overlap,
+  devices = math.prod(method.cluster_mesh(config.cost.devices).values())
+  try:
+    comm = _communication(config, s, train_batches, eval_batches)
+  except Exception as e:  # noqa: BLE001 -- results.json is still written, labelled
+    logging.warning("communication not read from HLO; the legacy model stands in: %s", e)
+    comm = costs.legacy_communication(results, devices, f"compiling failed: {e}")
+  results["cost"] = costs.summary(results, comm, devices, config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",
                                   device_step_time_s=config.cost.device_step_time_s)
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
   return results
+
+
+def _communication(config, s: Setup, train_batches, eval_batches) -> costs.Communication:
+  """The collectives of the method's programs on the cluster the run stands for."""
+  req = communication.request(config, s.method, num_classes=s.data.num_classes,
+                              init_input=s.data.init_input, num_steps=s.num_steps,
+                              steps_per_epoch=s.steps_per_epoch, train_batches=train_batches,
+                              eval_batches=eval_batches)
+  return communication.for_cluster(s.method, req)
 
 
 class Preempted(SystemExit):

@@ -33,5 +33,8 @@ def test_recost_rewrites_cost_blocks_from_calibration(tmp_path):
   after = json.loads(path.read_text())
   assert after["cost"]["modelled"]["device_step_time_s"] == 1.5
   assert after["cost"]["measured"] == before["cost"]["measured"]
+  # The collectives the run read off its programs (D2: compiled on 2 of the 8 devices) stay.
+  assert after["cost"]["modelled"]["collectives"] == before["cost"]["modelled"]["collectives"]
+  assert "{'data': 2} mesh" in after["cost"]["modelled"]["collectives_source"]
   steps = after["cost"]["measured"]["steps_to_target"]
   assert after["cost"]["modelled"]["critical_path_s"]["nvlink"] >= steps * 1.5

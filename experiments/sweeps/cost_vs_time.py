@@ -136,7 +136,8 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
           results = json.load(f)
         cost = results["config"]["cost"]
         cost["device_step_time_s"] = step_time
-        results["cost"] = costs.summary(results, costs.param_bytes(results), cost["devices"],
+        # The collectives the run recorded (older results: the legacy model, labelled).
+        results["cost"] = costs.summary(results, None, cost["devices"],
                                         cost.get("overlap", 0.0), simulated=True,
                                         device_step_time_s=step_time)
         with open(path, "w") as f:
