@@ -197,7 +197,7 @@ def base_config() -> ml_collections.ConfigDict:
   # What the cost report models (ensemble_jax/costs.py): the cluster this run stands for.
   c.cost = ml_collections.ConfigDict()
   c.cost.devices = 0  # D; 0: one device per data-parallel replica / per worker
-  c.cost.overlap = 0.0  # fraction of each modelled all-reduce hidden behind compute
+  c.cost.overlap = 0.0  # fraction of each modelled collective hidden behind compute
   # > 0: one device's step time measured apart (the sweep's calibration run of one model at
   # the per-device batch); 0: the run's own host step / D
   c.cost.device_step_time_s = 0.0

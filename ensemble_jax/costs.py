@@ -1,14 +1,19 @@
 """What training costs: FLOPs from XLA, step time measured, communication modelled.
 
-One CPU host simulating many devices cannot show interconnect time, so the collective a
-method needs is modelled (ring all-reduce) from its bytes and a named interconnect
-preset; everything else is measured. Reports label each number `measured` or `modelled`.
+One CPU host simulating many devices cannot show interconnect time, but it can show what
+is communicated: every collective of every program a method runs (`Method.programs`: the
+train step, evaluations, DiLoCo's outer step, a final aggregation), read off the compiled
+HLO (`ensemble_jax/hlo.py`) with its kind, operand bytes and group size. Each is charged
+an alpha-beta time on a named interconnect preset (`collective_time`); everything else is
+measured. Reports label each number `measured` or `modelled`.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
 import statistics
+
+from ensemble_jax import hlo
 
 
 def flops(compiled) -> float:
@@ -32,122 +37,230 @@ def median_step_time(durations: list[float], warmup: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Interconnect:
-  """Per-link bandwidth (bytes/s) and per-hop latency (s) of a ring all-reduce."""
+  """A link preset: per-device bandwidth each way (bytes/s) and the latency of one message
+  (s), paid once per ring hop."""
   name: str
   bandwidth: float
   latency: float
+  models: str  # the hardware the numbers stand for
 
 
-# Assumed, order-of-magnitude figures (NVLink 3/4 per GPU; 800 Gb/s InfiniBand NDR;
-# commodity 10 Gb/s Ethernet); a report names the preset it used.
+# Assumed, order-of-magnitude figures; a report names the preset it used.
 INTERCONNECTS = {
-    "nvlink": Interconnect("nvlink", 300e9, 2e-6),
-    "ib800": Interconnect("ib800", 100e9, 5e-6),
-    "eth10g": Interconnect("eth10g", 1.25e9, 50e-6),
+    "nvlink": Interconnect("nvlink", 300e9, 2e-6,
+                           "NVLink 3 (A100): 300 GB/s each way per GPU; 2 us per message"),
+    "ib_xdr800": Interconnect("ib_xdr800", 100e9, 5e-6,
+                              "XDR InfiniBand, 800 Gb/s = 100 GB/s per port (NDR is 400 Gb/s "
+                              "= 50 GB/s); 5 us per message"),
+    "eth10g": Interconnect("eth10g", 1.25e9, 50e-6,
+                           "10 Gb/s Ethernet = 1.25 GB/s; 50 us per message"),
 }
+# Preset keys that results.json files written before a rename carry, and their names now.
+RENAMED_PRESETS = {"ib800": "ib_xdr800"}  # the same numbers: 800 Gb/s is XDR, not NDR
 
 
-def allreduce_time(num_bytes: float, num_devices: int, link: Interconnect,
-                   overlap: float = 0.0) -> float:
-  """Ring all-reduce: 2(D-1)/D * bytes / bandwidth + 2(D-1) * latency, times the part
-  not hidden behind compute (`overlap` in [0, 1])."""
-  if num_devices <= 1:
-    return 0.0
-  d = num_devices
-  t = 2 * (d - 1) / d * num_bytes / link.bandwidth + 2 * (d - 1) * link.latency
-  return (1.0 - overlap) * t
+def collective_time(kind: str, operand_bytes: float, group_size: int,
+                    link: Interconnect) -> float:
+  """Alpha-beta time of one collective over a ring of g = `group_size` devices, from the
+  bytes one device puts in (its operands; for all-gather, one shard of the g gathered):
 
-
-def critical_path_data_parallel(steps: int, step_time: float, allreduce: float) -> float:
-  """K synchronized steps, each waiting on its gradient all-reduce."""
-  return steps * (step_time + allreduce)
-
-
-def critical_path_ensemble(steps_per_worker: int, step_time: float, pool_time: float = 0.0,
-                           aggregation_time: float = 0.0) -> float:
-  """Pool building + L independent steps (workers in parallel) + the one final reduction."""
-  return pool_time + steps_per_worker * step_time + aggregation_time
-
-
-def critical_path_diloco(steps: int, step_time: float, num_syncs: int,
-                         allreduce: float) -> float:
-  """Inner steps plus one weight all-reduce per outer step."""
-  return steps * step_time + num_syncs * allreduce
-
-
-def diloco_syncs_to(steps: int, results: dict) -> int:
-  """Outer steps a DiLoCo model at `steps` needs: those before it, plus the one at `steps`
-  that makes the deployable model (every run ends with one). Results written before
-  `syncs` was recorded: every H steps."""
-  if "syncs" not in results:
-    return steps // max(results.get("sync_every", 0), 1)
-  return sum(1 for s in results["syncs"] if s < steps) + 1
-
-
-def communication(method: str, *, param_bytes: int, steps: int, mesh_shape: dict,
-                  num_workers: int = 1, num_syncs: int = 0, overlap: float = 0.0) -> dict:
-  """The collectives a run needs during training, and their modelled time per preset.
-
-  data_parallel: a gradient all-reduce every step over the `data` axis; ensemble: none
-  (its one reduction is at evaluation); diloco: a weight all-reduce over the workers per
-  outer step (`num_syncs`). Bytes are float32 parameters, as the gradients and weights
-  are exchanged.
+    all-reduce             2(g-1)/g * bytes / bandwidth + 2(g-1) * latency
+    reduce-scatter          (g-1)/g * bytes / bandwidth +  (g-1) * latency
+    all-gather              (g-1)   * bytes / bandwidth +  (g-1) * latency
+    all-to-all              (g-1)/g * bytes / bandwidth +  (g-1) * latency
+    collective-permute                bytes / bandwidth +          latency
+    collective-broadcast              bytes / bandwidth +  (g-1) * latency (a pipelined chain)
   """
-  if method == "data_parallel":
-    count, devices = steps, mesh_shape.get("data", 1)
-  elif method == "diloco":
-    count, devices = num_syncs, num_workers
+  g = group_size
+  if g <= 1:
+    return 0.0
+  beta, alpha = operand_bytes / link.bandwidth, link.latency
+  if kind == "all-reduce":
+    return 2 * (g - 1) / g * beta + 2 * (g - 1) * alpha
+  if kind in ("reduce-scatter", "all-to-all"):
+    return (g - 1) / g * beta + (g - 1) * alpha
+  if kind == "all-gather":
+    return (g - 1) * beta + (g - 1) * alpha
+  if kind == "collective-permute":
+    return beta + alpha
+  if kind == "collective-broadcast":
+    return beta + (g - 1) * alpha
+  raise ValueError(f"no time model for collective {kind!r}; known: {hlo.COLLECTIVE_OPS}")
+
+
+# The units a program's calls are counted in, and how many of each the model at a given
+# step needed (`units_to`).
+UNITS = ("step", "eval", "sync", "run")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramCollective:
+  """One collective of a compiled program a method runs: an entry of results.json's
+  `cost.modelled.collectives` (identical ones merged, `count` summed)."""
+  program: str  # the method's name for the program: train_step, eval, sync, ...
+  per: str  # the unit `count` is per (UNITS): every step, eval, outer step, or once a run
+  kind: str  # all-reduce, all-gather, ... (hlo.COLLECTIVE_OPS)
+  bytes: int  # operand bytes one device puts in
+  group_size: int  # devices in each replica group
+  count: int  # executions per unit
+
+  def seconds(self, link: Interconnect) -> float:
+    """One execution's modelled time."""
+    return collective_time(self.kind, self.bytes, self.group_size, link)
+
+  def record(self) -> dict:
+    """The results.json entry: the fields, and one execution's seconds per preset."""
+    return {**dataclasses.asdict(self),
+            "seconds": {name: self.seconds(link) for name, link in INTERCONNECTS.items()}}
+
+  @classmethod
+  def from_record(cls, record: dict) -> ProgramCollective:
+    return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)})
+
+
+def program_collectives(program: str, per: str, calls: int, hlo_text: str,
+                        num_devices: int) -> list[ProgramCollective]:
+  """The collectives of one compiled program (its optimized HLO on `num_devices`), called
+  `calls` times per `per`; identical collectives merged."""
+  if per not in UNITS:
+    raise ValueError(f"program {program!r}: per={per!r} is not one of {UNITS}")
+  found = [ProgramCollective(program, per, c.op, c.operand_bytes,
+                             c.group_size(num_devices), calls * c.executions)
+           for c in hlo.collectives(hlo_text)]
+  return merged(found)
+
+
+def merged(collectives: list[ProgramCollective]) -> list[ProgramCollective]:
+  """Identical collectives (all fields but `count`) as one entry, in first-seen order."""
+  counts: dict[ProgramCollective, int] = {}
+  for c in collectives:
+    key = dataclasses.replace(c, count=0)
+    counts[key] = counts.get(key, 0) + c.count
+  return [dataclasses.replace(k, count=n) for k, n in counts.items()]
+
+
+@dataclasses.dataclass(frozen=True)
+class Communication:
+  """What a run communicates, and where that was read."""
+  collectives: tuple[ProgramCollective, ...]
+  source: str  # the compiled HLO on which mesh; "legacy, ..." where it was assumed
+
+
+def legacy_devices(results: dict) -> int:
+  """D for results that do not record it: one device per data-parallel replica of the
+  mesh, or one per worker."""
+  if results["method"] == "data_parallel":
+    return results["mesh"].get("data", math.prod(results["mesh"].values()))
+  return results.get("num_workers", 1)
+
+
+def legacy_communication(results: dict, devices: int, why: str) -> Communication:
+  """The model every results.json was priced with before collectives were read from HLO,
+  for results without them (`why`): a gradient all-reduce per data-parallel step; for
+  DiLoCo a weight all-reduce per outer step before the model and one for the model itself
+  (the outer step a run stopping there takes); nothing for the ensemble."""
+  param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
+
+  def allreduce(per):
+    return ProgramCollective("assumed", per, "all-reduce", param_bytes, devices, 1)
+
+  if results["method"] == "data_parallel":
+    collectives = (allreduce("step"),)
+  elif results["method"] == "diloco":
+    collectives = (allreduce("sync"), allreduce("run"))
   else:
-    count, devices = 0, 1
-  per_preset = {}
-  for name, link in INTERCONNECTS.items():
-    t = allreduce_time(param_bytes, devices, link, overlap) if count else 0.0
-    per_preset[name] = {"allreduce_s": t, "total_s": count * t}
-  return {"allreduces": count, "devices": devices, "bytes_each": param_bytes,
-          "per_preset": per_preset}
+    collectives = ()
+  return Communication(collectives, f"legacy, not read from HLO ({why}): one ring "
+                       "all-reduce of the fp32 parameters over the D devices per step "
+                       "(data_parallel) or per outer step (diloco), none for the ensemble")
 
 
-def param_bytes(results: dict) -> int:
-  """Bytes of one model's float32 parameters (what an all-reduce or a sync exchanges)."""
-  return 4 * results.get("num_params", results.get("num_params_per_worker", 0))
+def recorded_communication(results: dict) -> Communication | None:
+  """The communication a results.json's cost block carries (None: written before it)."""
+  modelled = results.get("cost", {}).get("modelled", {})
+  if "collectives" not in modelled or modelled["collectives_source"].startswith("legacy"):
+    return None
+  return Communication(tuple(ProgramCollective.from_record(r)
+                             for r in modelled["collectives"]),
+                       modelled["collectives_source"])
 
 
-def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 0.0,
-            simulated: bool = True, device_step_time_s: float = 0.0) -> dict:
+def units_to(steps: int, results: dict) -> dict[str, int]:
+  """How many of each unit the model at `steps` needed: its steps; the evals up to and at
+  `steps` (each decides whether to stop); the outer steps before it (the one at `steps`
+  comes after that step's eval, which scored the model without it); the run, once."""
+  return {"step": steps,
+          "eval": sum(1 for h in results.get("history", []) if h["step"] <= steps),
+          "sync": sum(1 for s in results.get("syncs", []) if s < steps),
+          "run": 1}
+
+
+@dataclasses.dataclass
+class Measured:
+  """Measured on this host."""
+  train_time_s: float
+  step_time_s: float
+  steps_to_target: int  # all steps trained when the target was not reached
+  flops: float
+  flops_to_target: float
+  pool_build_time_s: float
+  host_devices: int
+  where: str
+
+
+@dataclasses.dataclass
+class Modelled:
+  """Modelled for a cluster of `devices` devices, per interconnect preset."""
+  devices: int
+  device_step_time_s: float
+  device_step_model: str
+  collectives: list[dict]  # ProgramCollective.record() of each
+  collectives_source: str
+  units_to_target: dict[str, int]  # steps, evals, outer steps, run (units_to)
+  communication_s: dict[str, float]  # to the target, per preset (0 on real devices)
+  communication_model: str
+  overlap: float
+  critical_path_s: dict[str, float]  # to the target, per interconnect preset
+  device_seconds: dict[str, float]
+
+
+def summary(results: dict, communication: Communication | None = None, devices: int = 0,
+            overlap: float = 0.0, simulated: bool = True,
+            device_step_time_s: float = 0.0) -> dict:
   """The `cost` block of results.json: what was measured here and what is modelled.
 
-  `devices` (D) is the cluster the run stands for: 0 means one device per model replica
-  of the mesh (data_parallel: the mesh's `data` axis) or one per worker (ensemble,
-  diloco). When the mesh is `simulated` on one host (CPU), the host did the work of all D
-  devices one after another, so one device's step is modelled as host step / D; on real
-  accelerators the measured step is already one device's (times mesh size / D). A
-  `device_step_time_s` > 0, measured apart (one model at the per-device batch, on a quiet
-  host: the sweep's calibration), replaces that estimate: it is immune to whatever else
-  shared the host during this run.
-  Communication is modelled only when simulated; on real devices it is in the step.
-  Critical paths count the steps to the target (all steps when it was not reached) plus
-  the pool-building time of a distilled sequence (results['distill']).
+  `communication`: the collectives of the run's programs on its cluster; None: those the
+  results' cost block already records, else `legacy_communication` (labelled as such).
+  `devices` (D) is the cluster the run stands for; 0: the one its cost block records,
+  else `legacy_devices`. When the mesh is `simulated` on one host (CPU), the host did
+  the work of all D devices one after another, so one device's step is modelled as host
+  step / D; on real accelerators the measured step is already one device's (times mesh
+  size / D). A `device_step_time_s` > 0, measured apart (one model at the per-device
+  batch, on a quiet host: the sweep's calibration), replaces that estimate: it is immune
+  to whatever else shared the host during this run.
+
+  The critical path to the target, the same for every method: pool building (a distilled
+  sequence's, results['distill']) + steps x device step + every collective x its count
+  per unit x the units the model at the target needed (`units_to`) x its time, times
+  (1 - overlap). Communication is charged only when simulated; on real devices it is in
+  the measured step.
   """
-  method = results["method"]
-  mesh_devices = math.prod(results["mesh"].values())
-  workers = results.get("num_workers", 1)
-  if devices <= 0:
-    devices = results["mesh"].get("data", mesh_devices) if method == "data_parallel" else workers
+  recorded = results.get("cost", {}).get("modelled", {})
+  devices = devices or recorded.get("devices") or legacy_devices(results)
+  if communication is None:
+    communication = recorded_communication(results) or legacy_communication(
+        results, devices, "results written before collectives were read")
   target = results["target"]
   steps = target["reached_step"] if target["reached"] else results["steps"]
   distill = results.get("distill") or {}
   pool_time, pool_flops = distill.get("build_time_s", 0.0), distill.get("build_flops", 0.0)
-  measured = {
-      "train_time_s": results["train_time_s"],
-      "step_time_s": results["step_time_s"],
-      "steps_to_target": steps,  # all steps trained when the target was not reached
-      "flops": results["flops_per_step"] * results["steps"] + pool_flops,
-      "flops_to_target": results["flops_per_step"] * steps + pool_flops,
-      "pool_build_time_s": pool_time,
-      "host_devices": mesh_devices,
-      "where": ("one host: the simulated devices share its cores" if simulated else
-                "real devices"),
-  }
+  mesh_devices = math.prod(results["mesh"].values())
+  measured = Measured(
+      train_time_s=results["train_time_s"], step_time_s=results["step_time_s"],
+      steps_to_target=steps, flops=results["flops_per_step"] * results["steps"] + pool_flops,
+      flops_to_target=results["flops_per_step"] * steps + pool_flops,
+      pool_build_time_s=pool_time, host_devices=mesh_devices,
+      where="one host: the simulated devices share its cores" if simulated else "real devices")
   parallel = 1 if simulated else mesh_devices
   if device_step_time_s > 0:
     device_step = device_step_time_s
@@ -155,30 +268,22 @@ def summary(results: dict, param_bytes: int, devices: int = 0, overlap: float = 
   else:
     device_step = results["step_time_s"] * parallel / devices
     how = f"measured host step x {parallel} / {devices} devices"
-  comm = communication(method, param_bytes=param_bytes, steps=steps,
-                       mesh_shape={"data": devices} if method == "data_parallel" else {},
-                       num_workers=devices,
-                       num_syncs=diloco_syncs_to(steps, results) if method == "diloco" else 0,
-                       overlap=overlap)
-  critical = {}
-  for name, preset in comm["per_preset"].items():
-    allreduce = preset["allreduce_s"] if simulated else 0.0
-    if method == "data_parallel":
-      t = critical_path_data_parallel(steps, device_step, allreduce)
-    elif method == "diloco":
-      t = critical_path_diloco(steps, device_step, comm["allreduces"], allreduce)
-    else:
-      t = critical_path_ensemble(steps, device_step)
-    critical[name] = pool_time + t
-  comm["model"] = ("ring all-reduce: (1 - overlap) * (2(D-1)/D * bytes / bandwidth "
-                   "+ 2(D-1) * latency)")
-  modelled = {
-      "devices": devices,
-      "device_step_time_s": device_step,
-      "device_step_model": how,
-      "communication": comm,
-      "overlap": overlap,
-      "critical_path_s": critical,  # to the target, per interconnect preset
-      "device_seconds": {k: devices * v for k, v in critical.items()},
-  }
-  return {"measured": measured, "modelled": modelled}
+  units = units_to(steps, results)
+  communication_s = {
+      name: (1.0 - overlap) * sum(c.count * units[c.per] * c.seconds(link)
+                                  for c in communication.collectives) if simulated else 0.0
+      for name, link in INTERCONNECTS.items()}
+  critical = {name: pool_time + steps * device_step + communication_s[name]
+              for name in INTERCONNECTS}
+  modelled = Modelled(
+      devices=devices, device_step_time_s=device_step, device_step_model=how,
+      collectives=[c.record() for c in communication.collectives],
+      collectives_source=communication.source, units_to_target=units,
+      communication_s=communication_s,
+      communication_model=("per collective, on a ring of its group's g devices: latency x "
+                           "hops + bytes moved / bandwidth (costs.collective_time), times "
+                           "(1 - overlap); presets: " + "; ".join(
+                               f"{k}: {v.models}" for k, v in INTERCONNECTS.items())),
+      overlap=overlap, critical_path_s=critical,
+      device_seconds={k: devices * v for k, v in critical.items()})
+  return {"measured": dataclasses.asdict(measured), "modelled": dataclasses.asdict(modelled)}

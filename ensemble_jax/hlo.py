@@ -1,10 +1,12 @@
-"""Reading collectives and their replica groups off compiled HLO text.
+"""Reading collectives off compiled (optimized) HLO text: kind, replica groups, bytes.
 
-Used to prove what the stacked engine promises: no collective spans two workers.
+Used to prove what the stacked engine promises (no collective spans two workers) and to
+charge each method the communication its compiled programs really do (`costs.py`).
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 import numpy as np
@@ -18,13 +20,69 @@ _MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
 _EXPLICIT = re.compile(r"replica_groups=\{((?:\{[\d,\s]*\},?\s*)*)\}")
 _IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
 _PAIRS = re.compile(r"source_target_pairs=\{((?:\{\d+,\d+\},?)*)\}")
+# `%name = <type> <opcode>(`: the instruction's name and the text from its type on.
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([\d,]*)\]")
+_COMPUTATION = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_CALLEE = re.compile(r"\b(body|condition|calls|to_apply|true_computation|false_computation)"
+                     r"=%?([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
 @dataclasses.dataclass
 class Collective:
-  op: str
+  op: str  # the kind: one of COLLECTIVE_OPS (an async `-start` is read as its op)
   groups: list[list[int]]  # device (or replica) ids that talk to each other
   line: str
+  operand_bytes: int = 0  # what one device puts in: the sum over the operands
+  executions: int = 1  # per call of the program: > 1 inside a loop with a known trip count
+
+  def group_size(self, num_devices: int) -> int:
+    """Devices in each group (empty replica_groups: one group of all devices)."""
+    return len(self.groups[0]) if self.groups else num_devices
+
+
+def dtype_bytes(dtype: str) -> float:
+  """Bytes of one element of an HLO element type: `f32` 4, `bf16` 2, `pred` 1, `s4` 0.5."""
+  if dtype == "pred":
+    return 1
+  if dtype == "token":
+    return 0
+  m = re.fullmatch(r"(?:s|u|f|bf|c)(\d+)(?:e\d+m\d+[a-z]*)?", dtype)  # f32 bf16 c64 f8e4m3fn
+  if not m:
+    raise ValueError(f"unknown HLO element type {dtype!r}")
+  return int(m.group(1)) / 8
+
+
+def shape_bytes(type_text: str) -> int:
+  """Bytes of an HLO type: an array `f32[1024,10]{1,0}` or a tuple of them."""
+  type_text = re.sub(r"/\*.*?\*/", "", type_text)  # `/*index=5*/` inside long tuples
+  total = sum(math.prod(int(d) for d in dims.split(",") if d) * dtype_bytes(dtype)
+              for dtype, dims in _ARRAY.findall(type_text))
+  return int(math.ceil(total))
+
+
+def _result_type(rest: str) -> str:
+  """The type at the start of an instruction's text: up to its balanced `)` if a tuple."""
+  if not rest.startswith("("):
+    return rest.split(" ", 1)[0]
+  depth = 0
+  for i, ch in enumerate(rest):
+    depth += {"(": 1, ")": -1}.get(ch, 0)
+    if depth == 0:
+      return rest[:i + 1]
+  return rest
+
+
+def _operands(line: str, op_end: int) -> str:
+  """The text between an instruction's `op(` (ending at `op_end`) and its matching `)`."""
+  depth = 1
+  for i in range(op_end, len(line)):
+    depth += {"(": 1, ")": -1}.get(line[i], 0)
+    if depth == 0:
+      return line[op_end:i]
+  return line[op_end:]
 
 
 def _groups(line: str) -> list[list[int]]:
@@ -54,12 +112,60 @@ def _groups(line: str) -> list[list[int]]:
   return []  # empty replica_groups: one group of all devices
 
 
+def _executions(lines: list[str]) -> tuple[list[str | None], dict[str, int]]:
+  """Each line's computation, and how often each computation runs per call of the module:
+  ENTRY once; a while body `known_trip_count` times its caller (once if unknown); called
+  computations (fusions, calls, branches) as often as their caller."""
+  owner, calls, entry, current = [], {}, None, None
+  for line in lines:
+    if m := _COMPUTATION.match(line):
+      current = m.group(2)
+      entry = current if m.group(1) else entry
+    elif line.startswith("}"):
+      current = None
+    owner.append(current)
+    if current is None or "=" not in line:
+      continue
+    trips = int(t.group(1)) if (t := _TRIP_COUNT.search(line)) else 1
+    for role, callee in _CALLEE.findall(line):
+      calls.setdefault(current, []).append((callee, trips if role == "body" else 1))
+    if b := _BRANCHES.search(line):
+      for callee in re.findall(r"%?([\w.\-]+)", b.group(1)):
+        calls.setdefault(current, []).append((callee, 1))
+  runs: dict[str, int] = {}
+
+  def visit(comp: str, times: int, path: tuple) -> None:
+    if comp in path:  # not expected in HLO; guards the walk
+      return
+    runs[comp] = runs.get(comp, 0) + times
+    for callee, factor in calls.get(comp, ()):
+      visit(callee, times * factor, path + (comp,))
+
+  if entry is not None:
+    visit(entry, 1, ())
+  return owner, runs
+
+
 def collectives(hlo_text: str) -> list[Collective]:
-  """Every collective op in an HLO module's text (async `-start` forms included)."""
+  """Every collective op in an HLO module's text (async `-start` forms included), with its
+  operand bytes (looked up from the operands' defining instructions, or from types written
+  in the operand list) and how often it executes per call of the module."""
+  lines = hlo_text.splitlines()
+  types = {m.group(1): _result_type(m.group(2)) for line in lines
+           if (m := _INSTRUCTION.match(line))}
+  owner, runs = _executions(lines)
   found = []
-  for line in hlo_text.splitlines():
-    if m := _OP.search(line):
-      found.append(Collective(m.group(1), _groups(line), line.strip()))
+  for line, comp in zip(lines, owner):
+    if not (m := _OP.search(line)):
+      continue
+    operands = _operands(line, m.end())
+    if _ARRAY.search(operands):  # older text: `all-reduce(f32[8]{0} %x)`
+      nbytes = shape_bytes(operands)
+    else:
+      nbytes = sum(shape_bytes(types.get(name, "")) for name in
+                   re.findall(r"%([\w.\-]+)", operands))
+    executions = runs.get(comp, 1) if comp is not None else 1
+    found.append(Collective(m.group(1), _groups(line), line.strip(), nbytes, executions))
   return found
 
 

@@ -10,8 +10,10 @@ A run lives in `RESULTS_DIR/<curve>/<point>/seed<k>/results.json` (what the swee
 its seeds are averaged into one point of its curve. Each point is the training compute
 spent until the target was first reached (y: XLA FLOPs x steps, measured) against the
 critical-path time to it on the cluster the run stands for (x: modelled from the measured
-host step time and a ring all-reduce per interconnect preset; see `ensemble_jax.costs`).
-Points where some seed missed the target are drawn hollow and left out of the ratios.
+device step time and the collectives of the method's compiled programs, per interconnect
+preset; see `ensemble_jax.costs`). Files written before the `ib800` preset was renamed
+`ib_xdr800` are read under the new name. Points where some seed missed the target are
+drawn hollow and left out of the ratios.
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ def load_runs(results_dir: str) -> list[dict]:
         "reached": bool(t["reached"]),
         "steps": cost["measured"]["steps_to_target"],
         "flops": cost["measured"]["flops_to_target"],
-        "time_s": cost["modelled"]["critical_path_s"],
+        "time_s": {costs.RENAMED_PRESETS.get(k, k): v
+                   for k, v in cost["modelled"]["critical_path_s"].items()},
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
@@ -238,8 +241,10 @@ def table(runs: list[dict]) -> str:
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
-           "= steps x device step + ring all-reduces per interconnect preset + pool building "
-           "(ensemble_jax/costs.py). Each cell: mean [min, max] over seeds.", "",
+           "= steps x device step + the collectives of the method's compiled programs per "
+           "interconnect preset (runs without them: one ring all-reduce per step or outer "
+           "step, labelled legacy) + pool building (ensemble_jax/costs.py). Each cell: "
+           "mean [min, max] over seeds.", "",
            "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
            + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |",
            "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"]

@@ -31,12 +31,13 @@ from clu import parameter_overview
 from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, distributed, noise_scale, optim, writers
+from ensemble_jax import communication, config_lib, costs, distributed, noise_scale, optim
+from ensemble_jax import models, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
-from ensemble_jax import models
+from ensemble_jax import methods as methods_lib
 from ensemble_jax.data import pipeline, samplers
-from ensemble_jax.methods import Method, create_method
+from ensemble_jax.methods import Method
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.sharding import make_mesh
 
@@ -211,6 +212,7 @@ class Setup:
   data: data_lib.Data
   method: Method
   num_steps: int
+  steps_per_epoch: int
   eval_every: int
   warm_start: str  # config.train.init_from's checkpoints (read only if init_from is set)
   is_main: bool
@@ -242,15 +244,17 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
   data = data_lib.load(config)
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   model = models.create_model(config.model, data.num_classes, config.data.context)
-  method = create_method(config, model, tx, mesh, data.init_input)
+  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
+  method = methods_lib.create_method(config, model, tx, mesh, data.init_input)
+  method.cluster_mesh(config.cost.devices)  # the cluster the cost report models must fit
   one_model = None
   if config.train.microbatches > 1:
     one_model = jax.eval_shape(functools.partial(
         step_lib.create_train_state, model, tx, init_input=data.init_input,
         sparse=config.model.sparsity > 0), jax.random.key(0))
-  return Setup(mesh, data, method, num_steps, config.eval.every_steps or steps_per_epoch,
+  return Setup(mesh, data, method, num_steps, steps_per_epoch,
+               config.eval.every_steps or steps_per_epoch,
                os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0,
                one_model)
 
@@ -613,14 +617,28 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
     results["distill"] = pool.info
   if p.noise is not None:
     results["noise_scale"] = p.noise.results(target)
-  results["cost"] = costs.summary(results, costs.param_bytes(results), config.cost.devices,
-                                  config.cost.overlap,
+  devices = math.prod(method.cluster_mesh(config.cost.devices).values())
+  try:
+    comm = _communication(config, s, train_batches, eval_batches)
+  except Exception as e:  # noqa: BLE001 -- results.json is still written, labelled
+    logging.warning("communication not read from HLO; the legacy model stands in: %s", e)
+    comm = costs.legacy_communication(results, devices, f"compiling failed: {e}")
+  results["cost"] = costs.summary(results, comm, devices, config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",
                                   device_step_time_s=config.cost.device_step_time_s)
   if config.task == "lm":
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
   return results
+
+
+def _communication(config, s: Setup, train_batches, eval_batches) -> costs.Communication:
+  """The collectives of the method's programs on the cluster the run stands for."""
+  req = communication.request(config, s.method, num_classes=s.data.num_classes,
+                              init_input=s.data.init_input, num_steps=s.num_steps,
+                              steps_per_epoch=s.steps_per_epoch, train_batches=train_batches,
+                              eval_batches=eval_batches)
+  return communication.for_cluster(s.method, req)
 
 
 class Preempted(SystemExit):

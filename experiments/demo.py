@@ -27,11 +27,13 @@ configured learning rate (the full grid tunes every point's).
   measured: steps to the target, accuracy, FLOPs per step (XLA cost analysis of the
             compiled step) and so compute to target; one device's step time (a separate
             short calibration run of one model at the per-device batch, before the grid).
-  modelled: the time axis = steps to target x that device step, plus for data-parallel
-            training and DiLoCo a ring all-reduce of the parameters over an interconnect
-            preset (nvlink / ib800 / eth10g, ensemble_jax/costs.py) per step / per sync;
-            the ensemble needs none while it trains. This host cannot run D devices at
-            once: the cluster's time is modelled, not observed.
+  modelled: the time axis = steps to target x that device step, plus every collective
+            of the programs each method compiles for its D devices (read off their HLO:
+            the data-parallel step's gradient and BatchNorm all-reduces, DiLoCo's outer
+            steps, the evaluations' reductions over workers), each an alpha-beta time on
+            an interconnect preset (nvlink / ib_xdr800 / eth10g, ensemble_jax/costs.py).
+            This host cannot run D devices at once: the cluster's time is modelled, not
+            observed.
 Ratios > 1 favour the method over data-parallel; 'none within budget' means no point of
 the method was as cheap (or as fast) as any data-parallel point. One seed: see
 experiments/results/fashion_mnist for the 3-seed grid.

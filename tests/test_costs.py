@@ -1,81 +1,144 @@
-"""The communication model against hand-computed values, and the critical paths."""
+"""The communication model against hand-computed values, the critical path priced from a
+program's collectives, and old results.json files priced as before."""
+import json
+import os
+
 import pytest
 
 from ensemble_jax import costs
+from tests.conftest import REPO
+from tests.test_hlo import HLO
+
+LINK = costs.Interconnect("test", bandwidth=1e9, latency=1e-5, models="a 1 GB/s test link")
 
 
-def test_ring_allreduce_by_hand():
-  link = costs.Interconnect("test", bandwidth=1e9, latency=1e-5)
-  # 8 devices, 100 MB: 2*7/8 * 0.1 s + 14 * 10 us = 0.175 s + 0.14 ms
-  assert costs.allreduce_time(100e6, 8, link) == pytest.approx(0.175 + 14e-5)
-  assert costs.allreduce_time(100e6, 8, link, overlap=0.5) == pytest.approx((0.175 + 14e-5) / 2)
-  assert costs.allreduce_time(100e6, 1, link) == 0.0
-  # ResNet-50 gradients (25,557,032 fp32 = 102.2 MB) over 10 GbE on 8 hosts: ~0.144 s
+@pytest.mark.parametrize("kind,operand_bytes,seconds", [
+    # 8 devices, 100 MB per device: 2*7/8 * 0.1 s + 14 * 10 us
+    ("all-reduce", 100e6, 0.175 + 14e-5),
+    ("reduce-scatter", 100e6, 0.0875 + 7e-5),  # 7/8 of the buffer leaves, 7 hops
+    ("all-gather", 12.5e6, 0.0875 + 7e-5),  # a 12.5 MB shard in, 100 MB gathered
+    ("all-to-all", 100e6, 0.0875 + 7e-5),  # 7/8 of the buffer to 7 peers
+    ("collective-permute", 100e6, 0.1 + 1e-5),  # one send, all devices at once
+    ("collective-broadcast", 100e6, 0.1 + 7e-5),  # a pipelined chain of 8
+])
+def test_alpha_beta_time_by_hand(kind, operand_bytes, seconds):
+  assert costs.collective_time(kind, operand_bytes, 8, LINK) == pytest.approx(seconds)
+  assert costs.collective_time(kind, operand_bytes, 1, LINK) == 0.0  # alone: no link
+
+
+def test_alpha_beta_latency_bound_and_unknown_kinds():
+  # 33 BatchNorm reductions of 256 bytes over 8 devices on 10 GbE cost ~35x one's latency
+  # sum, not nothing: 33 * (14 * 50 us + 2*7/8 * 256 B / 1.25 GB/s)
   eth = costs.INTERCONNECTS["eth10g"]
-  assert costs.allreduce_time(25_557_032 * 4, 8, eth) == pytest.approx(
-      2 * 7 / 8 * 102_228_128 / 1.25e9 + 14 * 50e-6)
+  assert 33 * costs.collective_time("all-reduce", 256, 8, eth) == pytest.approx(
+      33 * (14 * 50e-6 + 1.75 * 256 / 1.25e9))
+  with pytest.raises(ValueError, match="no time model"):
+    costs.collective_time("all-reduce-scatter-gather", 1, 2, eth)
 
 
-def test_critical_paths():
-  assert costs.critical_path_data_parallel(100, 0.2, 0.05) == pytest.approx(25.0)
-  assert costs.critical_path_ensemble(50, 0.2, pool_time=3.0, aggregation_time=0.5) == \
-      pytest.approx(13.5)
-  assert costs.critical_path_diloco(100, 0.2, 10, 0.05) == pytest.approx(20.5)
+def test_presets_name_what_they_model():
+  # 800 Gb/s InfiniBand is XDR (NDR is 400 Gb/s): the preset says so in its name.
+  assert "ib800" not in costs.INTERCONNECTS and costs.RENAMED_PRESETS["ib800"] == "ib_xdr800"
+  xdr = costs.INTERCONNECTS["ib_xdr800"]
+  assert xdr.bandwidth == 800e9 / 8 and "XDR" in xdr.models and "NDR is 400" in xdr.models
+  for name, link in costs.INTERCONNECTS.items():  # each states its latency
+    assert link.name == name and link.latency > 0
+    assert f"{link.latency * 1e6:g} us" in link.models, link.models
 
 
-def test_communication_per_method():
-  dp = costs.communication("data_parallel", param_bytes=4e6, steps=10, mesh_shape={"data": 4})
-  assert dp["allreduces"] == 10 and dp["devices"] == 4
-  link = costs.INTERCONNECTS["ib800"]
-  assert dp["per_preset"]["ib800"]["total_s"] == pytest.approx(
-      10 * costs.allreduce_time(4e6, 4, link))
-  ens = costs.communication("ensemble", param_bytes=4e6, steps=10,
-                            mesh_shape={"worker": 8, "data": 1}, num_workers=8)
-  assert ens["allreduces"] == 0 and ens["per_preset"]["eth10g"]["total_s"] == 0.0
-  dl = costs.communication("diloco", param_bytes=4e6, steps=10, mesh_shape={"worker": 8},
-                           num_workers=8, num_syncs=2)
-  assert dl["allreduces"] == 2 and dl["devices"] == 8
+def test_program_collectives_count_calls_and_merge_identical_ones():
+  ar = next(line for line in HLO.splitlines() if line.startswith("  %ar ="))
+  twice = HLO.replace(ar, ar + "\n" + ar.replace("%ar =", "%ar.9 ="))
+  found = costs.program_collectives("eval", "eval", 5, twice, 8)
+  by_kind = {(c.kind, c.bytes): c for c in found}
+  assert len(found) == 3  # the second gradient all-reduce merged into its twin
+  assert by_kind["all-reduce", 2688].count == 2 * 5
+  assert by_kind["all-reduce", 16].count == 5 * 3 and by_kind["all-reduce", 16].group_size == 4
+  assert all(c.program == "eval" and c.per == "eval" for c in found)
+  with pytest.raises(ValueError, match="per='epoch'"):
+    costs.program_collectives("eval", "epoch", 1, HLO, 8)
 
 
 def _results(method, **extra):
   return {"method": method, "mesh": {"data": 1}, "train_time_s": 40.0, "step_time_s": 0.4,
-          "steps": 100, "flops_per_step": 1e9,
+          "steps": 100, "flops_per_step": 1e9, "num_params": 1e6,
+          "history": [{"step": s} for s in (20, 40, 60, 80, 100)],
           "target": {"reached": True, "reached_step": 60}, **extra}
 
 
-def test_summary_models_the_cluster_from_the_host_step():
+def test_summary_prices_each_collective_by_its_unit():
   eth = costs.INTERCONNECTS["eth10g"]
-  dp = costs.summary(_results("data_parallel"), param_bytes=4e6, devices=4)
-  # The host did 4 devices' work per step: one device's step is 0.1 s, plus the all-reduce.
-  assert dp["modelled"]["device_step_time_s"] == pytest.approx(0.1)
-  assert dp["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
-      60 * (0.1 + costs.allreduce_time(4e6, 4, eth)))
-  assert dp["measured"]["flops_to_target"] == 60e9 and dp["measured"]["flops"] == 100e9
-  ens = costs.summary(_results("ensemble", num_workers=8,
-                               distill={"build_time_s": 3.0, "build_flops": 5e9}),
-                      param_bytes=4e6)
-  assert ens["modelled"]["devices"] == 8  # one per worker
-  assert ens["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(3.0 + 60 * 0.05)
-  assert ens["measured"]["flops_to_target"] == 65e9
-  dl = costs.summary(_results("diloco", num_workers=4, sync_every=20), param_bytes=4e6)
-  assert dl["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
-      60 * 0.1 + 3 * costs.allreduce_time(4e6, 4, eth))
-  # The target reached at 50 (H = 20): outer steps at 20, 40 and the deployable one at 50.
-  dl = costs.summary(_results("diloco", num_workers=4, sync_every=20, syncs=[20, 40, 50],
-                              target={"reached": True, "reached_step": 50}), param_bytes=4e6)
-  assert dl["modelled"]["communication"]["allreduces"] == 3
-  assert dl["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(
-      50 * 0.1 + 3 * costs.allreduce_time(4e6, 4, eth))
-  real = costs.summary(_results("data_parallel", mesh={"data": 4}), param_bytes=4e6,
-                       simulated=False)
-  # On real devices the measured step is one device's and already holds the all-reduce.
-  assert real["modelled"]["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.4)
+  grad = costs.ProgramCollective("train_step", "step", "all-reduce", 4_000_000, 4, 1)
+  norm = costs.ProgramCollective("train_step", "step", "all-reduce", 256, 4, 20)
+  logits = costs.ProgramCollective("eval", "eval", "all-gather", 10_000, 4, 2)
+  outer = costs.ProgramCollective("sync", "sync", "all-reduce", 4_000_000, 4, 1)
+  once = costs.ProgramCollective("soup", "run", "all-reduce", 4_000_000, 4, 1)
+  comm = costs.Communication((grad, norm, logits, outer, once), "hand-written")
+  results = _results("any", syncs=[20, 40, 60, 100])
+  s = costs.summary(results, comm, devices=4)
+  m = s["modelled"]
+  # to step 60: 60 steps, the evals at 20, 40 and 60, the outer steps at 20 and 40 (the one
+  # at 60 follows that step's eval), the run once
+  assert m["units_to_target"] == {"step": 60, "eval": 3, "sync": 2, "run": 1}
+  t = costs.collective_time
+  comm_s = (60 * (t("all-reduce", 4e6, 4, eth) + 20 * t("all-reduce", 256, 4, eth))
+            + 3 * 2 * t("all-gather", 10_000, 4, eth) + 2 * t("all-reduce", 4e6, 4, eth)
+            + t("all-reduce", 4e6, 4, eth))
+  assert m["communication_s"]["eth10g"] == pytest.approx(comm_s)
+  # The host did 4 devices' work per step: one device's step is 0.1 s.
+  assert m["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.1 + comm_s)
+  assert m["device_seconds"]["eth10g"] == pytest.approx(4 * (60 * 0.1 + comm_s))
+  assert m["collectives"][1] == {**vars(norm), "seconds": {
+      k: t("all-reduce", 256, 4, link) for k, link in costs.INTERCONNECTS.items()}}
+  assert m["collectives_source"] == "hand-written"
+  half = costs.summary(results, comm, devices=4, overlap=0.5)["modelled"]
+  assert half["communication_s"]["eth10g"] == pytest.approx(comm_s / 2)
+  real = costs.summary(results, comm, devices=4, simulated=False)["modelled"]
+  # On real devices the measured step is one device's and already holds the communication.
+  assert real["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.4 / 4)
+  pool = costs.summary({**results, "distill": {"build_time_s": 3.0, "build_flops": 5e9}},
+                       costs.Communication((), "none"), devices=8)
+  assert pool["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(3.0 + 60 * 0.05)
+  assert pool["measured"]["flops_to_target"] == 65e9 and pool["measured"]["flops"] == 105e9
 
 
 def test_calibrated_device_step_replaces_the_host_estimate():
-  dp = costs.summary(_results("data_parallel"), param_bytes=4e6, devices=4,
-                     device_step_time_s=0.08)
+  comm = costs.Communication((), "none")
+  dp = costs.summary(_results("data_parallel"), comm, devices=4, device_step_time_s=0.08)
   assert dp["modelled"]["device_step_time_s"] == 0.08
   assert dp["modelled"]["device_step_model"].startswith("calibrated")
-  assert dp["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(
-      60 * (0.08 + costs.allreduce_time(4e6, 4, costs.INTERCONNECTS["nvlink"])))
+  assert dp["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(60 * 0.08)
+
+
+def test_results_without_collectives_keep_the_old_single_allreduce_model():
+  eth = costs.INTERCONNECTS["eth10g"]
+  ring = costs.collective_time("all-reduce", 4e6, 4, eth)
+  dp = costs.summary(_results("data_parallel"), devices=4)["modelled"]
+  assert dp["collectives_source"].startswith("legacy, not read from HLO")
+  assert dp["critical_path_s"]["eth10g"] == pytest.approx(60 * (0.1 + ring))
+  ens = costs.summary(_results("ensemble", num_workers=8))["modelled"]
+  assert ens["devices"] == 8 and ens["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.05)
+  # DiLoCo reached at 50 (H = 20): outer steps at 20, 40 and the deployable one at 50.
+  dl = costs.summary(_results("diloco", mesh={"worker": 1, "data": 1}, num_workers=4,
+                              sync_every=20, syncs=[20, 40, 50],
+                              target={"reached": True, "reached_step": 50}))["modelled"]
+  assert dl["devices"] == 4
+  assert dl["critical_path_s"]["eth10g"] == pytest.approx(50 * 0.1 + 3 * ring)
+
+
+@pytest.mark.parametrize("point", ["data_parallel/D4", "diloco/H50", "ensemble/N4_L300"])
+def test_committed_results_are_priced_as_they_were(point):
+  """A committed results.json without collectives, re-priced as `--recost` does: the
+  stored critical paths again (its `ib800` is now `ib_xdr800`), labelled legacy."""
+  path = os.path.join(REPO, "experiments", "results", "fashion_mnist", point, "seed0",
+                      "results.json")
+  with open(path) as f:
+    results = json.load(f)
+  cost = results["config"]["cost"]
+  again = costs.summary(results, None, cost["devices"], cost["overlap"],
+                        device_step_time_s=cost["device_step_time_s"])["modelled"]
+  assert again["collectives_source"].startswith("legacy")
+  stored = results["cost"]["modelled"]["critical_path_s"]
+  for old, seconds in stored.items():
+    assert again["critical_path_s"][costs.RENAMED_PRESETS.get(old, old)] == pytest.approx(
+        seconds, rel=1e-12)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from ensemble_jax import hlo, optim
+from ensemble_jax import costs, hlo, optim
 from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
@@ -67,3 +67,22 @@ def test_compiled_dp_step_all_reduces_gradients(two_methods):
   assert reduces, "the data-parallel step must all-reduce its gradients"
   # the gradient all-reduce spans all 8 data-parallel devices
   assert any(sorted(g) == list(range(8)) for c in reduces for g in (c.groups or [range(8)]))
+
+
+def test_dp_step_communicates_more_than_one_gradient_allreduce(two_methods):
+  """Regression (issue 13): the data-parallel step was priced as one gradient all-reduce;
+  with BatchNorm on 8 devices it compiles to many more, each paying its latency."""
+  method, config = two_methods[False]
+  batch = _batch(method, config)
+  eval_batch = {"image": batch["image"], "label": batch["label"], "mask": batch["label"] * 0.0}
+  step, evaluate = method.programs(batch, eval_batch, eval_batches=3)
+  assert (step.name, step.per, step.calls, evaluate.name, evaluate.per, evaluate.calls) == (
+      "train_step", "step", 1, "eval", "eval", 3)
+  found = costs.program_collectives(step.name, step.per, step.calls,
+                                    step.lowered.compile().as_text(), 8)
+  reduces = [c for c in found if c.kind == "all-reduce"]
+  assert sum(c.count for c in reduces) > 1
+  assert all(c.group_size == 8 for c in reduces)
+  params = jax.eval_shape(method._init_fn, jax.random.key(0)).params
+  gradient_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
+  assert sum(c.bytes * c.count for c in reduces) >= gradient_bytes

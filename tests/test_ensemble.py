@@ -92,6 +92,23 @@ def test_the_hlo_check_catches_a_planted_worker_psum():
   assert hlo.spanning(hlo.collectives(text), _worker_groups(engine.mesh), 8)
 
 
+def test_programs_the_cost_report_reads_talk_across_workers_only_to_evaluate():
+  """The step compiles to no collective; the eval (the cross-worker reduction a
+  stop-at-target evaluation needs) is the one program whose collectives span workers."""
+  engine, config = _engine(8, (("worker", 8), ("data", 1)))
+  train = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _batch(engine)[1].items()}
+  b = config.eval.batch_size
+  eval_batch = {"image": jax.ShapeDtypeStruct((b, *IMAGE_SHAPE), jnp.uint8),
+                "label": jax.ShapeDtypeStruct((b,), jnp.int32),
+                "mask": jax.ShapeDtypeStruct((b,), jnp.float32)}
+  programs = {p.name: p for p in engine.programs(train, eval_batch, eval_batches=2)}
+  assert {(p.name, p.per, p.calls) for p in programs.values()} == {
+      ("train_step", "step", 1), ("eval", "eval", 2)}
+  assert hlo.collectives(programs["train_step"].lowered.compile().as_text()) == []
+  evaluate = hlo.collectives(programs["eval"].lowered.compile().as_text())
+  assert hlo.spanning(evaluate, _worker_groups(engine.mesh), 8)
+
+
 def test_hlo_parser_reads_both_replica_group_formats():
   explicit = "%ar = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={{0,1},{2,3}}, to_apply=%s"
   iota = "%ag = f32[8]{0} all-gather-start(f32[2]{0} %x), replica_groups=[2,4]<=[4,2]T(1,0)"

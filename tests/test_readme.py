@@ -56,8 +56,8 @@ def _cells(row: str) -> list[str]:
 
 
 def _header_name(cell: str) -> str:
-  # The README names the one preset it keeps "time to target, ib800 (s)"; report.table
-  # writes every preset as "time ib800 (s)".
+  # The README names the one preset it keeps "time to target, ib_xdr800 (s)";
+  # report.table writes every preset as "time ib_xdr800 (s)".
   return re.sub(r"^time to target, (\w+) \(s\)$", r"time \1 (s)", cell)
 
 

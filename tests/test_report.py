@@ -15,6 +15,7 @@ def _write(root, curve, point, seed, method, reached, steps, flops, time_s):
        "target": {"metric": "accuracy", "value": 0.85, "reached": reached,
                   "reached_step": steps if reached else None,
                   "reached_time_s": time_s if reached else None},
+       # `ib800`: the key results written before the preset's rename carry (now ib_xdr800)
        "cost": {"measured": {"steps_to_target": steps, "flops_to_target": flops},
                 "modelled": {"devices": 4, "critical_path_s": {
                     "nvlink": time_s, "ib800": 1.5 * time_s, "eth10g": 3 * time_s}}}}

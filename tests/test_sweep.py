@@ -35,7 +35,7 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(tmp_path):
   # The three points compile to one per-device program (one model at batch 32): one timing.
   calibrations = [d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]
   assert len(calibrations) == 1
-  assert (tmp_path / "table.md").exists() and (tmp_path / "cost_vs_time_ib800.png").exists()
+  assert (tmp_path / "table.md").exists() and (tmp_path / "cost_vs_time_ib_xdr800.png").exists()
   again = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
   assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 6,
                    "diverged": 0}
@@ -105,6 +105,9 @@ def test_recost_rewrites_cost_blocks_from_calibration(tmp_path):
   after = json.loads(path.read_text())
   assert after["cost"]["modelled"]["device_step_time_s"] == 1.5
   assert after["cost"]["measured"] == before["cost"]["measured"]
+  # The collectives the run read off its programs (D2: compiled on 2 of the 8 devices) stay.
+  assert after["cost"]["modelled"]["collectives"] == before["cost"]["modelled"]["collectives"]
+  assert "{'data': 2} mesh" in after["cost"]["modelled"]["collectives_source"]
   steps = after["cost"]["measured"]["steps_to_target"]
   assert after["cost"]["modelled"]["critical_path_s"]["nvlink"] >= steps * 1.5
   # The tuning runs are recosted too, and the tuning compute with them.

@@ -1,5 +1,6 @@
 """Training methods: each builds its state, step and batch layout; `train.py` runs them
 through the interface `base.Method` writes down."""
+from ensemble_jax import models, optim
 from ensemble_jax.methods.base import Method
 from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.methods.diloco import DiLoCo
@@ -11,3 +12,12 @@ METHODS = {m.name: m for m in (DataParallel, Ensemble, DiLoCo)}
 def create_method(config, model, tx, mesh, init_input) -> Method:
   """`init_input`: a ShapeDtypeStruct of one model input batch, for abstract init."""
   return METHODS[config.method.name](config, model, tx, mesh, init_input)
+
+
+def build(config, mesh, *, num_classes: int, init_input, num_steps: int,
+          steps_per_epoch: int) -> Method:
+  """`config.method` with its model and optimizer, from the facts of the data they need."""
+  model = models.create_model(config.model, num_classes, config.data.context)
+  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps,
+                              steps_per_epoch)
+  return create_method(config, model, tx, mesh, init_input)

@@ -4,12 +4,14 @@ One loop runs every method, so what it may call is written down here, once. The 
 come in the order the loop uses them: set-up (layouts, `init`, `prune`, `sampler`), each
 step (`train_step`, `check_step_metrics`, `deployable` + `eval_step` + `finalize_eval`
 on eval steps, `after_step`), each checkpoint (`host_state`; `load_host_state` on
-restore), and the end (`final_results`). The defaults are what a method that keeps no
-host-side state and never syncs needs: the state as it is, unchanged.
+restore), and the end (`final_results`; `cluster_mesh` and `programs` for the cost
+report). The defaults are what a method that keeps no host-side state and never syncs
+needs: the state as it is, unchanged.
 """
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Any
 
 import jax
@@ -17,6 +19,28 @@ import jax
 from ensemble_jax.data.pipeline import BatchLayout
 from ensemble_jax.data.samplers import Sampler
 from ensemble_jax.methods import step as step_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """A jitted program a method runs, lowered for the method's mesh, and how often it runs:
+  `costs` prices the collectives of its compiled HLO."""
+  name: str  # how results.json names it: train_step, eval, sync, ...
+  per: str  # the unit `calls` counts in (costs.UNITS): step, eval, sync (outer step), run
+  calls: int  # calls per unit (an evaluation calls its program once per eval batch)
+  lowered: jax.stages.Lowered
+
+
+def abstract(tree, sharding) -> Any:
+  """ShapeDtypeStructs of `tree`'s leaves (arrays or ShapeDtypeStructs) placed in
+  `sharding`: one sharding for every leaf, or a tree of them matching `tree`."""
+  def struct(x, s):  # weak types kept: they are part of what a program is compiled for
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s,
+                                weak_type=getattr(x, "weak_type", False))
+
+  if isinstance(sharding, jax.sharding.Sharding):
+    return jax.tree.map(lambda x: struct(x, sharding), tree)
+  return jax.tree.map(struct, tree, sharding)
 
 
 class Method(abc.ABC):
@@ -91,3 +115,16 @@ class Method(abc.ABC):
   def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
                     eval_batches) -> dict:
     """Called once at the end: the method's own keys of results.json."""
+
+  @abc.abstractmethod
+  def cluster_mesh(self, devices: int) -> dict[str, int]:
+    """Called at set-up and at the end: the mesh of the cluster of `devices` devices this
+    run stands for (config.cost.devices; 0: the method's own default), whose programs'
+    collectives the cost report charges. Raises ConfigError if `devices` cannot hold it."""
+
+  @abc.abstractmethod
+  def programs(self, train_batch: dict, eval_batch: dict, eval_batches: int) -> list[Program]:
+    """Called once at the end, on a method built for `cluster_mesh`: every program the run
+    calls that may communicate, lowered from abstract inputs (its state's shapes;
+    `train_batch`, `eval_batch`: global batches or ShapeDtypeStructs, only their shapes and
+    dtypes are read; `eval_batches`: batches per evaluation)."""

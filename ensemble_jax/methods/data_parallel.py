@@ -17,7 +17,7 @@ from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.data.pipeline import BatchLayout
 from ensemble_jax.data.samplers import RandomSampler, Sampler
 from ensemble_jax.methods import step as step_lib
-from ensemble_jax.methods.base import Method
+from ensemble_jax.methods.base import Method, Program, abstract
 
 
 def check_divisible(value: int, field: str, divisor: int, what: str) -> None:
@@ -122,3 +122,22 @@ class DataParallel(Method):
                     eval_batches) -> dict:
     # Counted off shapes: FSDP params span processes, so no one process can fetch them.
     return {"num_params": step_lib.num_params(state.params)}
+
+  def cluster_mesh(self, devices: int) -> dict[str, int]:
+    """One device per data-parallel replica: D devices on `data` (0: this mesh's `data`)."""
+    devices = devices or self.mesh.shape.get("data", 1)
+    check_divisible(self.config.train.batch_size, "train.batch_size", devices,
+                    "the cluster's devices, config.cost.devices")
+    check_divisible(self.config.eval.batch_size, "eval.batch_size", devices,
+                    "the cluster's devices, config.cost.devices")
+    return {"data": devices}
+
+  def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
+    """The step (its gradient and BatchNorm-statistic all-reduces) and the eval step (its
+    metric sums)."""
+    state = abstract(jax.eval_shape(self._init_fn, jax.random.key(0)), self.state_sharding)
+    rng = jax.random.key(0)  # uncommitted, as the loop's: the step is not compiled again
+    step = self.train_step.lower(state, abstract(train_batch, self.train_layout.sharding), rng)
+    evaluate = self._eval_fn.lower(state, abstract(eval_batch, self.eval_layout.sharding))
+    return [Program("train_step", "step", 1, step),
+            Program("eval", "eval", eval_batches, evaluate)]

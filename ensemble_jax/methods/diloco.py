@@ -27,6 +27,7 @@ from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError
 from ensemble_jax.methods import step as step_lib
+from ensemble_jax.methods.base import Program
 from ensemble_jax.methods.ensemble import Ensemble
 
 
@@ -150,6 +151,16 @@ class DiLoCo(Ensemble):
     sums["global"] = metrics_lib.prediction_sums(
         logits, step_lib.targets(batch, self.step_config), batch["mask"])
     return sums
+
+  def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
+    """The ensemble's step and eval, plus the outer step: at every eval the deployable
+    model's (the workers' weight all-reduce, the global model's BatchNorm statistics), at
+    every sync the same, broadcast back to the workers."""
+    a = self._abstract_inputs(train_batch, eval_batch)
+    return [*super().programs(train_batch, eval_batch, eval_batches),
+            Program("deployable", "eval", 1,
+                    self._deployable.lower(a.state, a.weights_N, a.train)),
+            Program("sync", "sync", 1, self.sync.lower(a.state, a.weights_N, a.train))]
 
   def final_results(self, state, last_eval, num_steps, train_batches, eval_batches) -> dict:
     out = super().final_results(state.workers, last_eval, num_steps, train_batches,

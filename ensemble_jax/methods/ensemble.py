@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,8 +26,8 @@ from ensemble_jax.config_lib import ConfigError, aggregation_modes, mesh_string
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
-from ensemble_jax.methods.base import Method
-from ensemble_jax.methods.data_parallel import check_batch_sizes
+from ensemble_jax.methods.base import Method, Program, abstract
+from ensemble_jax.methods.data_parallel import check_batch_sizes, check_divisible
 
 LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
 
@@ -249,6 +250,61 @@ class Ensemble(Method):
             "excluded_workers": list(self.excluded),
             # Counted off shapes: the params span processes, so no one process can fetch them.
             "num_params_per_worker": step_lib.num_params(state.params) // self.num_workers}
+
+  # ---- what the cost report charges ----
+  def cluster_mesh(self, devices: int) -> dict[str, int]:
+    """One device per worker times the devices each spans here (`data`); or D devices:
+    each worker spanning D / N of them (D a multiple of N), or N / D workers per device."""
+    n, data = self.num_workers, self.mesh.shape.get("data", 1)
+    if not devices:
+      return {"worker": n, "data": data}
+    if devices % n == 0:
+      worker, data = n, devices // n
+    elif n % devices == 0:
+      worker, data = devices, 1
+    else:
+      raise ConfigError(f"config.cost.devices={devices}: {n} workers cannot share it evenly; "
+                        f"choose a multiple or a divisor of method.num_workers={n}.")
+    spans = "the devices each worker spans, config.cost.devices / num_workers"
+    check_divisible(self.config.train.batch_size, "train.batch_size", data, spans)
+    check_divisible(self.config.eval.batch_size, "eval.batch_size", data, spans)
+    return {"worker": worker, "data": data}
+
+  def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
+    """The step (collectives over `data` only, none when a worker has one device), the
+    eval step (the cross-worker reduction of logits a stop-at-target evaluation needs and
+    the final aggregation is), and the soup's weight average if an aggregation mode."""
+    a = self._abstract_inputs(train_batch, eval_batch)
+    out = [Program("train_step", "step", 1, self.train_step.lower(a.state, a.train, a.rng)),
+           Program("eval", "eval", eval_batches,
+                   self._eval_fn.lower(a.state, a.eval, a.weights_N))]
+    if "soup" in self.modes:  # once, at the end: final_results
+      count = self.config.method.soup_bn_batches
+      bn_batches = abstract(
+          jax.tree.map(lambda x: jax.ShapeDtypeStruct((count, *x.shape), x.dtype), a.train),
+          NamedSharding(self.mesh, P(None, "worker", "data")))
+      out.append(Program("soup", "run", eval_batches, jax.jit(self._soup_sums).lower(
+          a.state, a.weights_N, bn_batches, a.eval)))
+    return out
+
+  def _abstract_inputs(self, train_batch, eval_batch) -> AbstractInputs:
+    return AbstractInputs(
+        state=abstract(jax.eval_shape(self._init_state, jax.random.key(0)), self.state_sharding),
+        train=abstract(train_batch, self.train_layout.sharding),
+        eval=abstract(eval_batch, self.eval_layout.sharding),
+        # Uncommitted arrays, as the loop passes them: programs it ran are not compiled again.
+        weights_N=jnp.asarray(self.healthy, jnp.float32), rng=jax.random.key(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class AbstractInputs:
+  """What the stacked engine's programs take, as `Method.programs` lowers them: the state
+  and batches as ShapeDtypeStructs in their shardings, the small rest as arrays."""
+  state: Any
+  train: dict
+  eval: dict
+  weights_N: jax.Array
+  rng: jax.Array
 
 
 def soup_state(model, step_config, states, weights_N, bn_batches):

@@ -290,9 +290,9 @@ def _recost_file(path: str, step_time: float) -> None:
     results = json.load(f)
   cost = results["config"]["cost"]
   cost["device_step_time_s"] = step_time
-  results["cost"] = costs.summary(results, costs.param_bytes(results), cost["devices"],
-                                  cost.get("overlap", 0.0), simulated=True,
-                                  device_step_time_s=step_time)
+  # The collectives the run recorded (older results: the legacy model, labelled).
+  results["cost"] = costs.summary(results, None, cost["devices"], cost.get("overlap", 0.0),
+                                  simulated=True, device_step_time_s=step_time)
   with open(path, "w") as f:
     json.dump(results, f, indent=2)
 

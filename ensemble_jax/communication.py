@@ -1,0 +1,153 @@
+"""What a method communicates, read from its programs compiled for the cluster it stands
+for.
+
+The cost report charges the collectives of every program a run calls (`Method.programs`)
+as compiled on the mesh of the cluster the run stands for (`Method.cluster_mesh`, D =
+config.cost.devices). Where that is the run's own mesh, the run's method lowers them;
+where this process has D devices, the method is built again on D of them; otherwise (a
+sweep point standing for 8 devices, trained as one model on a one-device host) a child
+process with D simulated CPU devices compiles them: `python -m ensemble_jax.communication`
+reads a `Request` on stdin and writes the collectives on stdout. Programs are compiled,
+never run, so no array of D devices is ever materialised.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+
+from ensemble_jax import costs
+from ensemble_jax import methods as methods_lib
+from ensemble_jax.sharding import make_mesh
+
+_DEVICE_COUNT = re.compile(r"--xla_force_host_platform_device_count=\d+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+  """Everything a method on its cluster needs, as JSON: the config (its mesh the
+  cluster's), the data facts the model and optimizer are built from, and the shapes and
+  dtypes of one global train and eval batch."""
+  config: dict
+  num_classes: int
+  init_input: tuple[tuple[int, ...], str]
+  num_steps: int
+  steps_per_epoch: int
+  train_batch: dict[str, tuple[tuple[int, ...], str]]
+  eval_batch: dict[str, tuple[tuple[int, ...], str]]
+  eval_batches: int  # eval batches per evaluation
+
+  @property
+  def mesh(self) -> dict[str, int]:
+    return {name: size for name, size in self.config["mesh"]}
+
+  def key(self) -> str:
+    """What the programs depend on: all but the seed (a sweep's seeds share them)."""
+    config = {k: v for k, v in self.config.items() if k != "seed"}
+    return json.dumps(dataclasses.asdict(self) | {"config": config}, sort_keys=True)
+
+
+def _shapes(batch: dict[str, np.ndarray], leading_shape: tuple[int, ...]) -> dict:
+  """The global shape and dtype of each entry of a process's local batch."""
+  return {k: (tuple(leading_shape) + v.shape[len(leading_shape):], str(v.dtype))
+          for k, v in batch.items()}
+
+
+def request(config, method, *, num_classes: int, init_input: jax.ShapeDtypeStruct,
+            num_steps: int, steps_per_epoch: int, train_batches, eval_batches) -> Request:
+  """The request for `method`'s programs on its cluster (config.cost.devices)."""
+  cluster = config.copy_and_resolve_references()
+  cluster.mesh = list(method.cluster_mesh(config.cost.devices).items())
+  return Request(
+      config=json.loads(json.dumps(cluster.to_dict())),
+      num_classes=num_classes,
+      init_input=(tuple(init_input.shape), str(init_input.dtype)),
+      num_steps=num_steps, steps_per_epoch=steps_per_epoch,
+      train_batch=_shapes(train_batches.local_batch(0), train_batches.layout.leading_shape),
+      eval_batch=_shapes(eval_batches.local_batch(0), eval_batches.layout.leading_shape),
+      eval_batches=eval_batches.num_batches)
+
+
+def read(method: methods_lib.Method, req: Request) -> list[costs.ProgramCollective]:
+  """The collectives of `method`'s programs, compiled on its mesh."""
+  def structs(shapes):
+    return {k: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+            for k, (shape, dtype) in shapes.items()}
+
+  found = []
+  for program in method.programs(structs(req.train_batch), structs(req.eval_batch),
+                                 req.eval_batches):
+    text = program.lowered.compile().as_text()
+    found += costs.program_collectives(program.name, program.per, program.calls, text,
+                                       method.mesh.devices.size)
+  return found
+
+
+def build(req: Request, devices) -> methods_lib.Method:
+  """The request's method on the first of `devices` its cluster mesh needs."""
+  config = ml_collections.ConfigDict(req.config)
+  shape, dtype = req.init_input
+  return methods_lib.build(config, make_mesh(config.mesh, devices),
+                           num_classes=req.num_classes,
+                           init_input=jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)),
+                           num_steps=req.num_steps, steps_per_epoch=req.steps_per_epoch)
+
+
+_READ: dict[str, list[costs.ProgramCollective]] = {}  # a sweep's seeds share their points'
+
+
+def for_cluster(method: methods_lib.Method, req: Request) -> costs.Communication:
+  """The communication of `method`'s programs on the request's cluster mesh."""
+  cluster = req.mesh
+  devices = math.prod(cluster.values())
+  if devices == 1:
+    return costs.Communication((), "one device: no collectives")
+  key = req.key()
+  if cluster == dict(method.mesh.shape):
+    where = f"this run's mesh {cluster}"
+    found = read(method, req)  # the programs the run compiled: no compile again
+  elif jax.process_count() == 1 and jax.device_count() >= devices:
+    where = f"a {cluster} mesh of this host's devices"
+    found = _READ[key] if key in _READ else read(build(req, jax.devices()[:devices]), req)
+  else:
+    where = f"a {cluster} mesh of {devices} simulated CPU devices in a child process"
+    found = _READ[key] if key in _READ else _read_in_child(req, devices)
+  _READ[key] = found
+  return costs.Communication(tuple(costs.merged(found)),
+                             f"compiled HLO of the method's programs on {where}")
+
+
+def _read_in_child(req: Request, devices: int) -> list[costs.ProgramCollective]:
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  flags = _DEVICE_COUNT.sub("", env.get("XLA_FLAGS", ""))
+  env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+  child = subprocess.run([sys.executable, "-m", "ensemble_jax.communication"],
+                         input=json.dumps(dataclasses.asdict(req)), env=env,
+                         capture_output=True, text=True, check=False)
+  if child.returncode:
+    raise RuntimeError(f"compiling the {devices}-device programs in a child process failed "
+                       f"(exit {child.returncode}):\n{child.stderr[-3000:]}")
+  return [costs.ProgramCollective(**r) for r in json.loads(child.stdout.splitlines()[-1])]
+
+
+def main() -> int:
+  """The child: a Request on stdin; its method's collectives, one JSON line, on stdout."""
+  req = Request(**json.load(sys.stdin))
+  devices = math.prod(req.mesh.values())
+  if jax.device_count() < devices:
+    raise SystemExit(f"error: {jax.device_count()} devices, the cluster needs {devices}")
+  found = read(build(req, jax.devices()[:devices]), req)
+  print(json.dumps([dataclasses.asdict(c) for c in found]))
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())

@@ -1,0 +1,22 @@
+"""A method's programs compiled for the cluster its run stands for: here, when this host
+has the devices, or in a child process with simulated ones (the sweeps' one-device host)."""
+from ensemble_jax import communication, costs, train
+from ensemble_jax.data import samplers
+
+
+def test_a_child_process_reads_the_same_collectives_as_this_one(smoke_config, tmp_path):
+  smoke_config.cost.devices = 2  # trained on 8 devices, priced as a 2-device cluster
+  s = train.set_up(smoke_config, str(tmp_path))
+  pool = samplers.Pool(s.method.sampler(len(s.data.train), 0), None)
+  train_batches, eval_batches = train._streams(smoke_config, s, pool)
+  req = communication.request(smoke_config, s.method, num_classes=s.data.num_classes,
+                              init_input=s.data.init_input, num_steps=s.num_steps,
+                              steps_per_epoch=s.steps_per_epoch, train_batches=train_batches,
+                              eval_batches=eval_batches)
+  assert req.mesh == {"data": 2} and req.eval_batches == eval_batches.num_batches == 2
+  here = communication.for_cluster(s.method, req)
+  assert here.source.endswith("a {'data': 2} mesh of this host's devices")
+  assert any(c.program == "train_step" and c.kind == "all-reduce" and c.group_size == 2
+             for c in here.collectives)
+  child = communication._read_in_child(req, 2)  # what a one-device host does
+  assert costs.merged(child) == list(here.collectives)
