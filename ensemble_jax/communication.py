@@ -24,7 +24,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from ensemble_jax import costs
+from ensemble_jax import config_lib, costs
 from ensemble_jax import methods as methods_lib
 from ensemble_jax.sharding import make_mesh
 
@@ -47,7 +47,7 @@ class Request:
 
   @property
   def mesh(self) -> dict[str, int]:
-    return {name: size for name, size in self.config["mesh"]}
+    return dict(config_lib.mesh_axes(self.config["mesh"]))
 
   def key(self) -> str:
     """What the programs depend on: all but the seed (a sweep's seeds share them)."""
@@ -65,7 +65,7 @@ def request(config, method, *, num_classes: int, init_input: jax.ShapeDtypeStruc
             num_steps: int, steps_per_epoch: int, train_batches, eval_batches) -> Request:
   """The request for `method`'s programs on its cluster (config.cost.devices)."""
   cluster = config.copy_and_resolve_references()
-  cluster.mesh = list(method.cluster_mesh(config.cost.devices).items())
+  cluster.mesh = config_lib.mesh_string(list(method.cluster_mesh(config.cost.devices).items()))
   return Request(
       config=json.loads(json.dumps(cluster.to_dict())),
       num_classes=num_classes,

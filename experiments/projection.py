@@ -80,7 +80,8 @@ def load_points(results_dir: str) -> list[Point]:
                                        for x in runs),
         # XLA's count of the whole step (all devices / workers), per modelled device
         flops_per_device_step=r["flops_per_step"] / max(devices, 1),
-        param_bytes=float(costs.param_bytes(r)),
+        # one model's fp32 parameters: what a projected all-reduce or sync exchanges
+        param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
         pool_s=statistics.fmean((x.get("distill") or {}).get("build_time_s", 0.0)
                                 for x in runs),
         sync_every=r.get("sync_every", 0) or 0))
@@ -95,7 +96,7 @@ def single_model(points: list[Point], devices: int, link: costs.Interconnect) ->
   for p in points:
     if p.devices > devices:
       continue
-    allreduce = costs.allreduce_time(p.param_bytes, p.devices, link)
+    allreduce = costs.collective_time("all-reduce", p.param_bytes, p.devices, link)
     row = {"point": p.name, "devices": p.devices, "steps": p.steps,
            "time_s": p.steps * (p.device_step_s + allreduce),
            "flops": p.steps * p.devices * p.flops_per_device_step, "allreduce_s": allreduce}
@@ -112,7 +113,8 @@ def independent(points: list[Point], devices: int, link: costs.Interconnect) -> 
       continue
     # outer steps at multiples of H before the target, and the deployable one at it
     syncs = math.ceil(p.steps / p.sync_every) if p.sync_every else 0
-    allreduce = costs.allreduce_time(p.param_bytes, p.devices, link) if syncs else 0.0
+    allreduce = (costs.collective_time("all-reduce", p.param_bytes, p.devices, link)
+                 if syncs else 0.0)
     time_s = p.pool_s + p.steps * p.device_step_s + syncs * allreduce
     row = {"point": p.name, "devices": p.devices, "steps": p.steps, "time_s": time_s,
            "flops": p.steps * p.devices * p.flops_per_device_step, "syncs": syncs}

@@ -4,7 +4,7 @@ import pytest
 from ensemble_jax import costs
 from experiments import projection
 
-LINK = costs.Interconnect("test", bandwidth=1e9, latency=1e-3)
+LINK = costs.Interconnect("test", bandwidth=1e9, latency=1e-3, models="a 1 GB/s test link")
 
 
 def _point(curve, name, method, devices, steps, step_s=0.1, flops=1e9, nbytes=4e8, **kw):

@@ -69,8 +69,8 @@ def test_the_planted_best_inside_the_grid_is_chosen_without_extension():
   assert steps[BASE] == 200 and steps[BASE / 2] == 500
   compute = record["compute"]
   assert compute["runs"] == 3 and compute["flops"] == 1e9 * (500 + 200 + 500)
-  assert compute["time_s"]["ib800"] == pytest.approx(0.01 * 1200)
-  assert compute["device_seconds"]["ib800"] == pytest.approx(4 * 0.01 * 1200)
+  assert compute["time_s"]["ib_xdr800"] == pytest.approx(0.01 * 1200)
+  assert compute["device_seconds"]["ib_xdr800"] == pytest.approx(4 * 0.01 * 1200)
 
 
 def test_a_best_at_the_edge_extends_the_grid_until_it_is_inside():
