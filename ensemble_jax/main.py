@@ -2,6 +2,7 @@
 
 Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
 """
+import ast
 import difflib
 import glob
 import logging
@@ -15,6 +16,37 @@ from ml_collections import config_flags
 from ensemble_jax import checkpoint, config_lib, distributed, sharding
 from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "experiments", "configs")
+
+
+def config_files_help(config_dir: str = CONFIG_DIR) -> str:
+  """The config files beside the package, each with its variants and its docstring's first
+  line, read from the source (nothing is imported)."""
+  lines = []
+  for path in sorted(glob.glob(os.path.join(config_dir, "*.py"))):
+    if os.path.basename(path).startswith("_"):
+      continue
+    with open(path) as f:
+      tree = ast.parse(f.read())
+    variants = [elt.value for node in ast.walk(tree) if isinstance(node, ast.Call)
+                and getattr(node.func, "attr", "") == "parse_variants" and len(node.args) > 1
+                and isinstance(node.args[1], ast.Tuple) for elt in node.args[1].elts
+                if isinstance(elt, ast.Constant)]
+    name = os.path.relpath(path, os.path.dirname(os.path.dirname(config_dir)))
+    spec = f"{name}[:{','.join(variants)}]" if variants else name
+    lines.append(f"  {spec}\n      {(ast.get_docstring(tree) or '').splitlines()[0]}")
+  return "\n".join(lines)
+
+
+__doc__ += f"""
+Config files (variants combine with commas: `fashion_mnist.py:ensemble,smoke`):
+{config_files_help()}
+
+Every field, its default and what it means: ensemble_jax/config_lib.py:base_config(); the
+fields of results.json: README.md, section "results.json".
+"""
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config).",
                                           lock_config=True)
@@ -75,7 +107,10 @@ def _check_config_file(argv) -> None:
 
 
 def parse_flags(argv):
-  """absl's parser, but a bad flag, config file or override is one line and exit status 2."""
+  """absl's parser, but a bad flag, config file or override is one line and exit status 2,
+  and --help exits 0."""
+  if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[1:]):
+    app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   _check_config_file(argv)
   try:
     return flags.FLAGS(argv)

@@ -318,12 +318,38 @@ def write(results_dir: str, out: str) -> str:
   return text
 
 
+def run_summary(results: dict) -> str:
+  """One run's results.json as Markdown: what ran, its target, cost and eval history."""
+  t, cost = results["target"], results["cost"]
+  metric = t["metric"]
+  reached = (f"reached at step {t['reached_step']} ({t['reached_time_s']:.1f} s of training)"
+             if t["reached"] else "not reached")
+  lines = [f"{results['method']}, {results['steps']} of {results.get('step_budget')} steps, "
+           f"mesh {results['mesh']}",
+           f"target {metric} {t['value']}: {reached}; final {metric} "
+           f"{results['final'].get(metric)}",
+           f"to target: {cost['measured']['steps_to_target']} steps, "
+           f"{cost['measured']['flops_to_target'] / 1e12:.3g} TFLOPs; modelled time on "
+           f"{cost['modelled']['devices']} devices: "
+           + ", ".join(f"{k} {v:.1f} s" for k, v in
+                       cost["modelled"]["critical_path_s"].items()),
+           "", "| step | train time (s) | " + metric + " |", "|---|---|---|"]
+  lines += [f"| {h['step']} | {h['train_time_s']:.1f} | {h.get(metric)} |"
+            for h in results["history"]]
+  return "\n".join(lines)
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("results_dir")
+  p.add_argument("results_dir", help="a sweep's results tree, or one run's workdir")
   p.add_argument("--out", default="", help="where table.md and the PNGs go")
   args = p.parse_args(argv)
+  one_run = os.path.join(args.results_dir, "results.json")
   try:
+    if os.path.isfile(one_run):
+      with open(one_run) as f:
+        print(run_summary(json.load(f)))
+      return 0
     print(write(args.results_dir, args.out or args.results_dir))
   except FileNotFoundError as e:
     print(f"error: {e}")

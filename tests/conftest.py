@@ -21,3 +21,20 @@ def smoke_config():
 # a persistent compilation cache turns their repeat compiles into cache reads.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(REPO, ".pytest_cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+
+def documented_results_fields() -> set[str]:
+  """The top-level results.json fields README.md's table documents (its first column)."""
+  import re
+
+  with open(os.path.join(REPO, "README.md")) as f:
+    text = f.read()
+  section = text[text.index("## What a run leaves in its workdir"):]
+  section = section[:section.index("\n## ", 1)]
+  rows = [line for line in section.splitlines() if line.strip().startswith("| `")]
+  return {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+
+
+def assert_documented(results: dict) -> None:
+  missing = set(results) - documented_results_fields()
+  assert not missing, f"results.json fields missing from README's table: {sorted(missing)}"

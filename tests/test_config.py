@@ -283,3 +283,14 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
   assert proc.stderr.strip().splitlines()[-1] == errors[0] and "Traceback" not in proc.stderr
   assert message.format(root=bad_inputs) in errors[0], (what, errors[0])
   assert not workdir.exists()
+
+
+def test_help_names_the_config_files_their_variants_and_the_schema():
+  result = subprocess.run([sys.executable, "-m", "ensemble_jax.main", "--help"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+  assert result.returncode == 0
+  for line in ("experiments/configs/fashion_mnist.py[:smoke,ensemble,diloco,sweep]",
+               "experiments/configs/pydocs_gpt2.py[:smoke,ensemble,diloco,sweep]",
+               "experiments/configs/imagenet_resnet50.py",
+               "ensemble_jax/config_lib.py:base_config()"):
+    assert line in result.stdout

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from ensemble_jax import aggregate, metrics, run
+from tests.conftest import assert_documented
 
 
 def _config(arg):
@@ -28,6 +29,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
   assert final["perplexity"] < 256  # better than uniform over bytes after 4 steps
   assert on_disk["data"]["tokenizer"] == "byte"
   assert on_disk["tokens_per_step"] == 8 * 32 and on_disk["tokens_per_s"] > 0
+  assert_documented(on_disk)
   assert r["target"]["metric"] == "perplexity" and r["target"]["reached"]
 
 

@@ -1,10 +1,12 @@
 """The report regenerates the same tables from the same JSON, draws the figures, and
 computes the ratios to data-parallel the way its docstring says."""
 import json
+import os
 
 import pytest
 
 from ensemble_jax import report
+from tests.conftest import REPO
 
 
 def _write(root, curve, point, seed, method, reached, steps, flops, time_s):
@@ -110,3 +112,14 @@ def test_frontier_picks_the_best_baseline_curve_at_each_budget(tmp_path):
   # Against data_parallel alone the same point looks better: 40 s / 10 s.
   [alone] = report.matched(pts, "ensemble", "nvlink", ["data_parallel"])
   assert alone["time"] == (pytest.approx(4.0), "data_parallel D1")
+
+
+def test_report_on_one_runs_workdir_summarises_that_run(capsys):
+  workdir = os.path.join(REPO, "experiments", "results", "fashion_mnist", "data_parallel", "D1",
+                         "seed0")
+  assert report.main([workdir]) == 0
+  out = capsys.readouterr().out
+  results = json.load(open(os.path.join(workdir, "results.json")))
+  assert out.startswith(f"data_parallel, {results['steps']} of {results['step_budget']} steps")
+  assert f"reached at step {results['target']['reached_step']}" in out
+  assert out.count("\n| ") == len(results["history"]) + 1  # header + one row per eval

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ensemble_jax import run
-from tests.conftest import REPO
+from tests.conftest import REPO, assert_documented
 
 RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
                "step_time_s", "final", "target"}
@@ -22,6 +22,7 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
   assert TARGET_KEYS <= set(on_disk["target"])
+  assert_documented(on_disk)
   assert on_disk["method"] == "data_parallel"
   assert on_disk["num_devices"] == 8 and on_disk["mesh"] == {"data": 8}
   assert on_disk["steps"] == smoke_config.train.num_steps == 4
@@ -120,6 +121,7 @@ def test_ensemble_few_steps_with_soup(tmp_path):
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
+  assert_documented(on_disk)
   assert on_disk["method"] == "ensemble" and on_disk["mesh"] == {"worker": 8, "data": 1}
   assert on_disk["num_workers"] == 8 and on_disk["steps_per_worker"] == 4 == on_disk["steps"]
   assert len(on_disk["per_worker"]) == 8 and on_disk["excluded_workers"] == []
@@ -143,7 +145,8 @@ def test_diloco_few_steps(tmp_path):
   config.eval.target_value = 0.99  # not reached: the communication of all 4 steps
   r = run.train_and_evaluate(config, str(tmp_path))
   assert r["method"] == "diloco" and r["sync_every"] == 3
-  assert r["syncs"] == [3, 4] and r["num_syncs"] == 2  # regression: was [3] on b8f7b5c
+  assert_documented(r)
+  assert r["syncs"] == [3, 4]  # regression: was [3] on b8f7b5c
   assert set(r["ensemble"]) == {"global"} and len(r["per_worker"]) == 8
   assert r["final"]["accuracy"] == r["ensemble"]["global"]["accuracy"]
   modelled = r["cost"]["modelled"]

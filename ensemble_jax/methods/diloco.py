@@ -167,5 +167,4 @@ class DiLoCo(Ensemble):
                                 eval_batches)
     out["sync_every"] = self.config.method.sync_every
     out["syncs"] = list(self.syncs)
-    out["num_syncs"] = len(self.syncs)
     return out
