@@ -21,7 +21,8 @@ setup(
         "einops>=0.8",
         "grain>=0.2.18",
         "clu>=0.0.12",
-        "tensorboardX>=2.6",
+        "tensorboardX>=2.6",  # writes the event files
+        "tensorboard>=2.17",  # the viewer: `tensorboard --logdir WORKDIR`
         "zstandard>=0.25.0",
         "tokenizers>=0.23.3",
         "matplotlib>=3.8",

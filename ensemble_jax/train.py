@@ -471,6 +471,9 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   end_step = p.step if stop_at_target and p.tracker.reached else num_steps
   next_eval = _next_eval(config, s, p)
   bar = _progress_bar(p.step, num_steps, s.is_main)
+  schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
+                                   s.steps_per_epoch)  # the optimizer's, to log
+  writer.write_hparams(config.to_dict(), [f"eval/{config.eval.target_metric}", "train/loss"])
   preemption = PreemptionWatch()
   step_fn = None
   try:
@@ -489,7 +492,10 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       if p.noise is not None:
         p.noise.update(step_metrics)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        _log(writer, bar, done, step_metrics, p.noise)
+        since = p.durations[-min(config.train.log_every_steps, len(p.durations)):]
+        _log(writer, bar, done, step_metrics, p.noise,
+             {"train/learning_rate": float(schedule(step)),
+              "train/steps_per_s": len(since) / max(sum(since), 1e-9)})
       if done >= next_eval or done == num_steps:
         if p.noise is not None:
           p.noise.read(done)
@@ -548,8 +554,8 @@ def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
 
 
 def _log(writer, bar, step: int, step_metrics: dict,
-         noise: NoiseScaleTracker | None = None) -> None:
-  scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
+         noise: NoiseScaleTracker | None = None, extra: dict | None = None) -> None:
+  scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()} | (extra or {})
   if noise is not None:
     scalars["train/b_simple"] = noise.ema.estimates()["b_simple"]
   writer.write_scalars(step, scalars)

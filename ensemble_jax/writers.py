@@ -32,6 +32,28 @@ class MetricWriter:
     self._jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
     logging.info("[%d] %s", step, ", ".join(f"{k}={v:.4g}" for k, v in scalars.items()))
 
+  def write_hparams(self, config: dict, metric_tags: list[str]) -> None:
+    """The config's scalar fields as TensorBoard hyper-parameters of this run (the HPARAMS
+    tab), against the scalars named `metric_tags` that the run logs."""
+    if not self.enabled:
+      return
+    from tensorboardX.summary import hparams
+
+    flat = {}
+
+    def walk(prefix, value):
+      if isinstance(value, dict):
+        for k, v in value.items():
+          walk(f"{prefix}{k}.", v)
+      elif isinstance(value, (bool, int, float, str)):
+        flat[prefix[:-1]] = value
+      elif isinstance(value, (list, tuple)):
+        flat[prefix[:-1]] = str(value)
+
+    walk("", config)
+    for summary in hparams(flat, {tag: 0.0 for tag in metric_tags}):
+      self._tb.file_writer.add_summary(summary)
+
   def flush(self) -> None:
     if self.enabled:
       self._tb.flush()

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from ensemble_jax import run
+from ensemble_jax import optim, run
 from tests.conftest import REPO, assert_documented
 
 RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
@@ -62,6 +62,22 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   # metrics files on process 0
   assert any(p.startswith("events.out.tfevents") for p in os.listdir(tmp_path))
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") >= 4
+  logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  train = [m for m in logged if "train/loss" in m]
+  schedule = optim.create_schedule(smoke_config.optim, smoke_config.train.batch_size, 4, 1)
+  for m in train:  # the rate the step used (its step index is the logged count - 1)
+    assert m["train/learning_rate"] == pytest.approx(float(schedule(m["step"] - 1)))
+    assert m["train/steps_per_s"] > 0
+  assert train[-1]["train/learning_rate"] > 0
+  # TensorBoard (installed with the package) reads the run: scalars and hyper-parameters.
+  from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+  events = EventAccumulator(str(tmp_path))
+  events.Reload()
+  assert {"train/loss", "train/learning_rate", "train/steps_per_s",
+          "eval/accuracy"} <= set(events.Tags()["scalars"])
+  hparams = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+  assert b"optim.learning_rate" in hparams and b"train.batch_size" in hparams
 
 
 def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
