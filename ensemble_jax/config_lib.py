@@ -64,7 +64,9 @@ def base_config() -> ml_collections.ConfigDict:
 
   c.data = ml_collections.ConfigDict()
   c.data.dataset = "fashion_mnist"  # fashion_mnist | cifar10 | imagenet2012 | any TFDS image set
-  c.data.source = "idx"  # idx (embedded Fashion-MNIST files) | tfds (array_record data_source)
+  # idx (embedded Fashion-MNIST files) | folder (data_dir/{train,<eval.split>}/<class>/<image
+  # files>, no TensorFlow) | tfds (array_record data_source)
+  c.data.source = "idx"
   c.data.data_dir = ""  # "" -> $ENSEMBLE_JAX_DATA_DIR or ~/.cache/ensemble_jax (idx); TFDS default (tfds)
   c.data.image_size = 28
   c.data.train_augment = "crop_flip"  # none | crop_flip | inception
@@ -369,9 +371,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.data.source != "idx" or config.data.dataset == "fashion_mnist",
         "data.dataset", config.data.dataset, "the built-in idx reader (data.source='idx') "
         "serves only 'fashion_mnist'; for other datasets set data.source='tfds'.")
-  sources = ("files", "tfds") if config.task == "lm" else ("idx", "tfds")
+  sources = ("files", "tfds") if config.task == "lm" else ("idx", "folder", "tfds")
   _need(config.data.source in sources, "data.source", config.data.source,
         f"for task {config.task!r} choose one of {sources}.")
+  _need(config.data.source != "folder" or bool(config.data.data_dir), "data.data_dir",
+        config.data.data_dir, "data.source='folder' reads data_dir/train/<class>/<images>: "
+        "set data.data_dir to that tree's root.")
   _need(config.data.tokenizer in ("byte", "gpt2"), "data.tokenizer", config.data.tokenizer,
         "choose 'byte' or 'gpt2'.")
   _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,

@@ -41,6 +41,7 @@ def _set(config, dotted, value):
     ("data.train_augment", "mixup", r"config.data.train_augment='mixup'"),
     ("data.val_fraction", 0.0, r"config.data.val_fraction=0.0: must lie in \(0, 1\)"),
     ("data.context", 0, r"config.data.context=0: must be > 0"),
+    ("data.source", "folder", r"config.data.data_dir='': data.source='folder' reads data_dir"),
 ])
 def test_bad_values_are_named(smoke_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):

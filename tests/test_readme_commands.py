@@ -35,6 +35,9 @@ SKIP = {  # command prefix -> why it does not run here
     "tfds build imagenet2012": "needs the ImageNet tar files and TensorFlow",
     "python -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py":
         "needs ImageNet prepared as array_record",
+    "python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py "
+    "--config.data.source=folder": "needs the user's own image tree; tests/test_data.py builds "
+                                   "one and trains on it",
 }
 
 

@@ -1,4 +1,5 @@
-"""Image sources (embedded Fashion-MNIST idx files, any TFDS image dataset) and transforms.
+"""Image sources (embedded Fashion-MNIST idx files, a class-per-folder image tree, any TFDS
+image dataset) and transforms.
 
 Sources give random access to examples {"image": HxWxC uint8, "label": int32}. Transforms
 are pure numpy functions of (example, uniforms): the uniforms are drawn per consumer batch from
@@ -80,6 +81,60 @@ def load_fashion_mnist_idx(data_dir: str = "") -> tuple[ImageSource, ImageSource
   return splits["train"], splits["test"]
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+class FolderImages:
+  """`images[i]`: the i-th file of a class-per-folder tree, decoded by PIL when read."""
+
+  def __init__(self, paths: list[str], mode: str):
+    self.paths, self.mode = paths, mode  # mode: PIL's "L" (1 channel) or "RGB" (3)
+
+  def __len__(self) -> int:
+    return len(self.paths)
+
+  def __getitem__(self, index: int) -> np.ndarray:
+    path = self.paths[int(index)]
+    try:
+      with Image.open(path) as image:
+        return np.asarray(image.convert(self.mode))
+    except OSError as e:
+      raise fetch.DataError(f"{path}: not a readable image ({e}); replace or remove it.") \
+          from None
+
+
+def load_folder(root: str, split: str, channels: int,
+                classes: list[str] | None = None) -> tuple[ImageSource, list[str]]:
+  """`root/split/<class>/<image file>` (torchvision's ImageFolder layout): labels are the
+  class folders' indices in sorted order (the train split's, which `classes` passes on)."""
+  split_dir = os.path.join(root, split)
+  layout = (f"expected {root}/{{train,{split if split != 'train' else 'test'}}}/<class "
+            f"name>/<image files {'|'.join(IMAGE_SUFFIXES)}>")
+  if not os.path.isdir(split_dir):
+    raise fetch.DataError(f"config.data.data_dir={root!r}: no {split!r} folder; {layout}.")
+  found = sorted(d for d in os.listdir(split_dir) if os.path.isdir(os.path.join(split_dir, d)))
+  classes = classes or found
+  unknown = sorted(set(found) - set(classes))
+  if unknown:
+    raise fetch.DataError(f"{split_dir}: classes {unknown} are not among the train split's "
+                          f"{classes}.")
+  paths, labels = [], []
+  for label, name in enumerate(classes):
+    folder = os.path.join(split_dir, name)
+    files = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_SUFFIXES)) \
+        if os.path.isdir(folder) else []
+    paths += [os.path.join(folder, f) for f in files]
+    labels += [label] * len(files)
+  if not paths:
+    raise fetch.DataError(f"{split_dir}: no image files; {layout}.")
+  mode = {1: "L", 3: "RGB"}.get(channels)
+  if mode is None:
+    raise config_lib.ConfigError(f"config.data.mean has {channels} channels: folder images "
+                                 "are read as 1 (grayscale) or 3 (RGB).")
+  return ImageSource(FolderImages(paths, mode), np.asarray(labels, np.int32), len(classes),
+                     f"folder:{split_dir}"), classes
+
+
 def load_tfds(name: str, split: str, data_dir: str = "") -> ImageSource:
   hint = " --manual_dir=<the downloaded tar files>" if name.startswith("imagenet") else ""
   source = fetch.tfds_source(name, split, data_dir, hint)
@@ -94,6 +149,10 @@ def load(data_config, eval_split: str) -> ImageData:
       raise config_lib.ConfigError(f"config.eval.split={eval_split!r}: the idx files hold "
                                    "'test' only.")
     evaluation = test
+  elif data_config.source == "folder":
+    channels = len(data_config.mean)
+    train, classes = load_folder(data_config.data_dir, "train", channels)
+    evaluation, _ = load_folder(data_config.data_dir, eval_split, channels, classes)
   else:
     train = load_tfds(data_config.dataset, "train", data_config.data_dir)
     evaluation = load_tfds(data_config.dataset, eval_split, data_config.data_dir)
