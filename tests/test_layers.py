@@ -18,6 +18,7 @@ LAYERS = {
     "distill": 5,  # proxies, scores, coresets, clusters -> pools
     "train": 4,  # the one loop
     "methods": 3,  # the Method interface and its implementations
+    "communication": 3,  # what the methods' compiled programs communicate (reads methods)
     "data": 2, "models": 2,
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
