@@ -65,7 +65,9 @@ def request(config, method, *, num_classes: int, init_input: jax.ShapeDtypeStruc
             num_steps: int, steps_per_epoch: int, train_batches, eval_batches) -> Request:
   """The request for `method`'s programs on its cluster (config.cost.devices)."""
   cluster = config.copy_and_resolve_references()
-  cluster.mesh = config_lib.mesh_string(list(method.cluster_mesh(config.cost.devices).items()))
+  mesh = list(method.cluster_mesh(config.cost.devices).items())
+  # in the form the config holds (a string from the command line, a list in config files)
+  cluster.mesh = config_lib.mesh_string(mesh) if isinstance(config.mesh, str) else mesh
   return Request(
       config=json.loads(json.dumps(cluster.to_dict())),
       num_classes=num_classes,
