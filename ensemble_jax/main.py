@@ -40,9 +40,9 @@ def config_files_help(config_dir: str = CONFIG_DIR) -> str:
   return "\n".join(lines)
 
 
-__doc__ += f"""
+HELP_TAIL = """
 Config files (variants combine with commas: `fashion_mnist.py:ensemble,smoke`):
-{config_files_help()}
+{}
 
 Every field, its default and what it means: ensemble_jax/config_lib.py:base_config(); the
 fields of results.json: README.md, section "results.json".
@@ -110,6 +110,8 @@ def parse_flags(argv):
   """absl's parser, but a bad flag, config file or override is one line and exit status 2,
   and --help exits 0."""
   if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[1:]):
+    # the listing reads the config files: only when asked for, not at every start
+    sys.modules["__main__"].__doc__ = __doc__ + HELP_TAIL.format(config_files_help())
     app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   _check_config_file(argv)
   try:
