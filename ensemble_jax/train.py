@@ -193,7 +193,8 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
-  model = models.create_model(config.model, data.num_classes, config.data.context)
+  model = models.create_model(config.model, data.num_classes, config.data.context,
+                              in_loop=config.train.microbatches > 1)
   method = create_method(config, model, tx, mesh, data.init_input)
   one_model = None
   if config.train.microbatches > 1:
