@@ -244,7 +244,8 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
   data = data_lib.load(config)
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  model = models.create_model(config.model, data.num_classes, config.data.context)
+  model = models.create_model(config.model, data.num_classes, config.data.context,
+                              in_loop=config.train.microbatches > 1)
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
   method = methods_lib.create_method(config, model, tx, mesh, data.init_input)
   method.cluster_mesh(config.cost.devices)  # the cluster the cost report models must fit

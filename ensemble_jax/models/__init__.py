@@ -1,11 +1,14 @@
 """Model zoo: ResNets for classification, GPT-2 for language modelling."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 
 
-def create_model(model_config, num_classes: int, context: int = 0):
-  """From `config.model`; `num_classes` is the vocabulary size for GPT-2."""
+def create_model(model_config, num_classes: int, context: int = 0, in_loop: bool = False):
+  """From `config.model`; `num_classes` is the vocabulary size for GPT-2. `in_loop`: its
+  step runs in a loop (config.train.microbatches > 1): on CPU a ResNet's convolutions then
+  get canonical gradients (models/conv.py), without which XLA:CPU runs them ~6x slower."""
   dtype = jnp.dtype(model_config.dtype)
   if model_config.name == "gpt2":
     from ensemble_jax.models import gpt2
@@ -17,4 +20,5 @@ def create_model(model_config, num_classes: int, context: int = 0):
   from ensemble_jax.models import resnet
 
   return resnet.create_model(model_config.name, num_classes=num_classes,
-                             width=model_config.width, stem=model_config.stem, dtype=dtype)
+                             width=model_config.width, stem=model_config.stem, dtype=dtype,
+                             canonical_conv_grads=in_loop and jax.default_backend() == "cpu")

@@ -12,6 +12,8 @@ from typing import Any, Callable, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from ensemble_jax.models.conv import canonical_conv
+
 ModuleDef = Any
 
 BLOCKS = ("basic", "bottleneck")
@@ -108,6 +110,9 @@ class ResNet(nn.Module):
   # Mesh axis over which one model's batch is split inside shard_map: BatchNorm then
   # normalises with the statistics of the model's whole batch, as a single device would.
   bn_axis_name: str | None = None
+  # Convolutions whose gradients are canonical (models/conv.py): for XLA:CPU, whose fast
+  # convolutions need it inside a loop (gradient accumulation). Same parameters, same math.
+  canonical_conv_grads: bool = False
 
   def __post_init__(self):
     # Fail at construction, not deep inside init, on a bad config.
@@ -124,7 +129,9 @@ class ResNet(nn.Module):
   @nn.compact
   def __call__(self, x_BxHxWxC, train: bool):
     conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype,
-                             param_dtype=jnp.float32, kernel_init=_conv_init)
+                             param_dtype=jnp.float32, kernel_init=_conv_init,
+                             conv_general_dilated=canonical_conv if self.canonical_conv_grads
+                             else None)
     norm = functools.partial(nn.BatchNorm, use_running_average=not train,
                              momentum=self.bn_momentum, epsilon=self.bn_epsilon,
                              dtype=self.dtype, param_dtype=jnp.float32,
@@ -173,8 +180,10 @@ MODELS: dict[str, Callable[..., ResNet]] = {
 
 
 def create_model(name: str, *, num_classes: int, width: int = 64,
-                 stem: str = "imagenet", dtype=jnp.float32) -> nn.Module:
+                 stem: str = "imagenet", dtype=jnp.float32,
+                 canonical_conv_grads: bool = False) -> nn.Module:
   """Builds a ResNet preset by name (the string used in configs / CLI flags)."""
   if name not in MODELS:
     raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(MODELS)}")
-  return MODELS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype)
+  return MODELS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype,
+                      canonical_conv_grads=canonical_conv_grads)
