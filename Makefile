@@ -21,7 +21,7 @@ data: install
 	$(PY) -m ensemble_jax.data.fetch
 
 test: install data
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=25 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo
@@ -53,11 +53,11 @@ sweep-samplers: install data
 
 # Data-parallel's critical batch (issue 16): steps to target vs global batch (64 .. 16,384
 # Fashion-MNIST, 64 .. 8,192 docs), 3 seeds, B_simple alongside; resumable, written to
-# experiments/results/critical_batch/<workload>. LRS: the seed-0 lr multipliers to try.
-LRS ?= 1
+# experiments/results/critical_batch/<workload>; the learning rate tuned per B by the
+# cost-vs-time sweep's rule (experiments/sweeps/tuning.py).
 critical-batch: install data
-	$(PY) -m experiments.sweeps.critical_batch --workload=fashion --seeds=0,1,2 --lrs=$(LRS)
-	$(PY) -m experiments.sweeps.critical_batch --workload=pydocs --seeds=0,1,2 --lrs=$(LRS)
+	$(PY) -m experiments.sweeps.critical_batch --workload=fashion --seeds=0,1,2
+	$(PY) -m experiments.sweeps.critical_batch --workload=pydocs --seeds=0,1,2
 
 lipt: install data
 	$(PY) -m experiments.lipt_pipeline --workdir=experiments/results/lipt --seeds=0,1,2

@@ -306,6 +306,22 @@ def _need(ok: bool, field: str, value, fix: str):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first key or value that cannot work."""
+  _validate_keys_and_types(config)
+  _validate_method(config)
+  _validate_model(config)
+  _validate_data(config)
+  _validate_schedule(config)
+  _validate_microbatches(config.train)
+  _validate_warm_start_and_sparsity(config)
+  _validate_distill(config)
+  _validate_tune(config)
+  _validate_cost(config)
+  _validate_durations_and_target(config)
+  _validate_mesh(config)
+
+
+def _validate_keys_and_types(config) -> None:
+  """Every key known to base_config(), present, and of its default's type."""
   known = dict(_flat(base_config()))
   for key, _ in _flat(config):
     if key not in known:
@@ -330,6 +346,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     elif isinstance(default, str):
       _need(isinstance(value, str), key, value, f"must be a string like {default!r}.")
 
+
+def _validate_method(config) -> None:
   _need(config.method.name in METHODS, "method.name", config.method.name,
         f"choose one of {METHODS}.")
   _need(config.method.num_workers > 0, "method.num_workers", config.method.num_workers,
@@ -353,10 +371,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need("soup" not in modes or config.method.shared_init, "method.aggregation",
         config.method.aggregation, "'soup' averages weights, which is only meaningful from "
         "one shared init: set config.method.shared_init=True or drop 'soup'.")
-  _need(config.optim.name in OPTIMIZERS, "optim.name", config.optim.name,
-        f"choose one of {OPTIMIZERS}.")
-  _need(config.data.train_augment in AUGMENTS, "data.train_augment",
-        config.data.train_augment, f"choose one of {AUGMENTS}.")
+
+
+def _validate_model(config) -> None:
   _need(config.task in TASKS, "task", config.task, f"choose one of {TASKS}.")
   models = ("gpt2",) if config.task == "lm" else RESNETS
   _need(config.model.name in models, "model.name", config.model.name,
@@ -368,6 +385,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(config.model.attention != "fused" or config.model.dropout == 0.0, "model.attention",
         config.model.attention, f"the fused kernel has no attention dropout and "
         f"model.dropout={config.model.dropout}: set model.attention='einsum' or dropout 0.")
+
+
+def _validate_data(config) -> None:
+  _need(config.data.train_augment in AUGMENTS, "data.train_augment",
+        config.data.train_augment, f"choose one of {AUGMENTS}.")
   _need(config.data.source != "idx" or config.data.dataset == "fashion_mnist",
         "data.dataset", config.data.dataset, "the built-in idx reader (data.source='idx') "
         "serves only 'fashion_mnist'; for other datasets set data.source='tfds'.")
@@ -382,6 +404,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,
         "must lie in (0, 1).")
   _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
+
+
+def _validate_schedule(config) -> None:
+  """The optimizer and its schedule, the eval cadence, the positive sizes and durations."""
+  _need(config.optim.name in OPTIMIZERS, "optim.name", config.optim.name,
+        f"choose one of {OPTIMIZERS}.")
   _need(config.optim.lr_scaling in LR_SCALINGS, "optim.lr_scaling",
         config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
   _need(0.0 <= config.optim.warmup_fraction < 1.0, "optim.warmup_fraction",
@@ -403,21 +431,27 @@ def validate(config: ml_collections.ConfigDict) -> None:
                 "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
-  _validate_microbatches(config.train)
+
+
+def _validate_warm_start_and_sparsity(config) -> None:
   _need(not config.train.init_from or config.method.name != "diloco", "train.init_from",
         config.train.init_from, "warm starts are supported for data_parallel and ensemble.")
   _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
         "is the pruned fraction of kernel weights, in [0, 1).")
   _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
         config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
-  _validate_distill(config)
-  _validate_tune(config)
+
+
+def _validate_cost(config) -> None:
   _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
         "must be >= 0 (0: one device per replica or worker).")
   _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
         config.cost.device_step_time_s, "must be >= 0 (0: the run's host step / devices).")
   _need(0.0 <= config.cost.overlap <= 1.0, "cost.overlap", config.cost.overlap,
         "is a fraction in [0, 1].")
+
+
+def _validate_durations_and_target(config) -> None:
   _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",
         (config.train.num_steps, config.train.num_epochs),
         "set exactly one of train.num_steps and train.num_epochs to a value > 0.")
@@ -429,7 +463,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
   lo, hi = TARGET_RANGES[metric]
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")
-  _validate_mesh(config)
 
 
 def _validate_microbatches(train) -> None:

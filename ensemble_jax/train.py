@@ -432,7 +432,7 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
         {"step": meta["step"], "changes": {k: list(v) for k, v in changes.items()}}]
   s.method.load_host_state(meta.get("method", {}))
   if s.is_main:
-    _write_parameter_table(workdir, jax.eval_shape(lambda x: x.params, state))
+    _write_parameter_table(workdir, jax.eval_shape(s.method.trained_params, state))
   if meta["step"]:
     logging.info("Resumed from step %d in %s", meta["step"], workdir)
   elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer

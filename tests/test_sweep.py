@@ -10,10 +10,21 @@ from tests.conftest import REPO
 
 CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
 SMOKE_POINTS = (("data_parallel", "D1"), ("data_parallel", "D2"), ("ensemble", "N8_L4"))
+# The tests that read `smoke_sweep` run on one xdist worker (make test: --dist loadgroup),
+# so the sweep is made once.
+SWEEP_GROUP = pytest.mark.xdist_group("smoke_sweep")
 
 
-def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(tmp_path):
-  first = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+@pytest.fixture(scope="session")  # kept while other modules' tests run between
+def smoke_sweep(tmp_path_factory):
+  """The smoke grid swept once on seeds 0 and 1: (workdir, the run counts)."""
+  workdir = tmp_path_factory.mktemp("smoke_sweep")
+  return workdir, cost_vs_time.run(CONFIG, str(workdir), seeds=[0, 1], grid="smoke")
+
+
+@SWEEP_GROUP
+def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
+  tmp_path, first = smoke_sweep
   # Two rates per point on seed 0; seed 0 is the chosen tuning run, seed 1 trains.
   assert first == {"tuning_runs": 6, "trained": 3, "from_tuning": 3, "skipped": 0,
                    "diverged": 0}
@@ -41,11 +52,13 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(tmp_path):
                    "diverged": 0}
   # A finished seed run at another rate than the point's choice is not silently kept.
   path = tmp_path / "data_parallel" / "D1" / "seed1" / "results.json"
-  results = json.loads(path.read_text())
+  text = path.read_text()
+  results = json.loads(text)
   results["config"]["optim"]["learning_rate"] *= 3
   path.write_text(json.dumps(results))
   with pytest.raises(SystemExit, match="D1/seed1 .optim.learning_rate="):
     cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+  path.write_text(text)  # the shared sweep as it was
 
 
 def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path):
@@ -93,15 +106,17 @@ ENTRY %main (p: f32[8]) -> f32[8] {
   assert fingerprint(text) != fingerprint(text.replace("multiply(", "add("))
 
 
-def test_recost_rewrites_cost_blocks_from_calibration(tmp_path):
-  cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0], grid="smoke", curves=["data_parallel"])
+@SWEEP_GROUP
+def test_recost_rewrites_cost_blocks_from_calibration(smoke_sweep):
+  tmp_path, _ = smoke_sweep
   path = tmp_path / "data_parallel" / "D2" / "seed0" / "results.json"
   before = json.loads(path.read_text())
   calibration = next((tmp_path / "calibration").glob("*/results.json"))
-  record = json.loads(calibration.read_text())
+  timed = calibration.read_text()
+  record = json.loads(timed)
   record["step_time_s"] = 1.5  # as if re-timed
   calibration.write_text(json.dumps(record))
-  assert cost_vs_time.recost(CONFIG, str(tmp_path), "smoke") == 2
+  assert cost_vs_time.recost(CONFIG, str(tmp_path), "smoke") == 6  # 3 points x 2 seeds
   after = json.loads(path.read_text())
   assert after["cost"]["modelled"]["device_step_time_s"] == 1.5
   assert after["cost"]["measured"] == before["cost"]["measured"]
@@ -114,6 +129,8 @@ def test_recost_rewrites_cost_blocks_from_calibration(tmp_path):
   tuning = after["tuning"]["compute"]
   assert tuning["time_s"]["nvlink"] >= 1.5 * sum(
       r["steps_to_target"] or 4 for r in after["tuning"]["axes"][0]["runs"])
+  calibration.write_text(timed)  # the shared sweep as it was
+  cost_vs_time.recost(CONFIG, str(tmp_path), "smoke")
 
 
 def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):

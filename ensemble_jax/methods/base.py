@@ -81,6 +81,11 @@ class Method(abc.ABC):
     """Called right after every step, before anything reads the new state (an eval, a
     sync), with the step's metrics on the host: raises, or excludes a diverged worker."""
 
+  def trained_params(self, state) -> Any:
+    """The weights `state` trains (stacked over workers for the stacked engine): what the
+    run's parameter table lists."""
+    return state.params
+
   def deployable(self, state, step: int, batch: dict | None) -> Any:
     """Called on eval steps, and at the end when the last step was restored rather than
     trained (`batch` None): the model a run stopping at `step` would deploy."""

@@ -37,11 +37,6 @@ class DiLoCoState(flax.struct.PyTreeNode):
   global_batch_stats: Any  # its BatchNorm statistics, re-estimated at every outer step
   outer_opt_state: Any
 
-  @property
-  def params(self):
-    """The workers' stacked params, as for the ensemble (the outer model: global_params)."""
-    return self.workers.params
-
 
 def _broadcast(tree, n: int):
   return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), tree)
@@ -74,6 +69,10 @@ class DiLoCo(Ensemble):
     global_params = first(workers.params)
     return DiLoCoState(workers, global_params, first(workers.batch_stats),
                        self.outer_tx.init(global_params))
+
+  def trained_params(self, state):
+    """The workers' stacked params, as the ensemble's (the outer model: global_params)."""
+    return state.workers.params
 
   def _shardings(self, abstract_state):
     rep = sharding_lib.replicated(self.mesh)

@@ -64,8 +64,6 @@ CALIBRATION_STEPS = 60
 # compile to one text: XLA merges equal constants, and a coincidence of two values (a
 # warm-up equal to the decay, say) would otherwise change the text, not the program's cost.
 CALIBRATION_LEARNING_RATE, CALIBRATION_WARMUP_FRACTION = 1e-3, 0.05
-DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
-TUNING_FILE = "tuning.json"
 
 
 def _load_config_module(path: str):
@@ -156,43 +154,6 @@ def calibrate(config, workdir: str) -> float:
     return json.load(f)["step_time_s"]
 
 
-def _read(run_dir: str) -> tuple[bool, dict | None]:
-  """(finished, results): a finished run's results.json, or None for one that diverged."""
-  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
-  if os.path.exists(path):
-    with open(path) as f:
-      return True, json.load(f)
-  return os.path.exists(os.path.join(run_dir, DIVERGED_FILE)), None
-
-
-def _train(config, run_dir: str, pool_config, counts: dict, what: str) -> dict | None:
-  """The run's results, trained unless finished; None when it diverged (recorded in
-  `diverged.json`, so that a resumed sweep does not train it again)."""
-  finished, results = _read(run_dir)
-  if finished:
-    return results
-  try:
-    results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
-  except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
-    with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
-      json.dump({"error": str(e)}, f)
-    counts["diverged"] += 1
-    results = None
-  counts[what] += 1
-  return results
-
-
-def _attach(path: str, record: dict) -> None:
-  """Writes the point's tuning record into a run's results.json (if it differs)."""
-  with open(path) as f:
-    results = json.load(f)
-  record = json.loads(json.dumps(record))
-  if results.get("tuning") != record:
-    results["tuning"] = record
-    with open(path, "w") as f:
-      json.dump(results, f, indent=2)
-
-
 def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
   """Exits naming the finished seed runs that do not belong to the points as tuned now:
   run before the tuning rule (no `tune` in their config), or, once `chosen` is known
@@ -253,34 +214,16 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     base.seed = base.tune.seed
     base.cost.device_step_time_s = device_step[key]
     point_dir = os.path.join(workdir, *key)
-    tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: _train(
-        c, run_dir, b, counts, "tuning_runs"))
-    with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
-      json.dump(tuned[key][1], f, indent=2)
+    tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: tuning.train_run(
+        c, run_dir, counts, "tuning_runs", pool_config=b))
+    tuning.write_record(point_dir, tuned[key][1])
 
   _check_finished(workdir, points, {key: chosen for key, (chosen, _) in tuned.items()})
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
   for seed in seeds:
     for key, (chosen, record) in tuned.items():
-      point_dir = os.path.join(workdir, *key)
-      chosen_results = os.path.join(point_dir, record["chosen_run"], run_lib.RESULTS_FILE)
-      if not os.path.exists(chosen_results):
-        print(f"sweep: every rate tried diverged at {point_dir} (tuning.json); no seeds run")
-        continue
-      run_dir = os.path.join(point_dir, f"seed{seed}")
-      path = os.path.join(run_dir, run_lib.RESULTS_FILE)
-      if os.path.exists(path):
-        counts["skipped"] += 1
-      elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
-        os.makedirs(run_dir, exist_ok=True)
-        shutil.copyfile(chosen_results, path)
-        counts["from_tuning"] += 1
-      else:
-        config = copy.deepcopy(chosen)
-        config.seed = seed
-        _train(config, run_dir, point_config(key, seed), counts, "trained")
-      if os.path.exists(path):
-        _attach(path, record)
+      tuning.run_seed(chosen, record, os.path.join(workdir, *key), seed, counts,
+                      pool_config=point_config(key, seed))
   print(report.write(workdir, workdir))
   return counts
 
@@ -303,7 +246,7 @@ class _Unfinished(Exception):
 
 def _finished(config, run_dir: str) -> dict | None:
   del config
-  finished, results = _read(run_dir)
+  finished, results = tuning.read_run(run_dir)
   if not finished:
     raise _Unfinished(run_dir)
   return results
@@ -334,12 +277,11 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
       except _Unfinished:
         record = None
       else:
-        with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
-          json.dump(record, f, indent=2)
+        tuning.write_record(point_dir, record)
       for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
         _recost_file(path, step_time)
         if record is not None:
-          _attach(path, record)
+          tuning.attach(path, record)
         updated += 1
   print(report.write(workdir, workdir))
   return updated

@@ -3,7 +3,7 @@ noise scale B_simple measured alongside (McCandlish et al., 2018).
 
   python -m experiments.sweeps.critical_batch --workload=fashion \
       [--workdir=experiments/results/critical_batch/fashion] [--seeds=0,1,2] \
-      [--grid=full|smoke] [--lrs=1] [--batches=64,128,...]
+      [--grid=full|smoke] [--batches=64,128,...]
 
 DP at D devices with 64 examples each is trained as one model at global batch B = 64 D,
 the D devices' parts as D microbatches (`config.train.microbatches = D`): the same math as
@@ -16,18 +16,23 @@ target.
 
 Each point's budget is the workload's example budget or `min_steps` steps, whichever is
 more (large batches need a floor of steps), warm-up a fixed fraction of it, an eval every
-1% of it (every step at most), `train.stop_at_target` on. Learning rates: every candidate of `learning_rates()`
-(the one tuning call site) runs on seed 0, the best (fewest steps to target) on the other
-seeds. Runs live in `<workdir>/B<B>/lr<multiplier>/seed<k>`; a run whose results.json exists
-is skipped, so an interrupted sweep resumes (a half-finished run from its checkpoint).
-Afterwards `summary.json`, `table.md` and `critical_batch.png` (steps to target vs B,
-log-log, the perfect-scaling line, McCandlish's S = S_min (1 + B_crit / B) fitted, and
-B_simple marked) are written from whatever runs exist.
+1% of it (every step at most), `train.stop_at_target` on. The learning rate is tuned per B
+by the cost-vs-time sweep's one rule (`experiments/sweeps/tuning.py`, the config's `tune`:
+x{1/2, 1, 2} the workload's scaled rate on seed 0, extended while the best sits at an
+edge; fewest steps to target wins), tuning-before-seeds and seeds outermost as there.
+Runs live in `<workdir>/B<B>/tune/lr<value>/` (tuning, seed 0) and `<workdir>/B<B>/seed<k>/`
+(seed 0's is the chosen tuning run, copied); `B<B>/tuning.json` records the grid, the
+choice and the tuning compute. A run whose results.json exists is read back, a
+half-finished one resumes from its checkpoint. Afterwards `summary.json`, `table.md` and
+`critical_batch.png` (steps to target vs B, log-log, the perfect-scaling line,
+McCandlish's S = S_min (1 + B_crit / B) fitted, and B_simple marked) are written from
+whatever runs exist.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import importlib
 import json
 import math
@@ -39,6 +44,7 @@ import ml_collections
 from ensemble_jax import config_lib
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
+from experiments.sweeps import tuning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +58,7 @@ class Workload:
   min_steps: int
   warmup_fraction: float = 0.05  # of the point's own budget
   evals_per_budget: int = 100  # an eval every budget / this steps (at least every step)
+  tune: tuple = ()  # (config key, value) overrides of the config's `tune`
 
 
 def _powers(lo: int, hi: int) -> tuple[int, ...]:
@@ -70,7 +77,8 @@ WORKLOADS = {
 }
 # The sweep's own test: seconds on 8 fake CPU devices (fashion_mnist.py `smoke`).
 SMOKE = Workload("experiments.configs.fashion_mnist", "smoke", 8, (8, 16), budget_examples=32,
-                 min_steps=4, evals_per_budget=2)
+                 min_steps=4, evals_per_budget=2,
+                 tune=(("tune.factors", (1.0, 2.0)), ("tune.max_extensions", 0)))
 
 
 def workload_for(name: str, grid: str) -> Workload:
@@ -85,8 +93,9 @@ def budget_steps(w: Workload, batch: int) -> int:
   return max(math.ceil(w.budget_examples / batch), w.min_steps)
 
 
-def point_config(w: Workload, batch: int, seed: int, lr_multiplier: float):
-  """One (B, learning rate, seed) run: D = B / per_device devices as D microbatches."""
+def point_config(w: Workload, batch: int, seed: int):
+  """One (B, seed) run at the workload's scaled learning rate (tuning scales it): D = B /
+  per_device devices as D microbatches."""
   config = importlib.import_module(w.config_module).get_config(w.variant)
   devices = batch // w.per_device
   steps = budget_steps(w, batch)
@@ -96,26 +105,17 @@ def point_config(w: Workload, batch: int, seed: int, lr_multiplier: float):
   config.train.noise_scale = devices > 1  # two batch sizes: one device's and B
   config.train.num_epochs, config.train.num_steps = 0.0, steps
   config.train.stop_at_target = True
-  config.optim.warmup_epochs = 0.0
-  config.optim.warmup_steps = max(1, round(w.warmup_fraction * steps))
-  config.optim.learning_rate *= lr_multiplier
+  config.optim.warmup_fraction = w.warmup_fraction
   config.eval.every_steps = max(1, steps // w.evals_per_budget)
   config.cost.devices = devices
+  for key, value in w.tune:
+    config_lib.set_dotted(config, key, value)
   config_lib.validate(config)
   return config
 
 
-def learning_rates(w: Workload, batch: int, lrs: list[float]) -> list[float]:
-  """TUNING CALL SITE (issue 16, section 2: 'learning rate tuned per B by the same rule as
-  the fair-comparison issue'): the multipliers of the workload's scaled peak learning rate
-  tried on seed 0 at batch B. Until experiments/sweeps/tuning.py provides that rule, the
-  `--lrs` list for every B (default [1.0]: the workload's lr_scaling rule alone)."""
-  del w, batch
-  return list(lrs)
-
-
-def _run_dir(workdir: str, batch: int, lr: float, seed: int) -> str:
-  return os.path.join(workdir, f"B{batch}", f"lr{lr:g}", f"seed{seed}")
+def _point_dir(workdir: str, batch: int) -> str:
+  return os.path.join(workdir, f"B{batch}")
 
 
 def _load(path: str) -> dict | None:
@@ -129,56 +129,29 @@ def _steps_to_target(results: dict) -> int | None:
   return results["target"]["reached_step"] if results["target"]["reached"] else None
 
 
-def _rank(results: dict) -> tuple:
-  """Fewer steps to the target first; among runs that missed it, the better final metric."""
-  steps = _steps_to_target(results)
-  metric = results["target"]["metric"]
-  final = results["final"].get(metric, math.nan)
-  sign = 1 if metric in config_lib.LOWER_IS_BETTER else -1
-  return (steps is None, steps or 0, sign * final if math.isfinite(final) else math.inf)
-
-
-def best_lr(workdir: str, batch: int, candidates: list[float]) -> float | None:
-  """The candidate whose seed-0 run ranks first; None until all of them have run."""
-  runs = {lr: _load(os.path.join(_run_dir(workdir, batch, lr, 0), run_lib.RESULTS_FILE))
-          for lr in candidates}
-  if any(r is None for r in runs.values()):
-    return None
-  return min(candidates, key=lambda lr: _rank(runs[lr]))
-
-
 def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
-        lrs: list[float] = (1.0,), batches: list[int] | None = None) -> dict[str, int]:
-  """Trains every (B, lr, seed) run not finished yet; writes the summary, table and
-  figure; returns counts trained/skipped."""
+        batches: list[int] | None = None) -> dict[str, int]:
+  """Tunes every B's learning rate on seed tune.seed, then trains every seed not finished
+  yet (seeds outermost); writes the summary, table and figure; returns the run counts
+  (`tuning_runs`, `trained`, `from_tuning`, `skipped`, `diverged`, as the cost-vs-time
+  sweep's)."""
   w = workload_for(workload, grid)
   batches = list(batches or w.batches)
   for b in batches:
     if b % w.per_device:
       raise SystemExit(f"error: batch {b} is not a multiple of the per-device {w.per_device}")
-  counts = {"trained": 0, "skipped": 0}
-
-  def train(batch, lr, seed):
-    path = _run_dir(workdir, batch, lr, seed)
-    if os.path.exists(os.path.join(path, run_lib.RESULTS_FILE)):
-      counts["skipped"] += 1
-      return
-    run_lib.train_and_evaluate(point_config(w, batch, seed, lr), path)
-    counts["trained"] += 1
-
-  # Seeds outermost: an interrupted sweep has whole seeds of every batch, not some batches.
-  for seed in sorted(seeds, key=lambda s: s != 0):  # seed 0 first: it picks the lr
-    for batch in batches:
-      candidates = learning_rates(w, batch, list(lrs))
-      if seed == 0:
-        for lr in candidates:
-          train(batch, lr, 0)
-      elif (lr := best_lr(workdir, batch, candidates)) is not None:
-        train(batch, lr, seed)
-      else:
-        raise SystemExit(f"error: B={batch}: seed 0 has not run every learning rate of "
-                         f"{candidates}; include seed 0 in --seeds")
-  summary = summarize(workdir, w, batches, list(lrs))
+  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
+  tuned = {}
+  for batch in batches:  # every B tuned before any other seed trains
+    base = point_config(w, batch, seed=0)
+    base.seed = base.tune.seed
+    tuned[batch] = tuning.tune(base, _point_dir(workdir, batch), lambda c, run_dir:
+                               tuning.train_run(c, run_dir, counts, "tuning_runs"))
+    tuning.write_record(_point_dir(workdir, batch), tuned[batch][1])
+  for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
+    for batch, (chosen, record) in tuned.items():
+      tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
+  summary = summarize(workdir, w, batches)
   write_report(summary, workdir)
   return counts
 
@@ -201,25 +174,17 @@ def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
   return {"s_min": s_min, "b_crit": slope / s_min}
 
 
-def summarize(workdir: str, w: Workload, batches: list[int], lrs: list[float]) -> dict:
-  """Per B: the chosen lr, steps to target per seed, B_simple; the fitted knee."""
+def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
+  """Per B: the chosen learning rate, steps to target per seed, B_simple; the fitted knee."""
   rows = []
   for batch in batches:
-    candidates = learning_rates(w, batch, lrs)
-    lr = best_lr(workdir, batch, candidates)
-    if lr is None:  # seed 0 not finished for every candidate: report what is there
-      done = [c for c in candidates
-              if _load(os.path.join(_run_dir(workdir, batch, c, 0), run_lib.RESULTS_FILE))]
-      if not done:
-        continue
-      lr = min(done, key=lambda c: _rank(_load(os.path.join(
-          _run_dir(workdir, batch, c, 0), run_lib.RESULTS_FILE))))
-    lr_dir = os.path.dirname(_run_dir(workdir, batch, lr, 0))
+    record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
     runs = {}
-    for name in sorted(os.listdir(lr_dir)):
-      results = _load(os.path.join(lr_dir, name, run_lib.RESULTS_FILE))
-      if results is not None:
-        runs[int(name.removeprefix("seed"))] = results
+    for path in sorted(glob.glob(os.path.join(_point_dir(workdir, batch), "seed*",
+                                              run_lib.RESULTS_FILE))):
+      runs[int(os.path.basename(os.path.dirname(path)).removeprefix("seed"))] = _load(path)
+    if record is None or not runs:
+      continue
     steps = {s: _steps_to_target(r) for s, r in runs.items()}
     reached = [v for v in steps.values() if v is not None]
     noise = [r["noise_scale"].get("b_simple_at_target") for r in runs.values()
@@ -229,7 +194,10 @@ def summarize(workdir: str, w: Workload, batches: list[int], lrs: list[float]) -
     rows.append({
         "batch": batch, "devices": batch // w.per_device,
         "microbatches": first["config"]["train"]["microbatches"],
-        "lr_multiplier": lr, "lr_candidates": candidates,
+        "lr_factor": record["axes"][0]["chosen"] / record["axes"][0]["base"],
+        "lr_at_edge": record["axes"][0]["at_edge"],
+        "tuning_runs": record["compute"]["runs"],
+        "tuning_flops": record["compute"]["flops"],
         "peak_learning_rate": _peak_lr(first["config"]),
         "step_budget": first["step_budget"],
         "steps_to_target": {str(s): v for s, v in sorted(steps.items())},
@@ -243,7 +211,8 @@ def summarize(workdir: str, w: Workload, batches: list[int], lrs: list[float]) -
   measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
   noise = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
   first = _first_results(workdir, rows)
-  return {"target": first["target"]["metric"] + f" {first['target']['value']}" if first else "",
+  target = f"{first['target']['metric']} {first['target']['value']}" if first else ""
+  return {"target": target, "tuning_rule": tuning.RULE,
           "per_device": w.per_device, "rows": rows,
           "fit": fit_critical_batch(measured),
           "b_simple": statistics.median(noise) if noise else None,
@@ -253,9 +222,10 @@ def summarize(workdir: str, w: Workload, batches: list[int], lrs: list[float]) -
 
 def _first_results(workdir: str, rows: list[dict]) -> dict | None:
   for r in rows:
-    path = _run_dir(workdir, r["batch"], r["lr_multiplier"], 0)
-    if (results := _load(os.path.join(path, run_lib.RESULTS_FILE))) is not None:
-      return results
+    paths = sorted(glob.glob(os.path.join(_point_dir(workdir, r["batch"]), "seed*",
+                                          run_lib.RESULTS_FILE)))
+    if paths:
+      return _load(paths[0])
   return None
 
 
@@ -269,7 +239,7 @@ def table(summary: dict) -> str:
   lines = [f"Target: {summary['target']}. DP at D = B / {summary['per_device']} devices, "
            "simulated as D microbatches. Steps to target: median over seeds (min-max); "
            "'-' where a seed missed it.", "",
-           "| B | D | lr x | peak lr | steps to target | perfect scaling | B_simple at target |",
+           "| B | D | lr x (tuned) | peak lr | steps to target | perfect scaling | B_simple at target |",
            "|---|---|---|---|---|---|---|"]
   base = next((r for r in summary["rows"] if r["median_steps"] is not None), None)
   for r in summary["rows"]:
@@ -279,7 +249,8 @@ def table(summary: dict) -> str:
       steps = f"- ({r['seeds_reached']}/{r['seeds']} seeds reached)"
     ideal = (f"{base['median_steps'] * base['batch'] / r['batch']:.1f}" if base else "-")
     noise = f"{r['b_simple_at_target']:.0f}" if r["b_simple_at_target"] is not None else "-"
-    lines.append(f"| {r['batch']} | {r['devices']} | {r['lr_multiplier']:g} | "
+    factor = f"{r['lr_factor']:g}" + (" (edge)" if r["lr_at_edge"] else "")
+    lines.append(f"| {r['batch']} | {r['devices']} | {factor} | "
                  f"{r['peak_learning_rate']:.3g} | {steps} | {ideal} | {noise} |")
   lines.append("")
   if fit:
@@ -342,18 +313,14 @@ def main(argv=None) -> int:
                  help="default experiments/results/critical_batch/<workload>")
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", help="full | smoke")
-  p.add_argument("--lrs", default="1",
-                 help="multipliers of the scaled peak lr tried on seed 0 (the tuning grid)")
   p.add_argument("--batches", default="", help="comma-separated subset of global batches")
   args = p.parse_args(argv)
   workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
                                          args.workload)
   counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               [float(x) for x in args.lrs.split(",")],
                [int(b) for b in args.batches.split(",") if b] or None)
   print(open(os.path.join(workdir, "table.md")).read())
-  print(f"critical_batch: {counts['trained']} runs trained, {counts['skipped']} already "
-        "finished")
+  print(f"critical_batch: {counts}")
   return 0
 
 

@@ -16,17 +16,22 @@ point's seed-`tune.seed` run: the sweep copies it, it does not train it again.
 from __future__ import annotations
 
 import copy
+import json
 import math
 import os
+import shutil
 from typing import Callable
 
 import ml_collections
 
 from ensemble_jax import config_lib, costs, optim
+from ensemble_jax import run as run_lib
 
 # (config, run_dir) -> the run's results.json, or None when it diverged.
 TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
 
+DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
+TUNING_FILE = "tuning.json"  # a point's record: the grid, each run, the choice, the compute
 SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr"}
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
         "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
@@ -147,3 +152,72 @@ def compute(runs: list[dict | None]) -> dict:
     device_s = {p: s + devices * pool_s for p, s in device_s.items()}
   return {"runs": len(runs), "diverged": len(runs) - len(done), "flops": flops + pool_flops,
           "time_s": time_s, "device_seconds": device_s, "pool_build_time_s": pool_s}
+
+
+def read_run(run_dir: str) -> tuple[bool, dict | None]:
+  """(finished, results): a finished run's results.json, or None for one that diverged."""
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  if os.path.exists(path):
+    with open(path) as f:
+      return True, json.load(f)
+  return os.path.exists(os.path.join(run_dir, DIVERGED_FILE)), None
+
+
+def train_run(config, run_dir: str, counts: dict, what: str,
+              pool_config=None) -> dict | None:
+  """The run's results, trained unless finished (`counts[what]` += 1 when trained); None
+  when it diverged (recorded in `diverged.json`, so that a resumed sweep does not train it
+  again; `counts['diverged']` += 1)."""
+  finished, results = read_run(run_dir)
+  if finished:
+    return results
+  try:
+    results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
+  except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
+    with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
+      json.dump({"error": str(e)}, f)
+    counts["diverged"] += 1
+    results = None
+  counts[what] += 1
+  return results
+
+
+def write_record(point_dir: str, record: dict) -> None:
+  with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
+    json.dump(record, f, indent=2)
+
+
+def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, seed: int,
+             counts: dict, pool_config=None) -> None:
+  """The point's run at `seed` in `<point_dir>/seed<k>/`, at the chosen values: read if
+  finished (`skipped`), the chosen tuning run copied for seed tune.seed (`from_tuning`),
+  else trained (`trained`); each carries the point's tuning record as `tuning`."""
+  chosen_results = os.path.join(point_dir, record["chosen_run"], run_lib.RESULTS_FILE)
+  if not os.path.exists(chosen_results):
+    print(f"sweep: every rate tried diverged at {point_dir} ({TUNING_FILE}); no seeds run")
+    return
+  run_dir = os.path.join(point_dir, f"seed{seed}")
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  if os.path.exists(path):
+    counts["skipped"] += 1
+  elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
+    os.makedirs(run_dir, exist_ok=True)
+    shutil.copyfile(chosen_results, path)
+    counts["from_tuning"] += 1
+  else:
+    config = copy.deepcopy(chosen)
+    config.seed = seed
+    train_run(config, run_dir, counts, "trained", pool_config)
+  if os.path.exists(path):
+    attach(path, record)
+
+
+def attach(path: str, record: dict) -> None:
+  """Writes the point's tuning record into a run's results.json (if it differs)."""
+  with open(path) as f:
+    results = json.load(f)
+  record = json.loads(json.dumps(record))
+  if results.get("tuning") != record:
+    results["tuning"] = record
+    with open(path, "w") as f:
+      json.dump(results, f, indent=2)
