@@ -17,7 +17,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from experiments.bench import step_times
 
 
 def _parse():
@@ -32,18 +33,6 @@ def _parse():
   p.add_argument("--reference_only", action="store_true",
                  help="print one worker's step time in seconds (run with one device)")
   return p.parse_args()
-
-
-def _time(fn, state, batch, rng, steps):
-  state, m = fn(state, batch, rng)  # warm-up (and first-call dispatch)
-  jax.block_until_ready(m)
-  times = []
-  for _ in range(steps):
-    t = time.perf_counter()
-    state, m = fn(state, batch, rng)
-    jax.block_until_ready(m)
-    times.append(time.perf_counter() - t)
-  return statistics.median(times), state
 
 
 def _host_reference(args) -> float:
@@ -87,8 +76,9 @@ def main():
   state = step_lib.create_train_state(model, tx, jax.random.key(0), init_input)
   batch = {"image": rng.integers(0, 255, (args.batch, *image_shape), dtype=np.uint8),
            "label": rng.integers(0, 10, (args.batch,), dtype=np.int32)}
-  t_single, _ = _time(lambda s, b, r: single(s, b, r, cfg), state, batch, jax.random.key(1),
-                      args.steps)
+  times, _, _ = step_times(lambda s, b, r: single(s, b, r, cfg), state, batch,
+                           jax.random.key(1), args.steps)
+  t_single = statistics.median(times)
   if args.reference_only:
     print(t_single)
     return 0
@@ -108,7 +98,9 @@ def main():
       local = {"image": rng.integers(0, 255, (n, args.batch, *image_shape), dtype=np.uint8),
                "label": rng.integers(0, 10, (n, args.batch), dtype=np.int32)}
       gbatch = {key: jax.device_put(v, engine.train_layout.sharding) for key, v in local.items()}
-      t, _ = _time(engine.train_step, states, gbatch, jax.random.key(1), args.steps)
+      times, _, _ = step_times(engine.train_step, states, gbatch, jax.random.key(1),
+                               args.steps)
+      t = statistics.median(times)
       ratio = t / (n * t_host)
       rows.append((k, strategy, ratio))
       measured.append({"workers_per_device": k, "num_workers": n, "strategy": strategy,

@@ -20,6 +20,8 @@ import os
 import subprocess
 import sys
 
+from experiments.bench import step_times
+
 WORKLOADS = {"fashion": ("experiments.configs.fashion_mnist", "sweep"),
              "pydocs": ("experiments.configs.pydocs_gpt2", "sweep")}
 
@@ -28,7 +30,6 @@ def measure(workload: str, batch: int, k: int, steps: int, run: bool) -> dict:
   """In this process (a fresh one: max RSS is per process): one point's numbers."""
   import importlib
   import resource
-  import time
 
   import jax
   import jax.numpy as jnp
@@ -66,13 +67,9 @@ def measure(workload: str, batch: int, k: int, steps: int, run: bool) -> dict:
          "xla_temp_bytes": int(plan.temp_size_in_bytes),
          "xla_argument_bytes": int(plan.argument_size_in_bytes)}
   if run:
-    times = []
-    for _ in range(steps):
-      start = time.perf_counter()
-      state, metrics = compiled(state, batch_dev, rng_key)
-      jax.block_until_ready(metrics)
-      times.append(time.perf_counter() - start)
-    row["step_time_s"] = float(np.median(times[1:] or times))
+    times, state, metrics = step_times(compiled, state, batch_dev, rng_key,
+                                       max(steps - 1, 1))  # the first call: warm-up
+    row["step_time_s"] = float(np.median(times))
     row["loss"] = float(metrics["loss"])
   # Linux reports ru_maxrss in KiB.
   row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

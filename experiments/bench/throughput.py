@@ -23,6 +23,8 @@ import statistics
 import sys
 import time
 
+from experiments.bench import step_times
+
 # Dense bf16 peak of the devices this has run on (vendor datasheets, without sparsity).
 PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 RESNET50_FORWARD_FLOPS = 2 * 4.09e9  # per 224x224 image (multiply-adds x 2)
@@ -108,15 +110,7 @@ def measure(name: str, args, attention: str = "einsum") -> dict:
   # What results.json records (costs.flops); on GPU it misses the GEMMs and convolutions
   # XLA hands to cuBLAS / cuDNN, hence the analytic count beside it (MFU uses that one).
   flops_xla = costs.flops(compiled)
-  for _ in range(2):
-    state, m = compiled(state, batch, rng)
-  jax.block_until_ready(m)
-  times = []
-  for _ in range(args.steps):
-    t0 = time.perf_counter()
-    state, m = compiled(state, batch, rng)
-    jax.block_until_ready(m)
-    times.append(time.perf_counter() - t0)
+  times, state, m = step_times(compiled, state, batch, rng, args.steps, warmup=2)
   step_s = statistics.median(times)
   if args.trace_dir:
     label = name + (f"_{attention}" if name.startswith("gpt2") else "")
