@@ -21,7 +21,7 @@ data: install
 	$(PY) -m ensemble_jax.data.fetch
 
 test: install data
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo

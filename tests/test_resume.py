@@ -98,12 +98,8 @@ def _wait_for_checkpoint(workdir, proc, timeout=300):
     time.sleep(0.05)
 
 
-# The tests that compare with `reference` run on one xdist worker (make test: --dist
-# loadgroup), so its two runs are made once, not once per worker.
-REFERENCE_GROUP = pytest.mark.xdist_group("resume_reference")
-
-
-@pytest.fixture(scope="session")  # kept while other modules' tests run between
+# make test runs each file's tests on one xdist worker (--dist loadfile): made once.
+@pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   out = {}
   for variant in ("smoke", "ensemble,smoke"):
@@ -114,7 +110,6 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-@REFERENCE_GROUP
 @pytest.mark.parametrize("variant", ["smoke", "ensemble,smoke"])
 def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path, variant):
   rng = random.Random(0)
@@ -137,7 +132,6 @@ def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path
 
 
 @pytest.mark.slow
-@REFERENCE_GROUP
 def test_sigterm_checkpoints_and_exits_143_then_resumes(reference, tmp_path):
   workdir = str(tmp_path)
   proc = subprocess.Popen(_cmd(workdir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,

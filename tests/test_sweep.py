@@ -10,19 +10,16 @@ from tests.conftest import REPO
 
 CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
 SMOKE_POINTS = (("data_parallel", "D1"), ("data_parallel", "D2"), ("ensemble", "N8_L4"))
-# The tests that read `smoke_sweep` run on one xdist worker (make test: --dist loadgroup),
-# so the sweep is made once.
-SWEEP_GROUP = pytest.mark.xdist_group("smoke_sweep")
 
 
-@pytest.fixture(scope="session")  # kept while other modules' tests run between
+# make test runs each file's tests on one xdist worker (--dist loadfile): made once.
+@pytest.fixture(scope="module")
 def smoke_sweep(tmp_path_factory):
   """The smoke grid swept once on seeds 0 and 1: (workdir, the run counts)."""
   workdir = tmp_path_factory.mktemp("smoke_sweep")
   return workdir, cost_vs_time.run(CONFIG, str(workdir), seeds=[0, 1], grid="smoke")
 
 
-@SWEEP_GROUP
 def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
   tmp_path, first = smoke_sweep
   # Two rates per point on seed 0; seed 0 is the chosen tuning run, seed 1 trains.
@@ -106,7 +103,6 @@ ENTRY %main (p: f32[8]) -> f32[8] {
   assert fingerprint(text) != fingerprint(text.replace("multiply(", "add("))
 
 
-@SWEEP_GROUP
 def test_recost_rewrites_cost_blocks_from_calibration(smoke_sweep):
   tmp_path, _ = smoke_sweep
   path = tmp_path / "data_parallel" / "D2" / "seed0" / "results.json"
