@@ -32,7 +32,7 @@ from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import communication, config_lib, costs, distributed, noise_scale, optim
-from ensemble_jax import models, writers
+from ensemble_jax import writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
@@ -244,9 +244,8 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
   data = data_lib.load(config)
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  model = models.create_model(config.model, data.num_classes, config.data.context,
-                              in_loop=config.train.microbatches > 1)
-  tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps, steps_per_epoch)
+  model, tx = methods_lib.model_and_optimizer(config, data.num_classes, num_steps,
+                                              steps_per_epoch)
   method = methods_lib.create_method(config, model, tx, mesh, data.init_input)
   method.cluster_mesh(config.cost.devices)  # the cluster the cost report models must fit
   one_model = None

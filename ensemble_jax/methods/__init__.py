@@ -14,12 +14,18 @@ def create_method(config, model, tx, mesh, init_input) -> Method:
   return METHODS[config.method.name](config, model, tx, mesh, init_input)
 
 
-def build(config, mesh, *, num_classes: int, init_input, num_steps: int,
-          steps_per_epoch: int) -> Method:
-  """`config.method` with its model and optimizer, from the facts of the data they need.
-  The model runs inside the microbatch loop when `config.train.microbatches > 1`."""
+def model_and_optimizer(config, num_classes: int, num_steps: int, steps_per_epoch: int):
+  """(model, optax transformation) of `config`: the model runs inside the microbatch loop
+  when `config.train.microbatches > 1`."""
   model = models.create_model(config.model, num_classes, config.data.context,
                               in_loop=config.train.microbatches > 1)
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps,
                               steps_per_epoch)
+  return model, tx
+
+
+def build(config, mesh, *, num_classes: int, init_input, num_steps: int,
+          steps_per_epoch: int) -> Method:
+  """`config.method` with its model and optimizer, from the facts of the data they need."""
+  model, tx = model_and_optimizer(config, num_classes, num_steps, steps_per_epoch)
   return create_method(config, model, tx, mesh, init_input)
