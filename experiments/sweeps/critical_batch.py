@@ -176,7 +176,7 @@ def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
 
 def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
   """Per B: the chosen learning rate, steps to target per seed, B_simple; the fitted knee."""
-  rows = []
+  rows, first_run = [], None  # first_run: any run's results, for the target's name
   for batch in batches:
     record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
     runs = {}
@@ -191,6 +191,7 @@ def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
              if "noise_scale" in r]
     noise = [v for v in noise if v is not None and math.isfinite(v)]
     first = next(iter(runs.values()))
+    first_run = first_run or first
     rows.append({
         "batch": batch, "devices": batch // w.per_device,
         "microbatches": first["config"]["train"]["microbatches"],
@@ -210,23 +211,14 @@ def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
     })
   measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
   noise = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
-  first = _first_results(workdir, rows)
-  target = f"{first['target']['metric']} {first['target']['value']}" if first else ""
+  target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
+            else "")
   return {"target": target, "tuning_rule": tuning.RULE,
           "per_device": w.per_device, "rows": rows,
           "fit": fit_critical_batch(measured),
           "b_simple": statistics.median(noise) if noise else None,
           "note": ("steps to target: median over seeds, only where every seed reached it; "
                    "B_simple: median over batches of the per-B median at the target eval")}
-
-
-def _first_results(workdir: str, rows: list[dict]) -> dict | None:
-  for r in rows:
-    paths = sorted(glob.glob(os.path.join(_point_dir(workdir, r["batch"]), "seed*",
-                                          run_lib.RESULTS_FILE)))
-    if paths:
-      return _load(paths[0])
-  return None
 
 
 def _peak_lr(config: dict) -> float:
