@@ -17,7 +17,8 @@ import ml_collections
 METHODS = ("data_parallel", "ensemble", "diloco")  # methods.METHODS implements each
 SAMPLERS = ("random", "disjoint")  # data.samplers.SAMPLERS
 # aggregate.py: the reductions over workers; the first listed in a config is the headline.
-AGGREGATION_MODES = ("logits", "probs", "soup", "routed")
+AGGREGATION_MODES = ("logits", "probs", "soup", "routed")  # an ensemble's
+DILOCO_MODES = ("global",)  # DiLoCo's one model
 LR_SCALINGS = ("linear", "sqrt", "none")  # optim.py: peak lr vs batch size
 OPTIMIZERS = ("sgd", "adamw")
 AUGMENTS = ("none", "crop_flip", "inception")
@@ -54,7 +55,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.method.local_strategy = "auto"  # vmap | unroll | auto (unroll on CPU, vmap elsewhere)
   c.method.shared_init = False  # one init for all workers (needed for the weight soup)
   c.method.sampler = "random"  # random | disjoint (see ensemble_jax/data/samplers.py)
-  c.method.aggregation = "logits,probs"  # modes reported; the first is the headline
+  # Modes reported, the first the headline: the ensemble's AGGREGATION_MODES; DiLoCo
+  # trains one model, so its only mode is 'global' (the outer params).
+  c.method.aggregation = "logits,probs"
   c.method.soup_bn_batches = 4  # train batches to re-estimate BatchNorm stats of the soup
   # diloco: the ensemble's engine plus an outer step every H inner steps (DiLoCo).
   c.method.sync_every = 0  # H; diloco needs H > 0 (H = infinity is the ensemble)
@@ -360,6 +363,11 @@ def _validate_method(config) -> None:
   _need(config.method.sampler in SAMPLERS, "method.sampler", config.method.sampler,
         f"choose one of {SAMPLERS}.")
   modes = aggregation_modes(config)
+  if config.method.name == "diloco":
+    _need(modes == DILOCO_MODES, "method.aggregation", config.method.aggregation,
+          "DiLoCo trains one model, the global (outer) params, and reports only it: set "
+          "method.aggregation='global'.")
+    return
   _need(bool(modes) and all(m in AGGREGATION_MODES for m in modes),
         "method.aggregation", config.method.aggregation,
         f"a comma-separated list of {', '.join(AGGREGATION_MODES)} (e.g. 'logits,probs').")

@@ -105,6 +105,11 @@ MALFORMED = [  # (what, config edit, message)
      "num_workers=12 is not a multiple"),
     ("soup without shared init",
      lambda c: _ensemble(c, **{"method.aggregation": "logits,soup"}), "shared_init=True"),
+    ("diloco with ensemble modes",  # DiLoCo once silently replaced them with 'global'
+     lambda c: _set(_ensemble(c, **{"method.sync_every": 2}), "method.name", "diloco"),
+     "method.aggregation='global'"),
+    ("ensemble with diloco's mode", lambda c: _ensemble(c, **{"method.aggregation": "global"}),
+     "method.aggregation='global'"),
     ("target out of range", lambda c: _set(c, "eval.target_value", -0.5), "target_value=-0.5"),
     ("ppl target for accuracy", lambda c: _set(c, "eval.target_metric", "bleu"),
      "target_metric='bleu'"),

@@ -20,6 +20,7 @@ def _config(method, mesh, batch):
 
   c = pydocs_gpt2.get_config("smoke")
   c.method.name, c.mesh = method, mesh
+  c.method.aggregation = "global" if method == "diloco" else "logits"
   c.method.num_workers, c.method.sync_every = 4, 1
   c.method.outer_learning_rate, c.method.outer_momentum = 1.0, 0.0
   c.train.batch_size, c.eval.batch_size = batch, 16

@@ -54,7 +54,6 @@ class DiLoCo(Ensemble):
     self.outer_tx = optax.sgd(m.outer_learning_rate, momentum=momentum,
                               nesterov=m.outer_nesterov and momentum is not None)
     super().__init__(config, model, tx, mesh, init_input)
-    self.modes = ("global",)  # what DiLoCo trains is one model: the global params
     self.syncs: list[int] = []  # the steps at which outer steps happened
     self.sync = jax.jit(self._sync, out_shardings=self.state_sharding, donate_argnums=0)
     rep = sharding_lib.replicated(mesh)

@@ -43,7 +43,7 @@ def get_config(arg: str = ""):
     c.method.sampler = "random"
     c.method.aggregation = "logits,probs"
   if "diloco" in variants:  # the same engine, with an outer Nesterov step every H steps
-    c.method.name = "diloco"
+    c.method.name, c.method.aggregation = "diloco", "global"  # one model: the outer params
     c.method.sync_every = 25
     c.tune.fields = ("optim.learning_rate", "method.outer_learning_rate")
   if "sweep" in variants:

@@ -57,6 +57,7 @@ def get_config(arg: str = ""):
     c.method.aggregation = "probs,logits"  # the mixture's perplexity is the proper one
   if "diloco" in variants:
     c.method.name, c.method.sync_every = "diloco", 50
+    c.method.aggregation = "global"  # one model: the outer params
     c.tune.fields = ("optim.learning_rate", "method.outer_learning_rate")
   if "sweep" in variants:
     c.model.size = "tiny"
