@@ -4,30 +4,38 @@
 
 Measured (committed results.json of the cost-vs-time grid, seed means over the points that
 reached the target in every seed): each point's steps to target, its calibrated device step
-and XLA FLOPs per device step, its pool build time; the single-model curves' steps to
-target at global batch b x D for the measured D (1 .. 8). The critical-batch sweep's DP
-steps up to B = 8192 are not read yet: beyond D = 8 data-parallel is held at its D = 8
-steps, which favours it if its steps would still fall and is exact past its critical batch.
+and XLA FLOPs per device step, its pool build time, and the collectives its compiled
+programs hold (results.json `cost.modelled.collectives`, read from the optimized HLO: kind,
+operand bytes, replica-group size, executions per step / eval / outer step / run) with the
+evals and outer steps it took to the target. Beyond the grid's largest data-parallel D,
+the critical-batch sweep's DP steps to target at B = b x D (`--critical_batch`, its
+summary.json: the median over seeds where every seed reached the target); past its largest
+B, DP is held at its best measured point, which favours DP if its steps would still fall
+and is exact past its critical batch.
 
 Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
-  * a single-model curve at D: its fastest measured point on at most D devices, steps x
-    (device step + ring all-reduce of its fp32 gradients over its devices); a point runs
-    only at its measured device count (no steps are assumed for an unmeasured batch). The
-    strongest baseline at D is the fastest single-model curve.
-  * an ensemble curve at D: its fastest measured (N, L) point with N <= D: pool build +
-    L x device step (no communication until the final average).
-  * DiLoCo at D: its fastest measured point (N <= D): steps x device step + one all-reduce
-    of the weights over N per outer step.
+  * every point: pool build + steps x device step + each recorded collective's alpha-beta
+    time (`costs.collective_time`) x its executions to the target. A point runs at its
+    measured device count; it is never assumed to take fewer steps on more devices.
+  * a single-model curve at D: its fastest point on at most D devices. The strongest
+    baseline at D is the fastest single-model curve.
+  * a critical-batch DP point at D: the grid's DP per-device step (scaled by the per-device
+    batch if the two sweeps' differ) and one ring all-reduce of the fp32 gradient per step
+    over its D devices: its runs normalise BatchNorm per device (ghost batch norm), so the
+    grid's BatchNorm-statistic all-reduces are not charged; its evals are charged the grid
+    DP step's eval collectives on D devices.
+  * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
 Ratios > 1: the method is better (baseline time / method time; baseline compute / method
 compute, each side at its fastest configuration on D devices).
 
-What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts, with the device
-step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x 224^2) or GPT-2 small
-(16 x 1024 tokens) as measured on one H100 (`experiments/results/bench/h100/`): how the
-answer moves when a step is big and an all-reduce is 100 MB or 500 MB. The step counts are
-the small workload's, not the big model's: a labelled what-if, not a prediction. Each
-point keeps its size relative to the full-size data-parallel model (the small-model
-baseline stays as much smaller).
+What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts and collective
+counts, with the device step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x
+224^2) or GPT-2 small (16 x 1024 tokens) as measured on one H100
+(`experiments/results/bench/h100/`), every collective's bytes scaled by the parameter
+ratio: how the answer moves when a step is big and an all-reduce is 100 MB or 500 MB. The
+step counts are the small workload's, not the big model's: a labelled what-if, not a
+prediction. Each point keeps its size relative to the full-size data-parallel model (the
+small-model baseline stays as much smaller).
 """
 from __future__ import annotations
 
@@ -42,6 +50,8 @@ import statistics
 from ensemble_jax import costs
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
+# The cost-vs-time workload's name -> the critical-batch sweep's (experiments/sweeps/).
+CRITICAL_BATCH_WORKLOADS = {"fashion_mnist": "fashion", "pydocs_gpt2": "pydocs"}
 BENCH = "experiments/results/bench/h100/throughput.json"
 
 
@@ -55,9 +65,22 @@ class Point:
   steps: float  # to target
   device_step_s: float
   flops_per_device_step: float
-  param_bytes: float
+  param_bytes: float  # one model's fp32 parameters (what-ifs scale the collectives by it)
   pool_s: float = 0.0
-  sync_every: int = 0
+  batch_per_device: int = 0  # examples (windows) one device or worker steps on
+  collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
+  units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, sync
+
+  def communication_s(self, link: costs.Interconnect) -> float:
+    """Every collective's time x its executions to the target."""
+    units = {"step": self.steps, "run": 1.0, **dict(self.units)}
+    return sum(c.count * units.get(c.per, 0.0) * c.seconds(link) for c in self.collectives)
+
+  def time_s(self, link: costs.Interconnect) -> float:
+    return self.pool_s + self.steps * self.device_step_s + self.communication_s(link)
+
+  def flops(self) -> float:
+    return self.steps * self.devices * self.flops_per_device_step
 
 
 def load_points(results_dir: str) -> list[Point]:
@@ -72,53 +95,67 @@ def load_points(results_dir: str) -> list[Point]:
     if not all(r["target"]["reached"] for r in runs):
       continue
     r = runs[0]
-    devices = r["cost"]["modelled"]["devices"]
+    communication = costs.recorded_communication(r)
+    if communication is None:
+      raise SystemExit(f"error: {results_dir}/{curve}/{name} predates the compiled-collective "
+                       "record (results.json cost.modelled.collectives); re-run its sweep")
+    modelled = [x["cost"]["modelled"] for x in runs]
+    devices = modelled[0]["devices"]
     points.append(Point(
         curve=curve, name=name, method=r["method"], devices=devices,
         steps=statistics.fmean(x["target"]["reached_step"] for x in runs),
-        device_step_s=statistics.fmean(x["cost"]["modelled"]["device_step_time_s"]
-                                       for x in runs),
+        device_step_s=statistics.fmean(m["device_step_time_s"] for m in modelled),
         # XLA's count of the whole step (all devices / workers), per modelled device
         flops_per_device_step=r["flops_per_step"] / max(devices, 1),
-        # one model's fp32 parameters: what a projected all-reduce or sync exchanges
         param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
         pool_s=statistics.fmean((x.get("distill") or {}).get("build_time_s", 0.0)
                                 for x in runs),
-        sync_every=r.get("sync_every", 0) or 0))
+        batch_per_device=(r["config"]["train"]["batch_size"] // devices
+                          if r["method"] == "data_parallel" else r["config"]["train"]["batch_size"]),
+        collectives=communication.collectives,
+        units=tuple((u, statistics.fmean(m["units_to_target"][u] for m in modelled))
+                    for u in ("eval", "sync"))))
   return points
 
 
-def single_model(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
-  """A single-model curve's fastest measured point on at most `devices` devices: steps x
-  (device step + ring all-reduce of its fp32 gradients over its devices). A point is run
-  only at its measured D: no step count is assumed for a batch that was not measured."""
+def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
+  """The critical-batch sweep's DP points beyond the grid's largest data-parallel D (see the
+  module docstring for what each is charged)."""
+  template = max((p for p in grid if p.curve == "data_parallel"), key=lambda p: p.devices,
+                 default=None)
+  if template is None:
+    return []
+  per_device = summary["per_device"]
+  scale = per_device / (template.batch_per_device or per_device)  # linear in the batch
+  points = []
+  for row in summary["rows"]:
+    d = row["devices"]
+    if row["median_steps"] is None or row.get("evals_to_target") is None or d <= template.devices:
+      continue
+    grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
+                                   int(template.param_bytes), d, 1)
+    evals = tuple(dataclasses.replace(c, group_size=d) for c in template.collectives
+                  if c.per == "eval")
+    steps = row["median_steps"]
+    points.append(Point(
+        curve="data_parallel", name=f"B{row['batch']}", method="data_parallel", devices=d,
+        steps=steps, device_step_s=template.device_step_s * scale,
+        flops_per_device_step=template.flops_per_device_step * scale,
+        param_bytes=template.param_bytes, batch_per_device=per_device,
+        collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),)))
+  return points
+
+
+def fastest(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
+  """A curve's fastest point on at most `devices` devices: the point, its devices and
+  steps, its time, compute and communication."""
   best = None
   for p in points:
     if p.devices > devices:
       continue
-    allreduce = costs.collective_time("all-reduce", p.param_bytes, p.devices, link)
-    row = {"point": p.name, "devices": p.devices, "steps": p.steps,
-           "time_s": p.steps * (p.device_step_s + allreduce),
-           "flops": p.steps * p.devices * p.flops_per_device_step, "allreduce_s": allreduce}
+    row = {"point": p.name, "devices": p.devices, "steps": p.steps, "time_s": p.time_s(link),
+           "flops": p.flops(), "communication_s": p.communication_s(link)}
     if best is None or row["time_s"] < best["time_s"]:
-      best = row
-  return best
-
-
-def independent(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
-  """An ensemble / DiLoCo curve's fastest measured point with N <= devices."""
-  best = None
-  for p in points:
-    if p.devices > devices:
-      continue
-    # outer steps at multiples of H before the target, and the deployable one at it
-    syncs = math.ceil(p.steps / p.sync_every) if p.sync_every else 0
-    allreduce = (costs.collective_time("all-reduce", p.param_bytes, p.devices, link)
-                 if syncs else 0.0)
-    time_s = p.pool_s + p.steps * p.device_step_s + syncs * allreduce
-    row = {"point": p.name, "devices": p.devices, "steps": p.steps, "time_s": time_s,
-           "flops": p.steps * p.devices * p.flops_per_device_step, "syncs": syncs}
-    if best is None or time_s < best["time_s"]:
       best = row
   return best
 
@@ -138,9 +175,13 @@ def what_if(points: list[Point], model: str, bench_path: str = BENCH) -> list[Po
   for p in points:
     flops = p.flops_per_device_step / ref.flops_per_device_step
     size = p.param_bytes / ref.param_bytes
+    param_bytes = 4.0 * row["params"] * size
+    collectives = tuple(dataclasses.replace(c, bytes=int(c.bytes * param_bytes / p.param_bytes))
+                        for c in p.collectives)
     out.append(dataclasses.replace(p, device_step_s=row["step_s"] * flops,
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
-                                   param_bytes=4.0 * row["params"] * size, pool_s=0.0))
+                                   param_bytes=param_bytes, pool_s=0.0,
+                                   collectives=collectives))
   return out
 
 
@@ -153,13 +194,13 @@ def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
   rows = []
   for name, link in presets.items():
     for d in devices:
-      base = [(b, single_model([p for p in points if p.curve == b], d, link)) for b in baselines]
+      base = [(b, fastest([p for p in points if p.curve == b], d, link)) for b in baselines]
       base = [(b, r) for b, r in base if r is not None]
       if not base:
         continue
       b_name, b_row = min(base, key=lambda x: x[1]["time_s"])
       for m in methods:
-        m_row = independent([p for p in points if p.curve == m], d, link)
+        m_row = fastest([p for p in points if p.curve == m], d, link)
         if m_row is None:
           continue
         rows.append({
@@ -223,12 +264,24 @@ def main(argv=None) -> int:
   p.add_argument("--workload", default="fashion_mnist")
   p.add_argument("--results", default="experiments/results")
   p.add_argument("--what_if", default="", help="resnet50 | gpt2_small")
+  p.add_argument("--critical_batch", default=None,
+                 help="the critical-batch sweep's workdir (default: experiments/results/"
+                 "critical_batch/<fashion|pydocs>); skipped, and said, if it has no summary")
   p.add_argument("--out", default="experiments/results/projection")
   args = p.parse_args(argv)
   points = load_points(os.path.join(args.results, args.workload))
   if not points:
     print(f"error: no finished grid points under {args.results}/{args.workload}")
     return 2
+  critical_dir = args.critical_batch or os.path.join(
+      "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(args.workload, ""))
+  summary_path = os.path.join(critical_dir, "summary.json")
+  if os.path.exists(summary_path):
+    with open(summary_path) as f:
+      points += critical_batch_points(json.load(f), points)
+  else:
+    print(f"no critical-batch summary at {summary_path}: DP beyond the grid's D is held at "
+          "its best measured point")
   label = args.workload + (f"_whatif_{args.what_if}" if args.what_if else "")
   if args.what_if:
     points = what_if(points, args.what_if)

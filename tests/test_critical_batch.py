@@ -16,6 +16,8 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   (row,) = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert row["batch"] == 16 and row["devices"] == row["microbatches"] == 2
   assert row["seeds"] == 2 and row["lr_factor"] in (1.0, 2.0) and row["tuning_runs"] == 2
+  # the projection charges a DP point's evals: known wherever its steps to target are
+  assert (row["evals_to_target"] is None) == (row["median_steps"] is None)
   record = json.loads((tmp_path / "B16" / "tuning.json").read_text())
   assert sorted(r["factor"] for r in record["axes"][0]["runs"]) == [1.0, 2.0]
   seed0 = json.loads((tmp_path / "B16" / "seed0" / "results.json").read_text())
