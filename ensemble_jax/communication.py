@@ -50,8 +50,17 @@ class Request:
     return dict(config_lib.mesh_axes(self.config["mesh"]))
 
   def key(self) -> str:
-    """What the programs depend on: all but the seed (a sweep's seeds share them)."""
-    config = {k: v for k, v in self.config.items() if k != "seed"}
+    """What the collectives depend on: all but the seed and the tuned fields (scalar
+    constants of the programs, such as the learning rate), so a sweep point's seeds and
+    tuning runs share one reading."""
+    config = json.loads(json.dumps(self.config))
+    del config["seed"]
+    for field in config["tune"]["fields"]:
+      *parents, leaf = field.split(".")
+      node = config
+      for name in parents:
+        node = node[name]
+      del node[leaf]
     return json.dumps(dataclasses.asdict(self) | {"config": config}, sort_keys=True)
 
 

@@ -1,5 +1,10 @@
 """A method's programs compiled for the cluster its run stands for: here, when this host
 has the devices, or in a child process with simulated ones (the sweeps' one-device host)."""
+import copy
+import dataclasses
+
+import jax
+
 from ensemble_jax import communication, costs, train
 from ensemble_jax.data import samplers
 
@@ -20,6 +25,16 @@ def test_a_child_process_reads_the_same_collectives_as_this_one(smoke_config, tm
              for c in here.collectives)
   child = communication._read_in_child(req, 2)  # what a one-device host does
   assert costs.merged(child) == list(here.collectives)
+  # A sweep point's tuning runs and seeds share one reading: the learning rate is a
+  # constant of the programs, not part of what they exchange.
+  other = dataclasses.replace(req, config=copy.deepcopy(req.config))
+  other.config["seed"] += 1
+  other.config["optim"]["learning_rate"] *= 4
+  assert other.key() == req.key()
+  assert costs.merged(communication.read(communication.build(other, jax.devices()[:2]),
+                                         other)) == list(here.collectives)
+  other.config["train"]["batch_size"] *= 2
+  assert other.key() != req.key()
 
 
 def test_a_request_keeps_the_mesh_in_the_form_the_config_holds(smoke_config, tmp_path):
