@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -28,12 +28,7 @@ def _free_port() -> int:
 
 
 def _env(devices_per_process: int) -> dict:
-  # Replace, not append to, conftest's XLA_FLAGS: the last device-count flag would win anyway,
-  # but one flag keeps the children's setup readable in a failure message.
-  flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
-           if not f.startswith("--xla_force_host_platform_device_count")]
-  flags.append(f"--xla_force_host_platform_device_count={devices_per_process}")
-  return {**os.environ, "XLA_FLAGS": " ".join(flags), "JAX_PLATFORMS": "cpu"}
+  return subprocess_env(devices_per_process, JAX_PLATFORMS="cpu")
 
 
 def _run(variant: str, workdir, num_processes: int, extra=()) -> dict:

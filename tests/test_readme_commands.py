@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, subprocess_env
 
 TINY = {  # config file -> overrides that keep its run to seconds on a CPU
     "experiments/configs/fashion_mnist.py": [
@@ -85,7 +85,7 @@ def test_readme_command_runs(command, tmp_path):
   if reason:
     pytest.skip(reason)
   workdir = tmp_path / "wd"
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env = subprocess_env(1)
   proc = subprocess.run([a.format(workdir=workdir) for a in argv], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, (command, proc.stderr[-3000:])

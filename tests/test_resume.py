@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from ensemble_jax import checkpoint, config_lib, run
-from tests.conftest import REPO
+from tests.conftest import REPO, subprocess_env
 
 STEPS, EVERY = 24, 3
 # A finished checkpoint's directory is its step alone: orbax writes into
@@ -32,7 +32,7 @@ def _cmd(workdir, variant="smoke"):
 
 
 def _env():
-  return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  return subprocess_env(2)
 
 
 def _run(workdir, variant="smoke") -> str:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ensemble_jax import optim, run
-from tests.conftest import REPO, assert_documented
+from tests.conftest import REPO, assert_documented, subprocess_env
 
 RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
                "step_time_s", "final", "target"}
@@ -105,7 +105,7 @@ def test_target_tracking(smoke_config, tmp_path):
 
 
 def test_main_subprocess(tmp_path):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env = subprocess_env(2)
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
          "--config.train.num_steps=2", "--config.eval.every_steps=2", "--config.mesh=data:1"]
