@@ -53,28 +53,31 @@ def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
   assert len(glob.glob(str(cache / "*.npz"))) == 2
 
 
-@pytest.mark.parametrize("method,weighted,proxy", [("kmeans", False, "standard"),
-                                                   ("craig", True, "standard"),
-                                                   ("gradmatch", True, "lipt")])
-def test_cluster_and_coreset_pools(tmp_path, method, weighted, proxy):
-  config = _config(method, tmp_path / "pools", split="disjoint", proxy=proxy)
-  if method == "kmeans":
-    config.method.aggregation = "logits,routed,probs"
+def test_kmeans_pool_trains_routed_experts(tmp_path):
+  config = _config("kmeans", tmp_path / "pools", split="disjoint")
+  config.method.aggregation = "logits,routed,probs"
   r = run.train_and_evaluate(config, str(tmp_path / "run"))
   info = r["distill"]
-  assert info["weighted"] is weighted
-  if method == "kmeans":  # balanced: the 256 examples in two clusters of 128
-    assert info["pool_sizes"] == [128, 128]
-    routed, uniform = r["ensemble"]["routed"], r["ensemble"]["probs"]
-    # Every eval example routed somewhere (an example with no weight would have nll inf),
-    # and by its own weights: a uniform average would equal the 'probs' ensemble.
-    assert routed["num_examples"] == uniform["num_examples"] == r["ensemble"]["logits"][
-        "num_examples"] > 0
-    assert np.isfinite(routed["nll"])
-    assert routed["nll"] != pytest.approx(uniform["nll"], rel=1e-6)
-  else:  # a ~64-example coreset split disjointly over the two workers
-    assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
-  assert info["proxy"]["kind"] == proxy
+  assert info["weighted"] is False and info["proxy"]["kind"] == "standard"
+  assert info["pool_sizes"] == [128, 128]  # balanced: the 256 examples in two clusters
+  routed, uniform = r["ensemble"]["routed"], r["ensemble"]["probs"]
+  # Every eval example routed somewhere (an example with no weight would have nll inf),
+  # and by its own weights: a uniform average would equal the 'probs' ensemble.
+  assert routed["num_examples"] == uniform["num_examples"] == r["ensemble"]["logits"][
+      "num_examples"] > 0
+  assert np.isfinite(routed["nll"])
+  assert routed["nll"] != pytest.approx(uniform["nll"], rel=1e-6)
+
+
+@pytest.mark.parametrize("method,proxy", [("craig", "standard"), ("gradmatch", "lipt")])
+def test_coreset_pools_are_weighted_and_split_disjointly(tmp_path, method, proxy):
+  """The pool phase alone (the loop that reads a pool is tested above)."""
+  info = run.build_pool(_config(method, tmp_path / "pools", split="disjoint", proxy=proxy),
+                        str(tmp_path / "run"))
+  assert info["weighted"] is True and info["proxy"]["kind"] == proxy
+  # a ~64-example coreset split disjointly over the two workers
+  assert len(info["pool_sizes"]) == 2
+  assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
 
 
 def test_pixel_pca_pools_are_routed_clusters_without_a_proxy(tmp_path):
