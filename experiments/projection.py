@@ -110,8 +110,8 @@ def load_points(results_dir: str) -> list[Point]:
         param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
         pool_s=statistics.fmean((x.get("distill") or {}).get("build_time_s", 0.0)
                                 for x in runs),
-        batch_per_device=(r["config"]["train"]["batch_size"] // devices
-                          if r["method"] == "data_parallel" else r["config"]["train"]["batch_size"]),
+        batch_per_device=r["config"]["train"]["batch_size"] // (
+            devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
         units=tuple((u, statistics.fmean(m["units_to_target"][u] for m in modelled))
                     for u in ("eval", "sync"))))
@@ -130,7 +130,8 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
   points = []
   for row in summary["rows"]:
     d = row["devices"]
-    if row["median_steps"] is None or row.get("evals_to_target") is None or d <= template.devices:
+    if d <= template.devices or row["median_steps"] is None or row.get(
+        "evals_to_target") is None:
       continue
     grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
                                    int(template.param_bytes), d, 1)
