@@ -56,11 +56,8 @@ class Request:
     config = json.loads(json.dumps(self.config))
     del config["seed"]
     for field in config["tune"]["fields"]:
-      *parents, leaf = field.split(".")
-      node = config
-      for name in parents:
-        node = node[name]
-      del node[leaf]
+      parent, _, leaf = field.rpartition(".")
+      del (config_lib.get(config, parent) if parent else config)[leaf]
     return json.dumps(dataclasses.asdict(self) | {"config": config}, sort_keys=True)
 
 

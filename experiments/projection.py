@@ -130,8 +130,7 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
   points = []
   for row in summary["rows"]:
     d = row["devices"]
-    if d <= template.devices or row["median_steps"] is None or row.get(
-        "evals_to_target") is None:
+    if d <= template.devices or row["median_steps"] is None:
       continue
     grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
                                    int(template.param_bytes), d, 1)

@@ -210,8 +210,7 @@ def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
         # the evals a run took to its target (the projection charges their collectives)
         "evals_to_target": (statistics.median(
             r["cost"]["modelled"]["units_to_target"]["eval"] for r in runs.values())
-            if len(reached) == len(runs) and all(
-                "units_to_target" in r["cost"]["modelled"] for r in runs.values()) else None),
+            if len(reached) == len(runs) else None),
         "step_time_s": statistics.median(r["step_time_s"] for r in runs.values()),
     })
   measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
