@@ -4,7 +4,9 @@
 
 The ratios compare each method with the strongest-baseline frontier: at every budget the
 best of all single-model curves (`baseline_curves`), at each method point's own budget
-(`matched`), then the best over budgets as a labelled summary, then each baseline alone.
+(`matched`), then the best over budgets as a labelled summary, then each point's budget,
+resolution and tuning (the chosen values and the tuning runs' compute, summed per curve:
+a cost the user pays too), then each baseline alone.
 
 A run lives in `RESULTS_DIR/<curve>/<point>/seed<k>/results.json` (what the sweep writes);
 its seeds are averaged into one point of its curve. Each point is the training compute
@@ -65,7 +67,7 @@ def _tuning_row(record: dict | None) -> dict | None:
   compute = record["compute"]
   return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
-          "runs": compute["runs"], "flops": compute["flops"], "time_s": compute["time_s"],
+          "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"], "time_s": compute["time_s"],
           "device_seconds": compute["device_seconds"]}
 
 
@@ -91,6 +93,12 @@ def points(runs: list[dict]) -> list[dict]:
         "time_s": {p: _spread([r["time_s"][p] for r in rs]) for p in PRESETS},
         "host_time_s": _spread([r["host_time_s"] for r in rs]),
         "final": _spread([r["final"] for r in rs]),
+        "step_budget": rs[0]["step_budget"],
+        # the coarsest seed's: None when no seed reached the target
+        "resolution_steps": max((r["resolution_steps"] for r in rs
+                                 if r["resolution_steps"] is not None), default=None),
+        # one record per point: every seed carries the same one
+        "tuning": rs[0]["tuning"],
     })
   return out
 
@@ -235,6 +243,47 @@ def _ratio_table(pts, curves, baselines, caption: str) -> list[str]:
   return lines
 
 
+def _value(v) -> str:
+  return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _tuning_table(pts) -> list[str]:
+  """Each point's budget, resolution and tuning (the chosen values and what the tuning runs
+  cost, their compute spent before any seed ran), then each curve's total tuning cost."""
+  lines = ["", "Budgets and tuning, per point: the step budget; the resolution of the "
+           "steps to target (the crossing lies within that many steps before the reported "
+           "step; the coarsest seed's); the tuned values (experiments/sweeps/tuning.py, one "
+           "rule for every point; * a value at the edge of its extended grid); the tuning "
+           "runs (on seed 0, the chosen one reused as seed 0) and their training compute and "
+           "modelled time, one run after another, on " + PRESETS[0] + ":", "",
+           "| curve | point | step budget | resolution (steps) | tuned values | tuning runs "
+           "| tuning TFLOPs | tuning time " + PRESETS[0] + " (s) |",
+           "|---|---|---|---|---|---|---|---|"]
+  totals: dict[str, list] = {}
+  for p in pts:
+    res = "-" if p["resolution_steps"] is None else str(p["resolution_steps"])
+    budget = "-" if p["step_budget"] is None else str(p["step_budget"])
+    t = p["tuning"]
+    if t is None:
+      lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | untuned | 0 | 0 | 0 |")
+      continue
+    chosen = ", ".join(f"{k.rsplit('.', 1)[-1]} {_value(v)}" for k, v in t["chosen"].items())
+    lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}"
+                 f"{' *' if t['at_edge'] else ''} | {t['runs']}"
+                 f"{f' ({diverged} diverged)' if (diverged := t['diverged']) else ''} | {t['flops'] / 1e12:.2f} | "
+                 f"{t['time_s'][PRESETS[0]]:.1f} |")
+    total = totals.setdefault(p["curve"], [0, 0.0, 0.0])
+    total[0] += t["runs"]
+    total[1] += t["flops"]
+    total[2] += t["time_s"][PRESETS[0]]
+  if totals:
+    lines += ["", "Tuning, per curve (the cost a user pays to find the points above):", "",
+              "| curve | tuning runs | tuning TFLOPs | tuning time " + PRESETS[0] + " (s) |",
+              "|---|---|---|---|"]
+    lines += [f"| {c} | {n} | {f / 1e12:.2f} | {t:.1f} |" for c, (n, f, t) in totals.items()]
+  return lines
+
+
 def table(runs: list[dict]) -> str:
   pts = points(runs)
   targets = sorted({r["target"] for r in runs})
@@ -261,6 +310,8 @@ def table(runs: list[dict]) -> str:
                           "Summary against the same frontier: the best ratio over the "
                           "baselines' budgets (a second number, not the matched one), the "
                           "budget's point named:")
+  lines += _tuning_table(pts)
+  if baselines and curves:
     for b in baselines:
       lines += _ratio_table(pts, curves, [b], f"Against `{b}` alone (best over its budgets):")
   return "\n".join(lines) + "\n"

@@ -123,3 +123,25 @@ def test_report_on_one_runs_workdir_summarises_that_run(capsys):
   assert out.startswith(f"data_parallel, {results['steps']} of {results['step_budget']} steps")
   assert f"reached at step {results['target']['reached_step']}" in out
   assert out.count("\n| ") == len(results["history"]) + 1  # header + one row per eval
+
+
+def test_tuning_and_budgets_are_tabled_per_point_and_summed_per_curve(tmp_path):
+  _sweep(tmp_path)
+  tuning = {"chosen": {"optim.learning_rate": 0.006}, "peak_learning_rate": 0.006,
+            "axes": [{"at_edge": False}],
+            "compute": {"runs": 4, "diverged": 1, "flops": 3e12, "device_seconds": {},
+                        "time_s": {p: 100.0 for p in report.PRESETS}}}
+  for point, seeds in (("D1", (0, 1)), ("D4", (0, 1))):
+    for seed in seeds:
+      path = tmp_path / "data_parallel" / point / f"seed{seed}" / "results.json"
+      r = json.loads(path.read_text())
+      r["step_budget"] = 500
+      r["target"]["resolution_steps"] = 10 + seed  # the coarsest seed's is reported
+      r["tuning"] = dict(tuning, axes=[{"at_edge": point == "D4"}])
+      path.write_text(json.dumps(r))
+  text = report.table(report.load_runs(str(tmp_path)))
+  assert ("| data_parallel | D1 | 500 | 11 | learning_rate 0.006 | 4 (1 diverged) | 3.00 | "
+          "100.0 |") in text
+  assert "| data_parallel | D4 | 500 | 11 | learning_rate 0.006 * | 4 (1 diverged) |" in text
+  assert "| ensemble | N4_L100 | - | - | untuned | 0 | 0 | 0 |" in text
+  assert "| data_parallel | 8 | 6.00 | 200.0 |" in text  # the curve's two points summed
