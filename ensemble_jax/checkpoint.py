@@ -110,6 +110,13 @@ class Checkpointer:
     self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
 
+  def discard_after(self, step: int) -> None:
+    """Deletes the checkpoints of steps after `step` (a trajectory the loop rewound), once
+    pending saves have finished."""
+    self.manager.wait_until_finished()
+    for later in [s for s in self.manager.all_steps() if s > step]:
+      self.manager.delete(later)
+
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()

@@ -13,6 +13,7 @@ by one `Chrono`.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import json
@@ -24,6 +25,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -57,6 +59,9 @@ class TargetTracker:
   # The crossing lies in (reached_step - resolution_steps, reached_step]: the eval before
   # it was resolution_steps earlier (or the run's start).
   resolution_steps: int | None = None
+  # Set when the loop replayed a too-coarse crossing (`_refine`): the coarse eval's step
+  # and resolution, and the training seconds of the steps it threw away.
+  refined_from: dict | None = None
 
   def update(self, metrics: dict, step: int, train_time_s: float, wall_time_s: float,
              previous_eval_step: int = 0):
@@ -69,6 +74,14 @@ class TargetTracker:
       self.reached, self.reached_step = True, step
       self.reached_time_s, self.reached_wall_time_s = train_time_s, wall_time_s
       self.resolution_steps = step - previous_eval_step
+
+
+def too_coarse(tracker: TargetTracker, eval_config) -> bool:
+  """Whether the crossing just found is known less finely than `target_resolution` asks
+  (the metric jumped past the near-target window between two regular evals)."""
+  return (eval_config.target_resolution > 0 and tracker.reached
+          and tracker.resolution_steps > max(1, int(eval_config.target_resolution
+                                                    * tracker.reached_step)))
 
 
 def near_target(history: list[dict], metric: str, value: float, eval_config,
@@ -476,6 +489,11 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   writer.write_hparams(config.to_dict(), [f"eval/{config.eval.target_metric}", "train/loss"])
   preemption = PreemptionWatch()
   step_fn = None
+  # Steps-to-target runs keep the state at the last eval that missed the target, to
+  # replay a crossing found too coarsely (`_refine`); from the start, if it is an eval's.
+  refine = stop_at_target and config.eval.target_resolution > 0
+  last_eval_step = p.history[-1]["step"] if p.history else 0
+  snapshot = _Snapshot.take(state, p, method) if refine and p.step == last_eval_step else None
   try:
     for step in range(p.step, end_step):
       batch = next(batches)
@@ -500,6 +518,10 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
         if p.noise is not None:
           p.noise.read(done)
         _evaluate(method, state, batch, done, eval_batches, p, writer)
+        if snapshot is not None and too_coarse(p.tracker, config.eval):
+          checkpointer.discard_after(snapshot.step)
+          state, batch, done = _refine(config, method, snapshot, step_fn, step_rng,
+                                       train_batches, eval_batches, p, writer)
         next_eval = _next_eval(config, s, p)
       reached = stop_at_target and p.tracker.reached
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
@@ -507,6 +529,8 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
                                                       last=done == num_steps or reached))
       p.chrono.lap()
       p.step = done
+      if refine and p.history and p.history[-1]["step"] == done and not p.tracker.reached:
+        snapshot = _Snapshot.take(state, p, method)
       record = p.record(method)
       stop = preemption.requested(done)
       with p.chrono.paused("checkpoint"):  # saving is not training
@@ -527,6 +551,73 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
     writer.close()
     preemption.close()
   return state
+
+
+@dataclasses.dataclass
+class _Snapshot:
+  """The loop right after an eval that missed the target (its outer step done): what
+  replaying the steps after it needs."""
+  step: int
+  state: Any  # a copy: the step donates its input's buffers
+  history_len: int
+  train_s: float
+  host_state: dict
+  noise: dict | None
+
+  @classmethod
+  def take(cls, state, p: Progress, method: Method) -> "_Snapshot":
+    return cls(p.step, jax.tree.map(jnp.copy, state), len(p.history), p.chrono.train_s,
+               copy.deepcopy(method.host_state()),
+               None if p.noise is None else copy.deepcopy(p.noise.record()))
+
+
+def _refine(config, method: Method, snap: _Snapshot, step_fn, step_rng, train_batches,
+            eval_batches, p: Progress, writer):
+  """The target was first met `resolution_steps` after the previous eval, more coarsely
+  than `eval.target_resolution` allows: the metric jumped past the near-target window
+  between two regular evals. Rewinds to that eval (`snap`) and replays the same steps (the
+  same batches and keys: the same updates) with an eval every target_resolution x step
+  steps, up to the first that meets the target. The coarse eval leaves the history; the
+  thrown-away steps' training time leaves the training clock (recorded in
+  `target.refined_from`). Returns (state, batch, step) at the refined crossing, before
+  its `after_step`.
+  """
+  coarse = p.tracker
+  logging.info("target met at step %d, %d steps after the previous eval: replaying them "
+               "from step %d with evals every %g x step", coarse.reached_step,
+               coarse.resolution_steps, snap.step, config.eval.target_resolution)
+  p.tracker = TargetTracker(coarse.metric, coarse.value, refined_from={
+      "step": coarse.reached_step, "resolution_steps": coarse.resolution_steps,
+      "discarded_train_s": p.chrono.train_s - snap.train_s})
+  del p.history[snap.history_len:]
+  p.chrono.train_s = snap.train_s
+  method.load_host_state(copy.deepcopy(snap.host_state))
+  if p.noise is not None:
+    p.noise = NoiseScaleTracker.from_record(snap.noise, config.train.noise_scale_ema)
+  state, end = snap.state, coarse.reached_step
+  batches = train_batches.iterate(snap.step, end, config.data.prefetch,
+                                  config.data.num_threads)
+  next_eval = snap.step + max(1, int(config.eval.target_resolution * snap.step))
+  for step in range(snap.step, end):
+    batch = next(batches)
+    state, step_metrics = step_fn(state, batch, step_rng)
+    step_metrics = _fetch(step_metrics)
+    method.check_step_metrics(step_metrics, step)
+    p.durations.append(p.chrono.lap())
+    done = step + 1
+    if p.noise is not None:
+      p.noise.update(step_metrics)
+    if done >= next_eval or done == end:
+      if p.noise is not None:
+        p.noise.read(done)
+      _evaluate(method, state, batch, done, eval_batches, p, writer)
+      if p.tracker.reached:
+        return state, batch, done
+      next_eval = done + max(1, int(config.eval.target_resolution * done))
+    state = jax.block_until_ready(method.after_step(state, done, batch))
+    p.chrono.lap()
+  raise RuntimeError(f"replaying steps {snap.step}..{end} did not meet the target that step "
+                     f"{end} met: the steps are not deterministic on this backend")
 
 
 def _next_eval(config, s: Setup, p: Progress) -> int:
@@ -612,7 +703,9 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
                  # the crossing is in (reached_step - resolution_steps, reached_step]
                  "resolution_steps": target.resolution_steps,
                  "resolution": (target.resolution_steps / target.reached_step
-                                if target.reached else None)},
+                                if target.reached else None),
+                 # a too-coarse crossing replayed finely (`_refine`): what it replaced
+                 "refined_from": target.refined_from},
       "history": p.history,
       # Fields a resumed session changed ({"step", "changes": {field: [before, after]}});
       # `config` is the last session's.

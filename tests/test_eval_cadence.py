@@ -58,3 +58,39 @@ def test_the_first_eval_past_the_target_is_within_5_percent_of_the_crossing(scal
   crossing = -scale * math.log(1 - 0.85 / 0.9)
   assert previous < crossing <= step
   assert (step - previous) <= 0.05 * step
+
+
+@pytest.mark.parametrize("variant", ["smoke", "diloco,smoke"])
+def test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds(variant,
+                                                                                 tmp_path):
+  """Evaluated only at step 4, a run meets its target there 4 steps after the previous eval
+  (the start): coarser than 5%. The loop replays steps 1..4 from its copy of the start with
+  an eval every step and stops at the first that meets the target, the step and the metric
+  a run evaluated every step from the start finds (bit for bit: the same updates, DiLoCo's
+  outer steps included). Without the replay it reports step 4, resolution 4."""
+  from experiments.configs import fashion_mnist
+  from ensemble_jax import run
+
+  def config(every, target, stop):
+    c = fashion_mnist.get_config(variant)
+    c.eval.every_steps, c.eval.target_metric, c.eval.target_value = every, "nll", target
+    c.eval.target_resolution, c.eval.near_target_margin = 0.05, 0.0
+    c.eval.near_target_lookahead, c.train.stop_at_target = 0.0, stop
+    return c
+
+  fine = run.train_and_evaluate(config(1, 0.0, False), str(tmp_path / "fine"))
+  nll = {h["step"]: h["nll"] for h in fine["history"]}
+  assert sorted(nll) == [1, 2, 3, 4]
+  # The target: what the eval at step 4 scores, so the coarse run meets it there; a run
+  # evaluated every step meets it first at `crossing` (step 1 here: the smoke model's nll
+  # barely moves in 4 steps).
+  target = nll[4]
+  crossing = min(k for k in nll if nll[k] <= target)
+  coarse = run.train_and_evaluate(config(4, target, True), str(tmp_path / "coarse"))
+  assert coarse["target"]["reached_step"] == coarse["steps"] == crossing
+  assert coarse["target"]["resolution_steps"] == 1
+  assert [h["step"] for h in coarse["history"]] == list(range(1, crossing + 1))
+  assert [h["nll"] for h in coarse["history"]] == [nll[k] for k in range(1, crossing + 1)]
+  refined = coarse["target"]["refined_from"]
+  assert refined["step"] == 4 and refined["resolution_steps"] == 4
+  assert refined["discarded_train_s"] > 0

@@ -113,7 +113,8 @@ class Method(abc.ABC):
     return {}
 
   def load_host_state(self, host_state: dict) -> None:
-    """Called once after restore with `host_state()`'s record ({} on a fresh run)."""
+    """Called after restore with `host_state()`'s record ({} on a fresh run), and when the
+    loop rewinds to an earlier eval to replay a too-coarse crossing (train._refine)."""
     del host_state
 
   @abc.abstractmethod
