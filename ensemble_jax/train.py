@@ -492,8 +492,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   # Steps-to-target runs keep the state at the last eval that missed the target, to
   # replay a crossing found too coarsely (`_refine`); from the start, if it is an eval's.
   refine = stop_at_target and config.eval.target_resolution > 0
-  last_eval_step = p.history[-1]["step"] if p.history else 0
-  snapshot = _Snapshot.take(state, p, method) if refine and p.step == last_eval_step else None
+  snapshot = _Snapshot.after_eval(state, p, method) if refine else None
   try:
     for step in range(p.step, end_step):
       batch = next(batches)
@@ -529,8 +528,8 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
                                                       last=done == num_steps or reached))
       p.chrono.lap()
       p.step = done
-      if refine and p.history and p.history[-1]["step"] == done and not p.tracker.reached:
-        snapshot = _Snapshot.take(state, p, method)
+      if refine:
+        snapshot = _Snapshot.after_eval(state, p, method) or snapshot
       record = p.record(method)
       stop = preemption.requested(done)
       with p.chrono.paused("checkpoint"):  # saving is not training
@@ -565,7 +564,10 @@ class _Snapshot:
   noise: dict | None
 
   @classmethod
-  def take(cls, state, p: Progress, method: Method) -> "_Snapshot":
+  def after_eval(cls, state, p: Progress, method: Method) -> "_Snapshot | None":
+    """The loop now, if it stands at an eval that missed the target (or at the start)."""
+    if (p.history[-1]["step"] if p.history else 0) != p.step or p.tracker.reached:
+      return None
     return cls(p.step, jax.tree.map(jnp.copy, state), len(p.history), p.chrono.train_s,
                copy.deepcopy(method.host_state()),
                None if p.noise is None else copy.deepcopy(p.noise.record()))
