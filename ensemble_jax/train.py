@@ -685,6 +685,7 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
       "method": method.name,
       "config": config.to_dict(),
       "num_devices": jax.device_count(),
+      "host": host_info(),
       "mesh": dict(s.mesh.shape),
       "data": s.data.info,
       "steps": p.step,  # trained; fewer than step_budget when stopped at the target
@@ -731,6 +732,28 @@ def _results(config, s: Setup, pool: samplers.Pool, state, p: Progress, train_ba
     results["tokens_per_step"] = method.examples_per_step * config.data.context
     results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
   return results
+
+
+# XLA:CPU compiles for the host's instruction set, so the same run on another CPU (or
+# another jaxlib) can round differently, and a chaotic run can then take other steps to
+# its target. Runs on one host and jaxlib are bit-identical.
+_CPU_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+def host_info() -> dict:
+  """What a result's floating point depends on besides the config: jaxlib, the device kind
+  and, on CPU, the instruction-set features XLA compiles for."""
+  info = {"jax": jax.__version__, "jaxlib": jax.lib.__version__,
+          "device_kind": jax.devices()[0].device_kind}
+  if jax.devices()[0].platform == "cpu" and os.path.exists("/proc/cpuinfo"):
+    with open("/proc/cpuinfo") as f:
+      fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
+                    if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    info["cpu"] = fields.get("model name")
+    info["cpu_features"] = [f for f in _CPU_FEATURES if f in flags]
+  return info
 
 
 def _communication(config, s: Setup, train_batches, eval_batches) -> costs.Communication:

@@ -4,16 +4,17 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
 from ensemble_jax import optim, run
 from tests.conftest import REPO, assert_documented, subprocess_env
 
-RESULT_KEYS = {"method", "config", "num_devices", "steps", "wall_time_s", "flops_per_step",
+RESULT_KEYS = {"method", "config", "num_devices", "host", "steps", "wall_time_s", "flops_per_step",
                "step_time_s", "final", "target"}
 TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s",
-               "resolution_steps", "resolution"}
+               "resolution_steps", "resolution", "refined_from"}
 
 
 def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
@@ -25,6 +26,7 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert_documented(on_disk)
   assert on_disk["method"] == "data_parallel"
   assert on_disk["num_devices"] == 8 and on_disk["mesh"] == {"data": 8}
+  assert on_disk["host"]["jax"] == jax.__version__ and "cpu_features" in on_disk["host"]
   assert on_disk["steps"] == smoke_config.train.num_steps == 4
   assert on_disk["config"]["train"]["batch_size"] == smoke_config.train.batch_size
   assert on_disk["flops_per_step"] > 1e6  # XLA's count for a real conv net step
