@@ -1,5 +1,6 @@
 """Steps to target resolved to 5%: evaluations come closer together near the target."""
 import math
+import os
 
 import pytest
 
@@ -94,3 +95,7 @@ def test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds
   refined = coarse["target"]["refined_from"]
   assert refined["step"] == 4 and refined["resolution_steps"] == 4
   assert refined["discarded_train_s"] > 0
+  # The coarse pass's checkpoint at step 2 (every 2 steps) was of the rewound trajectory
+  # and is gone; the replay's final checkpoint is the crossing's.
+  assert sorted(int(d) for d in os.listdir(tmp_path / "coarse" / "checkpoints")
+                if d.isdigit()) == [crossing]
