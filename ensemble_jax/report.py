@@ -67,8 +67,8 @@ def _tuning_row(record: dict | None) -> dict | None:
   compute = record["compute"]
   return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
-          "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"], "time_s": compute["time_s"],
-          "device_seconds": compute["device_seconds"]}
+          "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"],
+          "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
 
 
 def _spread(values: list[float]) -> dict:
@@ -268,10 +268,10 @@ def _tuning_table(pts) -> list[str]:
       lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | untuned | 0 | 0 | 0 |")
       continue
     chosen = ", ".join(f"{k.rsplit('.', 1)[-1]} {_value(v)}" for k, v in t["chosen"].items())
-    lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}"
-                 f"{' *' if t['at_edge'] else ''} | {t['runs']}"
-                 f"{f' ({diverged} diverged)' if (diverged := t['diverged']) else ''} | {t['flops'] / 1e12:.2f} | "
-                 f"{t['time_s'][PRESETS[0]]:.1f} |")
+    edge = " *" if t["at_edge"] else ""
+    runs = f"{t['runs']} ({t['diverged']} diverged)" if t["diverged"] else str(t["runs"])
+    lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}{edge} | {runs} "
+                 f"| {t['flops'] / 1e12:.2f} | {t['time_s'][PRESETS[0]]:.1f} |")
     total = totals.setdefault(p["curve"], [0, 0.0, 0.0])
     total[0] += t["runs"]
     total[1] += t["flops"]

@@ -76,12 +76,17 @@ class TargetTracker:
       self.resolution_steps = step - previous_eval_step
 
 
+def fine_interval(step: int, eval_config) -> int:
+  """The steps between evals near the target after one at `step`: `target_resolution` x
+  `step`, at least 1, so a crossing is known to that fraction of its step."""
+  return max(1, int(eval_config.target_resolution * step))
+
+
 def too_coarse(tracker: TargetTracker, eval_config) -> bool:
   """Whether the crossing just found is known less finely than `target_resolution` asks
   (the metric jumped past the near-target window between two regular evals)."""
   return (eval_config.target_resolution > 0 and tracker.reached
-          and tracker.resolution_steps > max(1, int(eval_config.target_resolution
-                                                    * tracker.reached_step)))
+          and tracker.resolution_steps > fine_interval(tracker.reached_step, eval_config))
 
 
 def near_target(history: list[dict], metric: str, value: float, eval_config,
@@ -110,7 +115,7 @@ def next_eval_step(step: int, history: list[dict], metric: str, value: float, ev
   if eval_config.target_resolution <= 0 or not near_target(history, metric, value,
                                                            eval_config, every):
     return coarse
-  return min(coarse, step + max(1, int(eval_config.target_resolution * step)))
+  return min(coarse, step + fine_interval(step, eval_config))
 
 
 class Chrono:
@@ -498,24 +503,15 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       batch = next(batches)
       if step_fn is None:
         step_fn = _compile(config, s, state, batch, step_rng, p)
-      state, step_metrics = step_fn(state, batch, step_rng)
-      # Checked before anything reads the new state (an eval, a sync): a worker that
-      # diverged in this very update enters neither. The fetch waits for the step.
-      step_metrics = _fetch(step_metrics)
-      method.check_step_metrics(step_metrics, step)
-      p.durations.append(p.chrono.lap())
+      state, step_metrics = _take_step(step_fn, state, batch, step_rng, step, method, p)
       done = step + 1
       bar.update(1)
-      if p.noise is not None:
-        p.noise.update(step_metrics)
       if done % config.train.log_every_steps == 0 or done == num_steps:
         since = p.durations[-min(config.train.log_every_steps, len(p.durations)):]
         _log(writer, bar, done, step_metrics, p.noise,
              {"train/learning_rate": float(schedule(step)),
               "train/steps_per_s": len(since) / max(sum(since), 1e-9)})
       if done >= next_eval or done == num_steps:
-        if p.noise is not None:
-          p.noise.read(done)
         _evaluate(method, state, batch, done, eval_batches, p, writer)
         if snapshot is not None and too_coarse(p.tracker, config.eval):
           checkpointer.discard_after(snapshot.step)
@@ -550,6 +546,19 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
     writer.close()
     preemption.close()
   return state
+
+
+def _take_step(step_fn, state, batch, step_rng, step: int, method: Method, p: Progress):
+  """One step -> (state, metrics on the host). The metrics are checked before anything
+  reads the new state (an eval, a sync): a worker that diverged in this very update enters
+  neither. The fetch waits for the step, so the lap times it; the noise scale reads it."""
+  state, step_metrics = step_fn(state, batch, step_rng)
+  step_metrics = _fetch(step_metrics)
+  method.check_step_metrics(step_metrics, step)
+  p.durations.append(p.chrono.lap())
+  if p.noise is not None:
+    p.noise.update(step_metrics)
+  return state, step_metrics
 
 
 @dataclasses.dataclass
@@ -599,23 +608,16 @@ def _refine(config, method: Method, snap: _Snapshot, step_fn, step_rng, train_ba
   state, end = snap.state, coarse.reached_step
   batches = train_batches.iterate(snap.step, end, config.data.prefetch,
                                   config.data.num_threads)
-  next_eval = snap.step + max(1, int(config.eval.target_resolution * snap.step))
+  next_eval = snap.step + fine_interval(snap.step, config.eval)
   for step in range(snap.step, end):
     batch = next(batches)
-    state, step_metrics = step_fn(state, batch, step_rng)
-    step_metrics = _fetch(step_metrics)
-    method.check_step_metrics(step_metrics, step)
-    p.durations.append(p.chrono.lap())
+    state, _ = _take_step(step_fn, state, batch, step_rng, step, method, p)
     done = step + 1
-    if p.noise is not None:
-      p.noise.update(step_metrics)
     if done >= next_eval or done == end:
-      if p.noise is not None:
-        p.noise.read(done)
       _evaluate(method, state, batch, done, eval_batches, p, writer)
       if p.tracker.reached:
         return state, batch, done
-      next_eval = done + max(1, int(config.eval.target_resolution * done))
+      next_eval = done + fine_interval(done, config.eval)
     state = jax.block_until_ready(method.after_step(state, done, batch))
     p.chrono.lap()
   raise RuntimeError(f"replaying steps {snap.step}..{end} did not meet the target that step "
@@ -657,7 +659,10 @@ def _log(writer, bar, step: int, step_metrics: dict,
 
 def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress,
               writer) -> None:
-  """Scores the model at `step` (what a run stopping now deploys); tracks the target."""
+  """Scores the model at `step` (what a run stopping now deploys); tracks the target and
+  reads the noise scale at it."""
+  if p.noise is not None:
+    p.noise.read(step)
   with p.chrono.paused("eval"):
     p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
   scalars = _scalars(p.last_eval)
