@@ -35,7 +35,7 @@ sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=0,1,2
 
-# Where the claim could hold (issue 16): many-worker ensembles at L = 300 (random streams and
+# Where the claim could hold (issue 16): many-worker ensembles at L = 235 (random streams and
 # PCA-routed experts), then the modelled projection to 1024 devices from the measured grids.
 many-workers: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
