@@ -1,5 +1,6 @@
 """The critical-batch sweep runs its smoke grid, tunes on seed 0, resumes, and reports."""
 import json
+import shutil
 
 import pytest
 
@@ -33,6 +34,14 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
                    "diverged": 0}
   assert "| 16 | 2 |" in (tmp_path / "table.md").read_text()
   assert (tmp_path / "critical_batch.png").stat().st_size > 0
+  # While only the tuning has run, the report reads the chosen tuning run as seed 0.
+  for seed in (0, 1):
+    shutil.rmtree(tmp_path / "B16" / f"seed{seed}")
+  assert critical_batch.main(["--grid=smoke", f"--workdir={tmp_path}", "--report_only"]) == 0
+  (partial,) = json.loads((tmp_path / "summary.json").read_text())["rows"]
+  assert partial["seeds"] == 1
+  assert partial["steps_to_target"] == {"0": critical_batch._steps_to_target(chosen)}
+  assert not (tmp_path / "B16" / "seed0").exists()  # read, not trained or copied
 
 
 def test_fit_recovers_the_knee_of_the_empirical_model():

@@ -26,7 +26,8 @@ choice and the tuning compute. A run whose results.json exists is read back, a
 half-finished one resumes from its checkpoint. Afterwards `summary.json`, `table.md` and
 `critical_batch.png` (steps to target vs B, log-log, the perfect-scaling line,
 McCandlish's S = S_min (1 + B_crit / B) fitted, and B_simple marked) are written from
-whatever runs exist.
+whatever runs exist (before the seeds run, a tuned B's chosen tuning run stands for its
+seed 0); `--report_only` writes them without training, e.g. while the sweep runs.
 """
 from __future__ import annotations
 
@@ -179,11 +180,18 @@ def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
   rows, first_run = [], None  # first_run: any run's results, for the target's name
   for batch in batches:
     record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
+    if record is None:
+      continue
     runs = {}
     for path in sorted(glob.glob(os.path.join(_point_dir(workdir, batch), "seed*",
                                               run_lib.RESULTS_FILE))):
       runs[int(os.path.basename(os.path.dirname(path)).removeprefix("seed"))] = _load(path)
-    if record is None or not runs:
+    if record["seed"] not in runs:  # seeds not started yet: the tuning seed is the chosen run
+      chosen = _load(os.path.join(_point_dir(workdir, batch), record["chosen_run"],
+                                  run_lib.RESULTS_FILE))
+      if chosen is not None:
+        runs[record["seed"]] = chosen
+    if not runs:
       continue
     steps = {s: _steps_to_target(r) for s, r in runs.items()}
     reached = [v for v in steps.values() if v is not None]
@@ -310,11 +318,20 @@ def main(argv=None) -> int:
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", help="full | smoke")
   p.add_argument("--batches", default="", help="comma-separated subset of global batches")
+  p.add_argument("--report_only", action="store_true",
+                 help="write summary.json, table.md and the figure from the finished runs "
+                 "(e.g. while the sweep runs); train nothing")
   args = p.parse_args(argv)
   workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
                                          args.workload)
+  batches = [int(b) for b in args.batches.split(",") if b] or None
+  if args.report_only:
+    w = workload_for(args.workload, args.grid)
+    write_report(summarize(workdir, w, batches or list(w.batches)), workdir)
+    print(open(os.path.join(workdir, "table.md")).read())
+    return 0
   counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               [int(b) for b in args.batches.split(",") if b] or None)
+               batches)
   print(open(os.path.join(workdir, "table.md")).read())
   print(f"critical_batch: {counts}")
   return 0
