@@ -42,8 +42,9 @@ many-workers: install data
 	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=0,1,2
 
 projection: install
-	$(PY) -m experiments.projection --workload=fashion_mnist
-	$(PY) -m experiments.projection --workload=fashion_mnist --what_if=resnet50
+	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers
+	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers \
+	  --what_if=resnet50
 	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.

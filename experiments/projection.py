@@ -10,8 +10,10 @@ operand bytes, replica-group size, executions per step / eval / outer step / run
 evals and outer steps it took to the target. Beyond the grid's largest data-parallel D,
 the critical-batch sweep's DP steps to target at B = b x D (`--critical_batch`, its
 summary.json: the median over seeds where every seed reached the target); past its largest
-B, DP is held at its best measured point, which favours DP if its steps would still fall
-and is exact past its critical batch.
+B, DP is held at its best measured point: exact past its critical batch, and in DP's
+disfavour if its steps would still fall. Other cost-vs-time sweeps on the same workload
+(`--also`, e.g. the many-worker ensembles) add their points to the curves of the same name;
+a point the grid already has (same curve and name, the same config) is read from the grid.
 
 Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
   * every point: pool build + steps x device step + each recorded collective's alpha-beta
@@ -32,7 +34,9 @@ What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts and co
 counts, with the device step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x
 224^2) or GPT-2 small (16 x 1024 tokens) as measured on one H100
 (`experiments/results/bench/h100/`), every collective's bytes scaled by the parameter
-ratio: how the answer moves when a step is big and an all-reduce is 100 MB or 500 MB. The
+ratio: how the answer moves when a step is big and an all-reduce is 100 MB or 500 MB. Pool
+building is not charged in a what-if (the small workload's build time says nothing about a
+big dataset's), which favours the routed experts. The
 step counts are the small workload's, not the big model's: a labelled what-if, not a
 prediction. Each point keeps its size relative to the full-size data-parallel model (the
 small-model baseline stays as much smaller).
@@ -116,6 +120,13 @@ def load_points(results_dir: str) -> list[Point]:
         units=tuple((u, statistics.fmean(m["units_to_target"][u] for m in modelled))
                     for u in ("eval", "sync"))))
   return points
+
+
+def join(grid: list[Point], others: list[Point]) -> list[Point]:
+  """`others` (another sweep's points on the same workload) added to the curves of their
+  names; a (curve, point) the grid already has stays the grid's."""
+  have = {(p.curve, p.name) for p in grid}
+  return grid + [p for p in others if (p.curve, p.name) not in have]
 
 
 def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
@@ -267,12 +278,21 @@ def main(argv=None) -> int:
   p.add_argument("--critical_batch", default=None,
                  help="the critical-batch sweep's workdir (default: experiments/results/"
                  "critical_batch/<fashion|pydocs>); skipped, and said, if it has no summary")
+  p.add_argument("--also", default="",
+                 help="comma-separated results directories of other cost-vs-time sweeps on "
+                 "this workload whose points join their curves (e.g. "
+                 "experiments/results/many_workers)")
   p.add_argument("--out", default="experiments/results/projection")
   args = p.parse_args(argv)
   points = load_points(os.path.join(args.results, args.workload))
   if not points:
     print(f"error: no finished grid points under {args.results}/{args.workload}")
     return 2
+  for extra in filter(None, args.also.split(",")):
+    if not os.path.isdir(extra):
+      print(f"no results at {extra} (--also): projected without them")
+      continue
+    points = join(points, load_points(extra))
   critical_dir = args.critical_batch or os.path.join(
       "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(args.workload, ""))
   summary_path = os.path.join(critical_dir, "summary.json")

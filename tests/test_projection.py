@@ -90,3 +90,14 @@ def test_what_if_keeps_each_points_size_relative_to_the_full_model(tmp_path):
   assert big.collectives[0].bytes == 100_000_000  # scaled with the parameters
   assert small.device_step_s == pytest.approx(0.0125) and small.param_bytes == pytest.approx(2.5e7)
   assert small.steps == 500  # the measured step counts are kept
+
+
+def test_other_sweeps_join_their_curves_and_the_grid_keeps_its_points():
+  grid = _points()
+  many = [_point("ensemble", "N4_L100", "ensemble", 4, 999),  # the grid's point, re-measured
+          _point("ensemble", "N64_L20", "ensemble", 64, 20)]
+  joined = projection.join(grid, many)
+  assert [p.steps for p in joined if p.name == "N4_L100"] == [100]
+  rows = projection.project(joined, devices=(16, 64), presets={"test": LINK})
+  ens = {r["devices"]: r["method_point"] for r in rows if r["method"] == "ensemble"}
+  assert ens == {16: "N16_L50", 64: "N64_L20"}  # N <= D: the new point only from D = 64
