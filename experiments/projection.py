@@ -284,24 +284,31 @@ def main(argv=None) -> int:
                  "experiments/results/many_workers)")
   p.add_argument("--out", default="experiments/results/projection")
   args = p.parse_args(argv)
-  points = load_points(os.path.join(args.results, args.workload))
+  grid_dir = os.path.join(args.results, args.workload)
+  points = load_points(grid_dir)
   if not points:
-    print(f"error: no finished grid points under {args.results}/{args.workload}")
+    print(f"error: no finished grid points under {grid_dir}")
     return 2
+  sources = [f"grid {grid_dir}: {len(points)} points reached the target in every seed"]
   for extra in filter(None, args.also.split(",")):
     if not os.path.isdir(extra):
-      print(f"no results at {extra} (--also): projected without them")
+      sources.append(f"no results at {extra} (--also): projected without them")
       continue
-    points = join(points, load_points(extra))
+    joined = join(points, load_points(extra))
+    sources.append(f"{extra}: {len(joined) - len(points)} more points")
+    points = joined
   critical_dir = args.critical_batch or os.path.join(
       "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(args.workload, ""))
   summary_path = os.path.join(critical_dir, "summary.json")
   if os.path.exists(summary_path):
     with open(summary_path) as f:
-      points += critical_batch_points(json.load(f), points)
+      extended = critical_batch_points(json.load(f), points)
+    points += extended
+    sources.append(f"{summary_path}: data-parallel at D = "
+                   f"{', '.join(str(p.devices) for p in extended) or 'none'} beyond the grid")
   else:
-    print(f"no critical-batch summary at {summary_path}: DP beyond the grid's D is held at "
-          "its best measured point")
+    sources.append(f"no critical-batch summary at {summary_path}: DP beyond the grid's D "
+                   "is held at its best measured point")
   label = args.workload + (f"_whatif_{args.what_if}" if args.what_if else "")
   if args.what_if:
     points = what_if(points, args.what_if)
@@ -310,11 +317,12 @@ def main(argv=None) -> int:
   title = (f"Projection, {args.workload}" + (f", what-if {args.what_if} (H100 step, measured "
                                              "step counts of the small workload)"
                                              if args.what_if else ""))
-  text = table(rows, title)
+  text = table(rows, title + "\n\nFrom: " + "; ".join(sources) + ".")
   with open(os.path.join(args.out, f"{label}.md"), "w") as f:
     f.write(text)
   with open(os.path.join(args.out, f"{label}.json"), "w") as f:
-    json.dump({"modelled": True, "points": [dataclasses.asdict(p) for p in points],
+    json.dump({"modelled": True, "sources": sources,
+               "points": [dataclasses.asdict(p) for p in points],
                "rows": rows}, f, indent=1)
   plot(rows, os.path.join(args.out, f"{label}.png"), title)
   print(text)
