@@ -39,7 +39,8 @@ sweep-pydocs: install data
 # PCA-routed experts), then the modelled projection to 1024 devices from the measured grids.
 many-workers: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=0,1,2
+	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=0,1,2 \
+	  --calibration=experiments/results/fashion_mnist/calibration
 
 projection: install
 	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers

@@ -68,12 +68,12 @@ def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path
   worker = fashion_mnist.get_config("ensemble,smoke")
   worker.optim.learning_rate *= 4
   worker.optim.warmup_fraction = 0.5
-  assert cost_vs_time.calibrate(dp, str(tmp_path)) == cost_vs_time.calibrate(worker,
-                                                                             str(tmp_path))
+  calibration = str(tmp_path / "calibration")
+  assert cost_vs_time.calibrate(dp, calibration) == cost_vs_time.calibrate(worker, calibration)
   assert len([d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]) == 1
   wider = fashion_mnist.get_config("smoke")
   wider.model.width = 8  # another program: another fingerprint
-  keys = {cost_vs_time._program_key(cost_vs_time.device_config(c), str(tmp_path))
+  keys = {cost_vs_time._program_key(cost_vs_time.device_config(c), calibration)
           for c in (dp, worker, wider)}
   assert len(keys) == 2
 

@@ -22,7 +22,8 @@ resumes from its checkpoint, so an interrupted sweep resumes where it stopped:
    fingerprinted by its optimized HLO text (source locations and scalar constants left
    out): learning rates and warm-ups set only constants, not the step's cost. Each
    distinct program is timed once, alone, as a short run
-   (`<workdir>/calibration/<fingerprint>/results.json`), and its median step is every such
+   (`<workdir>/calibration/<fingerprint>/results.json`, or `--calibration`'s, shared with
+   another sweep of the workload), and its median step is every such
    point's `cost.device_step_time_s`. DP at D and an ensemble worker compiling to the same
    program share one timing; the points' own host step times are still recorded
    (measured) but do not move the modelled time. Each point's distilled pool, if any, is
@@ -123,10 +124,10 @@ def program_fingerprint(hlo_text: str) -> str:
   return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _program_key(c, workdir: str) -> str:
+def _program_key(c, calibration_dir: str) -> str:
   """`program_fingerprint` of `c`'s compiled step, remembered per config (and jax) in
-  `<workdir>/calibration/programs.json` so that a resumed sweep compiles nothing twice."""
-  path = os.path.join(workdir, "calibration", "programs.json")
+  `<calibration_dir>/programs.json` so that a resumed sweep compiles nothing twice."""
+  path = os.path.join(calibration_dir, "programs.json")
   config_key = hashlib.sha256(json.dumps({"config": c.to_dict(), "jax": jax.__version__},
                                          sort_keys=True, default=str).encode()).hexdigest()[:16]
   index = {}
@@ -142,11 +143,12 @@ def _program_key(c, workdir: str) -> str:
   return index[config_key]
 
 
-def calibrate(config, workdir: str) -> float:
+def calibrate(config, calibration_dir: str) -> float:
   """The median step of `device_config(config)`, timed once per distinct compiled program
-  in `<workdir>/calibration/<fingerprint>/`."""
+  in `<calibration_dir>/<fingerprint>/` (a sweep's `<workdir>/calibration` unless sweeps of
+  one workload share one)."""
   c = device_config(config)
-  run_dir = os.path.join(workdir, "calibration", _program_key(c, workdir))
+  run_dir = os.path.join(calibration_dir, _program_key(c, calibration_dir))
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if not os.path.exists(path):
     run_lib.train_and_evaluate(c, run_dir)
@@ -177,11 +179,13 @@ def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
 
 
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
-        curves: list[str] | None = None) -> dict[str, int]:
+        curves: list[str] | None = None, calibration_dir: str | None = None) -> dict[str, int]:
   """Runs every (curve, point) of `curves` (default all): calibration and pools, tuning,
   then every seed not finished yet. Returns run counts: `tuning_runs` and `trained` (seed
   runs) trained now, `from_tuning` (seed runs that are the chosen tuning run), `skipped`
-  (seed runs finished before), `diverged`. The report covers every run under the workdir."""
+  (seed runs finished before), `diverged`. The report covers every run under the workdir.
+  `calibration_dir` (default `<workdir>/calibration`): where the device steps are timed;
+  another sweep's of the same workload shares its timings (one per compiled program)."""
   module = _load_config_module(config_path)
   if not hasattr(module, "sweep_grid"):
     raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
@@ -202,7 +206,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   device_step = {}
   for key in points:
     config = point_config(key, 0)
-    device_step[key] = calibrate(config, workdir)
+    device_step[key] = calibrate(config, calibration_dir or os.path.join(workdir,
+                                                                         "calibration"))
     for seed in sorted({config.tune.seed, *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
 
@@ -252,7 +257,8 @@ def _finished(config, run_dir: str) -> dict | None:
   return results
 
 
-def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False) -> int:
+def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
+           calibration_dir: str | None = None) -> int:
   """Recomputes every finished run's `cost` block (tuning runs too) with its point's
   calibrated device step (after `recalibrate` re-times them all, e.g. on a quiet host),
   and each point's tuning record from them; returns the runs updated.
@@ -261,13 +267,14 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False)
   measurement: only which device step time the modelled time axis uses.
   """
   module = _load_config_module(config_path)
+  calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   if recalibrate:
-    shutil.rmtree(os.path.join(workdir, "calibration"), ignore_errors=True)
+    shutil.rmtree(calibration_dir, ignore_errors=True)
   updated = 0
   for curve, points in module.sweep_grid(grid).items():
     for point, (variant, overrides) in points.items():
       config = _point_config(module, variant, overrides, 0, workdir)
-      step_time = calibrate(config, workdir)
+      step_time = calibrate(config, calibration_dir)
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
         _recost_file(path, step_time)
@@ -298,13 +305,17 @@ def main(argv=None) -> int:
                  help="train nothing: recompute finished runs' cost blocks from calibration")
   p.add_argument("--recalibrate", action="store_true",
                  help="with --recost: re-time every calibration first")
+  p.add_argument("--calibration", default="",
+                 help="the device-step timings' directory (default <workdir>/calibration); "
+                 "another sweep's of the same workload shares its timings")
   args = p.parse_args(argv)
+  calibration_dir = args.calibration or None
   if args.recost:
-    n = recost(args.config, args.workdir, args.grid, args.recalibrate)
+    n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir)
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               [c for c in args.curves.split(",") if c] or None)
+               [c for c in args.curves.split(",") if c] or None, calibration_dir)
   print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
         f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
         f"from tuning, {counts['skipped']} already finished")
