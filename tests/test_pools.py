@@ -167,27 +167,32 @@ def test_distill_config_errors():
     config_lib.validate(c)
 
 
+# Unit tests of the step jit what they call: run op by op, a tiny ResNet's step compiles each
+# of its hundreds of operations apart (tens of seconds on 2 cores, against ~2 s jitted).
+_train_step = jax.jit(step_lib.train_step, static_argnums=3)
+
+
 def test_weights_enter_the_loss():
   model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
-  state = step_lib.create_train_state(model, optax.sgd(0.0), jax.random.key(0),
-                                      jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32))
+  state = jax.jit(lambda key: step_lib.create_train_state(
+      model, optax.sgd(0.0), key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32)))(
+          jax.random.key(0))
   images = jax.random.normal(jax.random.key(1), (4, 8, 8, 1))
   labels = jnp.array([0, 1, 2, 3])
   weights = jnp.array([2.0, 1.0, 0.5, 0.0])  # sum 3.5: not the batch size
   cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
-  _, m_w = step_lib.train_step(state, {"image": images, "label": labels, "weight": weights},
-                               jax.random.key(2), cfg)
-  _, m_1 = step_lib.train_step(state, {"image": images, "label": labels,
-                                       "weight": jnp.ones(4)}, jax.random.key(2), cfg)
-  _, m_none = step_lib.train_step(state, {"image": images, "label": labels},
-                                  jax.random.key(2), cfg)
+  _, m_w = _train_step(state, {"image": images, "label": labels, "weight": weights},
+                       jax.random.key(2), cfg)
+  _, m_1 = _train_step(state, {"image": images, "label": labels, "weight": jnp.ones(4)},
+                       jax.random.key(2), cfg)
+  _, m_none = _train_step(state, {"image": images, "label": labels}, jax.random.key(2), cfg)
   assert float(m_1["loss"]) == pytest.approx(float(m_none["loss"]), rel=1e-6)
   # The definition, computed apart from the step: train-mode logits of the step's inputs
   # (BatchNorm on the whole batch, weights or not), per-example cross-entropy, then
   # sum_i w_i l_i / sum_i w_i.
-  logits_BxC, _ = model.apply({"params": state.params, "batch_stats": state.batch_stats},
-                              step_lib.model_inputs({"image": images}, cfg), train=True,
-                              mutable=["batch_stats"])
+  logits_BxC, _ = jax.jit(lambda v, x: model.apply(v, x, train=True, mutable=["batch_stats"]))(
+      {"params": state.params, "batch_stats": state.batch_stats},
+      step_lib.model_inputs({"image": images}, cfg))
   loss_B = optax.softmax_cross_entropy_with_integer_labels(logits_BxC, labels)
   expected = float(jnp.sum(weights * loss_B) / jnp.sum(weights))
   assert float(m_w["loss"]) == pytest.approx(expected, rel=1e-5)
@@ -203,7 +208,7 @@ def _stacked_states(n, tx=optax.sgd(0.0)):
   model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
   init = lambda key: step_lib.create_train_state(  # noqa: E731
       model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32), sparse=True)
-  return jax.vmap(init)(jax.random.split(jax.random.key(0), n))
+  return jax.jit(jax.vmap(init))(jax.random.split(jax.random.key(0), n))
 
 
 def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
@@ -219,13 +224,14 @@ def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
   cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
   images = jax.random.uniform(jax.random.key(4), (2, 3, 8, 8, 8, 1)) * 255  # [S, N, b, ...]
   bn_batches = {"image": images, "label": jnp.zeros((2, 3, 8), jnp.int32)}
-  merged = ensemble.soup_state(model, cfg, stacked, jnp.ones(3), bn_batches)
+  merged = jax.jit(ensemble.soup_state, static_argnums=(0, 1))(model, cfg, stacked,
+                                                                jnp.ones(3), bn_batches)
   for a, b in zip(jax.tree.leaves(merged.params), jax.tree.leaves(stacked.params)):
     np.testing.assert_allclose(a, b.mean(0), rtol=1e-6, atol=1e-7)
   like = jax.tree.map(lambda x: x[0], stacked.batch_stats)
-  expected = [step_lib.batch_statistics(model, merged.params, like,
-                                        jax.tree.map(lambda x, s=s: x[s], bn_batches), cfg)
-              for s in range(2)]
+  statistics = jax.jit(step_lib.batch_statistics, static_argnums=(0, 4))
+  expected = [statistics(model, merged.params, like,
+                         jax.tree.map(lambda x, s=s: x[s], bn_batches), cfg) for s in range(2)]
   for got, e0, e1, members in zip(jax.tree.leaves(merged.batch_stats),
                                   jax.tree.leaves(expected[0]), jax.tree.leaves(expected[1]),
                                   jax.tree.leaves(stacked.batch_stats)):
@@ -241,11 +247,11 @@ def test_snip_mask_is_data_driven_and_stays_fixed():
   batch = {"image": jax.random.normal(jax.random.key(1), (8, 8, 8, 1)),
            "label": jnp.arange(8) % 10}
   cfg = step_lib.StepConfig(mean=(0.0,), std=(1.0,))
-  pruned = step_lib.snip_prune(state, batch, cfg, sparsity=0.5)
+  pruned = jax.jit(step_lib.snip_prune, static_argnums=(2, 3))(state, batch, cfg, 0.5)
   kernels = [k for k in jax.tree.leaves(pruned.params) if k.ndim > 1]
   zero_fraction = sum(int((k == 0).sum()) for k in kernels) / sum(k.size for k in kernels)
   assert zero_fraction == pytest.approx(0.5, abs=0.01)
-  trained, _ = step_lib.train_step(pruned, batch, jax.random.key(2), cfg)
+  trained, _ = _train_step(pruned, batch, jax.random.key(2), cfg)
   moved = []
   for before, after in zip(jax.tree.leaves(pruned.params), jax.tree.leaves(trained.params)):
     if before.ndim > 1:
