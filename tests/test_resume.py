@@ -90,12 +90,13 @@ def _flat(tree, prefix=""):
   return out
 
 
-def _wait_for_checkpoint(workdir, proc, timeout=300):
+def _wait_for_checkpoint(workdir, proc, step=1, timeout=300):
+  """Until a checkpoint at `step` or later is finished (or the run ended)."""
   start = time.time()
   while time.time() - start < timeout and proc.poll() is None:
-    if _steps(workdir):
+    if _steps(workdir) and max(_steps(workdir)) >= step:
       return
-    time.sleep(0.05)
+    time.sleep(0.02)
 
 
 # make test runs each file's tests on one xdist worker (--dist loadfile): made once.
@@ -112,23 +113,22 @@ def reference(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["smoke", "ensemble,smoke"])
 def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path, variant):
-  rng = random.Random(0)
-  interrupted = 0
-  for trial in range(2):
-    workdir = str(tmp_path / f"trial{trial}")
-    proc = subprocess.Popen(_cmd(workdir, variant), cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for_checkpoint(workdir, proc)
-    time.sleep(rng.uniform(0.0, 1.0))
-    proc.send_signal(signal.SIGKILL)
-    interrupted += proc.wait() == -signal.SIGKILL
-    saved = _steps(workdir)
-    log = _run(workdir, variant)  # the same command resumes from the latest complete checkpoint
-    # A kill before the first checkpoint was finished would restart from scratch and pass
-    # the comparison trivially: the resumed run must say it restored a saved step.
-    assert saved and _resumed_step(log) == max(saved) > 0, (saved, log[-2000:])
-    _assert_identical(workdir, reference[variant])
-  assert interrupted >= 1, "no trial was killed before the end; the test proved nothing"
+  # Killed at a random moment after a random one of the first checkpoints (steps 3 .. 12 of
+  # 24): anywhere in a step, an eval or a checkpoint write, with half the run still to go.
+  rng = random.Random(variant)
+  workdir = str(tmp_path)
+  proc = subprocess.Popen(_cmd(workdir, variant), cwd=REPO, env=_env(),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  _wait_for_checkpoint(workdir, proc, step=EVERY * rng.randint(1, 4))
+  time.sleep(rng.uniform(0.0, 0.1))
+  proc.send_signal(signal.SIGKILL)
+  assert proc.wait() == -signal.SIGKILL, "the run ended before the kill; the test proved nothing"
+  saved = _steps(workdir)
+  log = _run(workdir, variant)  # the same command resumes from the latest complete checkpoint
+  # A kill before the first checkpoint was finished would restart from scratch and pass
+  # the comparison trivially: the resumed run must say it restored a saved step.
+  assert saved and _resumed_step(log) == max(saved) > 0, (saved, log[-2000:])
+  _assert_identical(workdir, reference[variant])
 
 
 @pytest.mark.slow
