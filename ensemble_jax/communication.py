@@ -67,13 +67,29 @@ def _shapes(batch: dict[str, np.ndarray], leading_shape: tuple[int, ...]) -> dic
           for k, v in batch.items()}
 
 
+def cluster_config(config, run_mesh: dict[str, int], cluster_mesh: dict[str, int]):
+  """`config` on the cluster mesh. A data-parallel run standing for more `data` devices
+  than it has keeps its microbatch size there: each cluster device splits its own rows
+  into k x run devices / cluster devices microbatches (at least 1; the noise-scale
+  estimator, which needs two, off with one), as the critical-batch sweep's D microbatches
+  stand for D devices."""
+  cluster = config.copy_and_resolve_references()
+  # in the form the config holds (a string from the command line, a list in config files)
+  mesh = list(cluster_mesh.items())
+  cluster.mesh = config_lib.mesh_string(mesh) if isinstance(config.mesh, str) else mesh
+  run_data, data = run_mesh.get("data", 1), cluster_mesh.get("data", 1)
+  k = config.train.microbatches
+  if k > 1 and data > run_data:
+    cluster.train.microbatches = max(1, k * run_data // data)
+    cluster.train.noise_scale = cluster.train.noise_scale and cluster.train.microbatches > 1
+  return cluster
+
+
 def request(config, method, *, num_classes: int, init_input: jax.ShapeDtypeStruct,
             num_steps: int, steps_per_epoch: int, train_batches, eval_batches) -> Request:
   """The request for `method`'s programs on its cluster (config.cost.devices)."""
-  cluster = config.copy_and_resolve_references()
-  mesh = list(method.cluster_mesh(config.cost.devices).items())
-  # in the form the config holds (a string from the command line, a list in config files)
-  cluster.mesh = config_lib.mesh_string(mesh) if isinstance(config.mesh, str) else mesh
+  cluster = cluster_config(config, dict(method.mesh.shape),
+                           method.cluster_mesh(config.cost.devices))
   return Request(
       config=json.loads(json.dumps(cluster.to_dict())),
       num_classes=num_classes,

@@ -61,3 +61,26 @@ def test_points_simulate_devices_as_microbatches():
   one_device = critical_batch.point_config(w, 64, seed=0)  # one batch size: no noise scale
   assert one_device.train.microbatches == 1 and not one_device.train.noise_scale
   assert critical_batch.budget_steps(w, 64) == 1875  # 2 epochs of 60,000
+
+
+@pytest.mark.parametrize("workload", sorted(critical_batch.WORKLOADS))
+def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
+  """Every B of the full grids builds a config the loop accepts on one device and on the D
+  devices it stands for (its cost report compiles it there): B = 1,024 once stopped the
+  Fashion-MNIST sweep (an eval batch of 1,000 on 16 devices), and B >= 8,192 would have
+  split each device's 64 rows into D > 64 microbatches."""
+  from ensemble_jax import communication, config_lib
+  from ensemble_jax.methods import data_parallel
+
+  w = critical_batch.WORKLOADS[workload]
+  for batch in w.batches:
+    config = critical_batch.point_config(w, batch, seed=0)
+    devices = batch // w.per_device
+    data_parallel.check_batch_sizes(config, 1)
+    for field in ("train.batch_size", "eval.batch_size"):  # DataParallel.cluster_mesh's
+      data_parallel.check_divisible(config_lib.get(config, field), field, devices, "D")
+    cluster = communication.cluster_config(config, {"data": 1}, {"data": devices})
+    config_lib.validate(cluster)
+    data_parallel.check_batch_sizes(cluster, devices)
+    microbatch = cluster.train.batch_size // (devices * cluster.train.microbatches)
+    assert microbatch == w.per_device, (batch, microbatch)  # one simulated device's rows

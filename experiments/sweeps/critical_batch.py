@@ -108,6 +108,9 @@ def point_config(w: Workload, batch: int, seed: int):
   config.train.stop_at_target = True
   config.optim.warmup_fraction = w.warmup_fraction
   config.eval.every_steps = max(1, steps // w.evals_per_budget)
+  # D devices split the eval batch too: the workload's, rounded up to a multiple of D (the
+  # last batch is padded and masked, so the metrics are the same).
+  config.eval.batch_size = math.ceil(config.eval.batch_size / devices) * devices
   config.cost.devices = devices
   for key, value in w.tune:
     config_lib.set_dotted(config, key, value)
