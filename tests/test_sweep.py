@@ -150,3 +150,21 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   r = run_lib.train_and_evaluate(faster, str(tmp_path / "run"), pool_config=c)
   assert r["distill"]["cached"] and r["distill"]["build_time_s"] == built["build_time_s"]
   assert len(list((tmp_path / "pools").glob("*.npz"))) == 1
+
+
+def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8():
+  """make many-workers holds each curve at the full grid's tuned N = 8 rate (its config
+  says why); the two must not drift apart when the grid is re-tuned."""
+  from experiments.configs import fashion_mnist
+
+  grid = fashion_mnist.sweep_grid("many_workers")
+  for curve, points in grid.items():
+    with open(os.path.join(REPO, "experiments", "results", "fashion_mnist", curve, "N8_L235",
+                           "tuning.json")) as f:
+      tuned = json.load(f)["chosen"]["optim.learning_rate"]
+    for name, (_, overrides) in points.items():
+      assert overrides["optim.learning_rate"] == tuned, (curve, name)
+      assert overrides["tune.factors"] == (1.0,)
+    _, n8 = points["N8_L235"]
+    _, full = fashion_mnist.sweep_grid("full")[curve]["N8_L235"]
+    assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
