@@ -187,6 +187,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   `calibration_dir` (default `<workdir>/calibration`): where the device steps are timed;
   another sweep's of the same workload shares its timings (one per compiled program)."""
   module = _load_config_module(config_path)
+  calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   if not hasattr(module, "sweep_grid"):
     raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
                      "experiments/configs/fashion_mnist.py for one")
@@ -206,8 +207,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   device_step = {}
   for key in points:
     config = point_config(key, 0)
-    device_step[key] = calibrate(config, calibration_dir or os.path.join(workdir,
-                                                                         "calibration"))
+    device_step[key] = calibrate(config, calibration_dir)
     for seed in sorted({config.tune.seed, *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
 
