@@ -33,8 +33,12 @@ compute, each side at its fastest configuration on D devices).
 What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts and collective
 counts, with the device step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x
 224^2) or GPT-2 small (16 x 1024 tokens) as measured on one H100
-(`experiments/results/bench/h100/`), every collective's bytes scaled by the parameter
-ratio: how the answer moves when a step is big and an all-reduce is 100 MB or 500 MB. Pool
+(`experiments/results/bench/h100/`), the collectives of the programs that exchange
+parameters or gradients (train step, DiLoCo's sync and deployable model, the soup) scaled
+by the parameter ratio, and those of the eval program (the ensemble's logits reduction,
+metric sums) by the output-width ratio (ImageNet's 1,000 classes, GPT-2's 50,257 tokens
+against the workload's 10 classes or 256 bytes; the eval set itself is kept): how the
+answer moves when a step is big and an all-reduce is 100 MB or 500 MB. Pool
 building is not charged in a what-if (the small workload's build time says nothing about a
 big dataset's), which favours the routed experts. The
 step counts are the small workload's, not the big model's: a labelled what-if, not a
@@ -56,6 +60,10 @@ from ensemble_jax import costs
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
 # The cost-vs-time workload's name -> the critical-batch sweep's (experiments/sweeps/).
 CRITICAL_BATCH_WORKLOADS = {"fashion_mnist": "fashion", "pydocs_gpt2": "pydocs"}
+# Output widths (classes, or the vocabulary of a language model): the eval program's
+# collectives (logits, per-class metric sums) grow with it, not with the parameters.
+OUTPUT_WIDTH = {"fashion_mnist": 10, "pydocs_gpt2": 256,  # Fashion's classes; bytes
+                "resnet50": 1000, "gpt2_small": 50257}  # ImageNet's classes; GPT-2's BPE
 BENCH = "experiments/results/bench/h100/throughput.json"
 
 
@@ -171,10 +179,13 @@ def fastest(points: list[Point], devices: int, link: costs.Interconnect) -> dict
   return best
 
 
-def what_if(points: list[Point], model: str, bench_path: str = BENCH) -> list[Point]:
+def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BENCH
+            ) -> list[Point]:
   """The same step counts with a big model's H100-measured step, FLOPs and bytes, each point
   scaled by its own size relative to the full-size data-parallel model (so the small-model
-  baseline stays proportionally small)."""
+  baseline stays proportionally small). Collectives scale with what they carry: the eval
+  program's with the output width (`outputs`, the measured workload's, against the big
+  model's), every other program's with the parameters."""
   with open(bench_path) as f:
     rows = [r for r in json.load(f) if r["model"] == model
             and r.get("attention") in (None, "fused") and r.get("vocab") in (None, 50257)]
@@ -182,13 +193,14 @@ def what_if(points: list[Point], model: str, bench_path: str = BENCH) -> list[Po
     raise SystemExit(f"error: no {model} row in {bench_path}; run experiments/bench/throughput.py")
   row = rows[0]
   ref = next(p for p in points if p.curve == "data_parallel")
+  wider = OUTPUT_WIDTH[model] / outputs
   out = []
   for p in points:
     flops = p.flops_per_device_step / ref.flops_per_device_step
     size = p.param_bytes / ref.param_bytes
     param_bytes = 4.0 * row["params"] * size
-    collectives = tuple(dataclasses.replace(c, bytes=int(c.bytes * param_bytes / p.param_bytes))
-                        for c in p.collectives)
+    collectives = tuple(dataclasses.replace(c, bytes=int(c.bytes * (
+        wider if c.program == "eval" else param_bytes / p.param_bytes))) for c in p.collectives)
     out.append(dataclasses.replace(p, device_step_s=row["step_s"] * flops,
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
                                    param_bytes=param_bytes, pool_s=0.0,
@@ -311,7 +323,7 @@ def main(argv=None) -> int:
                    "is held at its best measured point")
   label = args.workload + (f"_whatif_{args.what_if}" if args.what_if else "")
   if args.what_if:
-    points = what_if(points, args.what_if)
+    points = what_if(points, args.what_if, OUTPUT_WIDTH[args.workload])
   rows = project(points)
   os.makedirs(args.out, exist_ok=True)
   title = (f"Projection, {args.workload}" + (f", what-if {args.what_if} (H100 step, measured "

@@ -1,4 +1,6 @@
 """The projection's arithmetic on a hand-computed case (experiments/projection.py)."""
+import dataclasses
+
 import pytest
 
 from ensemble_jax import costs
@@ -83,11 +85,13 @@ def test_what_if_keeps_each_points_size_relative_to_the_full_model(tmp_path):
   bench.write_text('[{"model": "resnet50", "attention": null, "vocab": null, "step_s": 0.05,'
                    ' "flops_per_step_analytic": 6e12, "params": 25000000}]')
   points = [_point("data_parallel", "D1", "data_parallel", 1, 400, flops=4e9, nbytes=8e5,
-                   collectives=(_allreduce("step", 8e5, 2),)),
+                   collectives=(_allreduce("step", 8e5, 2),
+                                dataclasses.replace(_allreduce("eval", 4e4, 2), program="eval"))),
             _point("dp_small_model", "D1", "data_parallel", 1, 500, flops=1e9, nbytes=2e5)]
-  big, small = projection.what_if(points, "resnet50", str(bench))
+  big, small = projection.what_if(points, "resnet50", 10, str(bench))
   assert (big.device_step_s, big.flops_per_device_step, big.param_bytes) == (0.05, 6e12, 1e8)
-  assert big.collectives[0].bytes == 100_000_000  # scaled with the parameters
+  assert big.collectives[0].bytes == 100_000_000  # the gradient: scaled with the parameters
+  assert big.collectives[1].bytes == 4_000_000  # 10 -> 1,000 classes' logits, not x125
   assert small.device_step_s == pytest.approx(0.0125) and small.param_bytes == pytest.approx(2.5e7)
   assert small.steps == 500  # the measured step counts are kept
 
