@@ -25,6 +25,21 @@ def _abstract(tree):
       if isinstance(x, jax.Array) else x, tree)
 
 
+def _register_array_handler() -> None:
+  """Replica-parallel saving only across processes.
+
+  Orbax's default splits each replicated array's write over its replicas, one device slice
+  each. Across processes that spreads the bytes over hosts; within one process it writes the
+  same bytes after a slice dispatch per replica and array, each shape compiled once per
+  process. Measured: a 4-step smoke run on 8 local devices spent 6.1 s of its 19 s in two
+  saves, nearly all of it in those slices; without them the run took 14.4 s. The files are
+  the same arrays, so old checkpoints restore either way.
+  """
+  ocp.type_handlers.register_type_handler(
+      jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=jax.process_count() > 1),
+      override=True)
+
+
 def latest_record(directory: str) -> dict | None:
   """The JSON record of the newest checkpoint in `directory` that reads, without its state
   (what a rerun checks its config against before loading any data); None if none reads."""
@@ -50,6 +65,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, every_steps: int, max_to_keep: int):
     self.every_steps = every_steps
+    _register_array_handler()
     self.manager = ocp.CheckpointManager(
         os.path.abspath(directory),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))

@@ -7,8 +7,28 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from absl import logging
+
+
+def _summary_writer_class():
+  """tensorboardX's SummaryWriter, imported without torch.
+
+  tensorboardX imports torch whenever it is installed (tensorboardX 2.6: to accept torch
+  tensors, which this project never passes), 2.4 s of every process's start on this host
+  where torch is a test dependency, and on GPU hosts that have it. Its import is guarded by
+  `except ImportError`: for the length of the import, torch reads as absent.
+  """
+  absent = "torch" not in sys.modules
+  if absent:
+    sys.modules["torch"] = None  # `import torch` raises ImportError
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    if absent:
+      del sys.modules["torch"]
+  return SummaryWriter
 
 
 class MetricWriter:
@@ -18,9 +38,7 @@ class MetricWriter:
     self.enabled = enabled
     self._tb = self._jsonl = None
     if enabled:
-      from tensorboardX import SummaryWriter
-
-      self._tb = SummaryWriter(workdir)
+      self._tb = _summary_writer_class()(workdir)
       self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
 
   def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
