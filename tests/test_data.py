@@ -123,6 +123,18 @@ def test_missing_tfds_dataset_says_how_to_prepare(fashion, tmp_path):
   assert os.listdir(tmp_path) == []
 
 
+def test_idx_files_are_read_once_per_process_until_they_change(tmp_path):
+  source = fetch.require("fashion_mnist")
+  shutil.copytree(source, tmp_path / "fashion_mnist")
+  first, _ = images.load_fashion_mnist_idx(str(tmp_path))
+  again, _ = images.load_fashion_mnist_idx(str(tmp_path))
+  assert np.shares_memory(again.images, first.images) and not first.images.flags.writeable
+  path = tmp_path / "fashion_mnist" / "train-images-idx3-ubyte.gz"
+  path.write_bytes(path.read_bytes()[:100])  # rewritten: read again, and found damaged
+  with pytest.raises(fetch.DataError, match="truncated or corrupt"):
+    images.load_fashion_mnist_idx(str(tmp_path))
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garble", "empty"])
 def test_a_truncated_idx_file_names_it_and_the_command_that_fetches_it_again(tmp_path, damage):
   source = fetch.require("fashion_mnist")

@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ensemble_jax import checkpoint, config_lib, run
 from tests.conftest import REPO, subprocess_env
@@ -287,3 +289,24 @@ def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_
   again = run.train_and_evaluate(config, str(tmp_path))
   assert again["steps"] == 4 and again["flops_per_step"] > 0
   assert _files(tmp_path) == before
+
+
+def test_one_process_saves_each_replicated_array_whole(tmp_path, monkeypatch):
+  """Orbax's default (replica-parallel) save sliced each replicated array once per local
+  device, a dispatch and a compile per slice shape: 6.1 s of a 19 s smoke run."""
+  mesh = jax.make_mesh((8,), ("data",))
+  state = {"w": jax.device_put(np.arange(64.0, dtype=np.float32).reshape(8, 8),
+                               NamedSharding(mesh, P()))}
+
+  def no_slices(*args, **kwargs):
+    raise AssertionError("a replicated array was sliced per replica to be saved")
+
+  monkeypatch.setattr(jax.lax, "slice_in_dim", no_slices)
+  saver = checkpoint.Checkpointer(str(tmp_path), every_steps=1, max_to_keep=1)
+  saver.save(1, state, {"step": 1})
+  saver.close()
+  monkeypatch.undo()
+  restored, meta = checkpoint.Checkpointer(str(tmp_path), 1, 1).restore(state)
+  assert meta == {"step": 1}
+  np.testing.assert_array_equal(restored["w"], state["w"])
+  assert restored["w"].sharding == state["w"].sharding

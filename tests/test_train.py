@@ -128,6 +128,18 @@ def test_main_subprocess(tmp_path):
   assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
 
 
+def test_metric_writer_does_not_import_torch(tmp_path):
+  """tensorboardX imports torch when it is installed (2.4 s of every run's start here)."""
+  code = ("import sys; from ensemble_jax import writers; "
+          f"w = writers.MetricWriter({str(tmp_path)!r}); w.write_scalars(1, {{'loss': 1.0}}); "
+          "w.flush(); assert 'torch' not in sys.modules, 'torch was imported'; "
+          "import torch")  # and it still imports where it is wanted
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=subprocess_env(1),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert os.listdir(tmp_path) and (tmp_path / "metrics.jsonl").read_text().count("loss") == 1
+
+
 def test_ensemble_few_steps_with_soup(tmp_path):
   from experiments.configs import fashion_mnist
 
