@@ -1,8 +1,9 @@
 """Multi-host through JAX's own runtime: 2 local processes x 4 fake CPU devices must give
 the results of 1 process x 8 devices (same mesh, same global batches, gloo collectives).
 
-Each run is a real `python -m ensemble_jax.main` in a fresh process: the runtime must be
-joined before JAX builds its backend, which this test process has long done.
+Each two-process run is a real `python -m ensemble_jax.main` in fresh processes: the
+runtime must be joined before JAX builds its backend, which this test process has long done.
+The one-process reference runs in this test process (the same 8 devices and XLA flags).
 """
 import json
 import os
@@ -32,7 +33,7 @@ def _env(devices_per_process: int) -> dict:
 
 
 def _run(variant: str, workdir, num_processes: int, extra=()) -> dict:
-  """Runs `variant` on 8 devices split over `num_processes`; -> process 0's results.json."""
+  """Runs `variant` on 8 devices split over `num_processes`; -> process 0's results."""
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
          *extra]
@@ -64,6 +65,20 @@ def _run(variant: str, workdir, num_processes: int, extra=()) -> dict:
                       + open(f"{workdir}.{i}.log").read()[-3000:]
                       for i, p in enumerate(procs))
     pytest.fail(f"{' '.join(cmd)} failed or timed out after {TIMEOUT_S}s:\n{tails}")
+  return _read(workdir)
+
+
+def _run_here(variant: str, workdir: str) -> dict:
+  """The one-process reference, in this test process: its 8 devices, its XLA flags."""
+  from experiments.configs import fashion_mnist
+  from ensemble_jax import run
+
+  run.train_and_evaluate(fashion_mnist.get_config(variant), workdir)
+  return _read(workdir)
+
+
+def _read(workdir: str) -> dict:
+  """results.json with the metric lines the run logged."""
   with open(os.path.join(workdir, "results.json")) as f:
     results = json.load(f)
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
@@ -102,7 +117,7 @@ def _assert_match(multi: dict, single: dict, keys: tuple[str, ...]):
 ])
 def test_two_processes_match_one(tmp_path, variant, method, mesh, extra_keys):
   multi = _run(variant, str(tmp_path / "multi"), num_processes=2)
-  single = _run(variant, str(tmp_path / "single"), num_processes=1)
+  single = _run_here(variant, str(tmp_path / "single"))
   for r in (multi, single):
     assert r["method"] == method and r["num_devices"] == 8 and r["mesh"] == mesh
   assert [h["step"] for h in multi["history"]] == [2, 4]
