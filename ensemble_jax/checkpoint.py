@@ -7,6 +7,7 @@ pure functions of (seed, step), so the step number restores them.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import jax
@@ -25,6 +26,7 @@ def _abstract(tree):
       if isinstance(x, jax.Array) else x, tree)
 
 
+@functools.cache  # once per process: orbax warns at every override
 def _register_array_handler() -> None:
   """Replica-parallel saving only across processes.
 
