@@ -32,23 +32,21 @@ def _env(devices_per_process: int) -> dict:
   return subprocess_env(devices_per_process, JAX_PLATFORMS="cpu")
 
 
-def _run(variant: str, workdir, num_processes: int, extra=()) -> dict:
-  """Runs `variant` on 8 devices split over `num_processes`; -> process 0's results."""
+def _run(variant: str, workdir, num_processes: int) -> dict:
+  """Runs `variant` on 8 devices split over `num_processes` (> 1) joined by JAX's runtime;
+  -> process 0's results."""
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
-         *extra]
-  if num_processes > 1:
-    cmd += ["--config.distributed.initialize=True",
-            f"--config.distributed.coordinator_address=localhost:{_free_port()}",
-            f"--config.distributed.num_processes={num_processes}"]
+         "--config.distributed.initialize=True",
+         f"--config.distributed.coordinator_address=localhost:{_free_port()}",
+         f"--config.distributed.num_processes={num_processes}"]
   env = _env(8 // num_processes)
   procs, logs = [], []
   for i in range(num_processes):
     log = open(f"{workdir}.{i}.log", "w")  # files, not pipes: gloo and XLA log a lot
     logs.append(log)
-    args = cmd + ([f"--config.distributed.process_id={i}"] if num_processes > 1 else [])
-    procs.append(subprocess.Popen(args, cwd=REPO, env=env, stdout=log,
-                                  stderr=subprocess.STDOUT))
+    procs.append(subprocess.Popen(cmd + [f"--config.distributed.process_id={i}"], cwd=REPO,
+                                  env=env, stdout=log, stderr=subprocess.STDOUT))
   try:
     codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
   except subprocess.TimeoutExpired:

@@ -306,7 +306,9 @@ def test_one_process_saves_each_replicated_array_whole(tmp_path, monkeypatch):
   saver.save(1, state, {"step": 1})
   saver.close()
   monkeypatch.undo()
-  restored, meta = checkpoint.Checkpointer(str(tmp_path), 1, 1).restore(state)
+  reader = checkpoint.Checkpointer(str(tmp_path), 1, 1)
+  restored, meta = reader.restore(state)
+  reader.close()
   assert meta == {"step": 1}
   np.testing.assert_array_equal(restored["w"], state["w"])
   assert restored["w"].sharding == state["w"].sharding
