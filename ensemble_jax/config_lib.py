@@ -95,6 +95,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.name = "resnet18"  # resnet18 | resnet34 | resnet50
   c.model.width = 16  # channels of the first stage (64 for the published ResNets)
+  # ResNet blocks per stage; () keeps the named preset's (resnet18: (2, 2, 2, 2)). Fewer
+  # stages or blocks make a compile-light model (the tests' smoke variant: (1, 1)).
+  c.model.stage_sizes = ()
   c.model.stem = "small"  # small (28x28, 32x32) | imagenet
   c.model.dtype = "float32"  # compute dtype; params are float32
   c.model.size = "tiny"  # gpt2: micro | tiny | mini | small | medium | large | xl
@@ -390,6 +393,9 @@ def _validate_model(config) -> None:
         config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
   _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
         f"choose one of {ATTENTIONS}.")
+  stages = config.model.stage_sizes
+  _need(all(isinstance(n, int) and n >= 1 for n in stages), "model.stage_sizes", stages,
+        "give ResNet blocks per stage as positive ints, e.g. (1, 1), or () for the preset's.")
   _need(config.model.attention != "fused" or config.model.dropout == 0.0, "model.attention",
         config.model.attention, f"the fused kernel has no attention dropout and "
         f"model.dropout={config.model.dropout}: set model.attention='einsum' or dropout 0.")

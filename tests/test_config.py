@@ -42,6 +42,8 @@ def _set(config, dotted, value):
     ("data.val_fraction", 0.0, r"config.data.val_fraction=0.0: must lie in \(0, 1\)"),
     ("data.context", 0, r"config.data.context=0: must be > 0"),
     ("data.source", "folder", r"config.data.data_dir='': data.source='folder' reads data_dir"),
+    ("model.stage_sizes", (2, 0), r"config.model.stage_sizes=\(2, 0\): give ResNet blocks"),
+    ("model.stage_sizes", (1.5,), r"config.model.stage_sizes=\(1.5,\): give ResNet blocks"),
 ])
 def test_bad_values_are_named(smoke_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):

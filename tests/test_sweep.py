@@ -168,3 +168,22 @@ def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8():
     _, n8 = points["N8_L235"]
     _, full = fashion_mnist.sweep_grid("full")[curve]["N8_L235"]
     assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
+
+
+def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monkeypatch,
+                                                                             tmp_path):
+  import jax
+
+  from ensemble_jax import run as run_lib
+
+  before = jax.config.jax_compilation_cache_dir
+  try:
+    run_lib.use_compile_cache(str(tmp_path / "a"))  # conftest names the suite's cache
+    assert jax.config.jax_compilation_cache_dir == before
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    run_lib.use_compile_cache("")  # off
+    assert jax.config.jax_compilation_cache_dir == before
+    run_lib.use_compile_cache(str(tmp_path / "b"))
+    assert jax.config.jax_compilation_cache_dir == str(tmp_path / "b")
+  finally:
+    jax.config.update("jax_compilation_cache_dir", before)

@@ -21,4 +21,5 @@ def create_model(model_config, num_classes: int, context: int = 0, in_loop: bool
 
   return resnet.create_model(model_config.name, num_classes=num_classes,
                              width=model_config.width, stem=model_config.stem, dtype=dtype,
+                             stage_sizes=tuple(model_config.stage_sizes),
                              canonical_conv_grads=in_loop and jax.default_backend() == "cpu")

@@ -181,9 +181,12 @@ MODELS: dict[str, Callable[..., ResNet]] = {
 
 def create_model(name: str, *, num_classes: int, width: int = 64,
                  stem: str = "imagenet", dtype=jnp.float32,
-                 canonical_conv_grads: bool = False) -> nn.Module:
-  """Builds a ResNet preset by name (the string used in configs / CLI flags)."""
+                 canonical_conv_grads: bool = False,
+                 stage_sizes: Sequence[int] = ()) -> nn.Module:
+  """Builds a ResNet preset by name (the string used in configs / CLI flags); non-empty
+  `stage_sizes` replaces the preset's blocks per stage (its block type stays)."""
   if name not in MODELS:
     raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(MODELS)}")
+  extra = {"stage_sizes": tuple(stage_sizes)} if stage_sizes else {}
   return MODELS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype,
-                      canonical_conv_grads=canonical_conv_grads)
+                      canonical_conv_grads=canonical_conv_grads, **extra)

@@ -308,7 +308,10 @@ def main(argv=None) -> int:
   p.add_argument("--calibration", default="",
                  help="the device-step timings' directory (default <workdir>/calibration); "
                  "another sweep's of the same workload shares its timings")
+  p.add_argument("--compile_cache", default=run_lib.COMPILE_CACHE,
+                 help="keep compiled programs here for the next run and session ('': off)")
   args = p.parse_args(argv)
+  run_lib.use_compile_cache(args.compile_cache)
   calibration_dir = args.calibration or None
   if args.recost:
     n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir)

@@ -324,7 +324,10 @@ def main(argv=None) -> int:
   p.add_argument("--report_only", action="store_true",
                  help="write summary.json, table.md and the figure from the finished runs "
                  "(e.g. while the sweep runs); train nothing")
+  p.add_argument("--compile_cache", default=run_lib.COMPILE_CACHE,
+                 help="keep compiled programs here for the next run and session ('': off)")
   args = p.parse_args(argv)
+  run_lib.use_compile_cache(args.compile_cache)
   workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
                                          args.workload)
   batches = [int(b) for b in args.batches.split(",") if b] or None
