@@ -129,7 +129,8 @@ def test_microbatch_sizes_are_checked_before_compiling():
 def test_batchnorm_is_per_microbatch_with_one_running_update_per_step():
   """Ghost batch norm: each microbatch normalised by its own statistics; the running
   statistics move once per step, by the microbatches' mean statistics."""
-  model = resnet.create_model("resnet18", num_classes=10, width=4, stem="small")
+  model = resnet.create_model("resnet18", num_classes=10, width=4, stem="small",
+                              stage_sizes=(1, 1))
   state = step_lib.create_train_state(model, optax.sgd(0.1), jax.random.key(0, impl="rbg"),
                                       jax.ShapeDtypeStruct((1, 28, 28, 1), jnp.float32))
   rng = np.random.default_rng(0)

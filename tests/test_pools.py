@@ -172,8 +172,14 @@ def test_distill_config_errors():
 _train_step = jax.jit(step_lib.train_step, static_argnums=3)
 
 
+def _tiny_resnet():
+  """ResNet-18's blocks in two one-block stages at width 2: light to compile."""
+  return resnet.create_model("resnet18", num_classes=10, width=2, stem="small",
+                             stage_sizes=(1, 1))
+
+
 def test_weights_enter_the_loss():
-  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
+  model = _tiny_resnet()
   state = jax.jit(lambda key: step_lib.create_train_state(
       model, optax.sgd(0.0), key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32)))(
           jax.random.key(0))
@@ -205,7 +211,7 @@ def test_pool_sampler_weights_are_checked():
 
 
 def _stacked_states(n, tx=optax.sgd(0.0)):
-  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
+  model = _tiny_resnet()
   init = lambda key: step_lib.create_train_state(  # noqa: E731
       model, tx, key, jax.ShapeDtypeStruct((1, 8, 8, 1), jnp.float32), sparse=True)
   return jax.jit(jax.vmap(init))(jax.random.split(jax.random.key(0), n))
@@ -217,7 +223,7 @@ def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
   proxy averaged them up to 3c6ac85)."""
   from ensemble_jax.methods import ensemble
 
-  model = resnet.create_model("resnet18", num_classes=10, width=2, stem="small")
+  model = _tiny_resnet()
   stacked = _stacked_states(3)
   stacked = stacked.replace(batch_stats=jax.tree.map(  # members with their own statistics
       lambda x: x + jax.random.uniform(jax.random.key(3), x.shape), stacked.batch_stats))
