@@ -82,6 +82,7 @@ class Point:
   batch_per_device: int = 0  # examples (windows) one device or worker steps on
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, sync
+  seeds: int = 1  # the seed runs averaged into `steps` (or their median's, critical batch)
 
   def communication_s(self, link: costs.Interconnect) -> float:
     """Every collective's time x its executions to the target."""
@@ -126,7 +127,8 @@ def load_points(results_dir: str) -> list[Point]:
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
         units=tuple((u, statistics.fmean(m["units_to_target"][u] for m in modelled))
-                    for u in ("eval", "sync"))))
+                    for u in ("eval", "sync")),
+        seeds=len(runs)))
   return points
 
 
@@ -161,7 +163,8 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
         steps=steps, device_step_s=template.device_step_s * scale,
         flops_per_device_step=template.flops_per_device_step * scale,
         param_bytes=template.param_bytes, batch_per_device=per_device,
-        collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),)))
+        collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),),
+        seeds=row["seeds_reached"]))
   return points
 
 
@@ -172,7 +175,8 @@ def fastest(points: list[Point], devices: int, link: costs.Interconnect) -> dict
   for p in points:
     if p.devices > devices:
       continue
-    row = {"point": p.name, "devices": p.devices, "steps": p.steps, "time_s": p.time_s(link),
+    row = {"point": p.name, "seeds": p.seeds, "devices": p.devices, "steps": p.steps,
+           "time_s": p.time_s(link),
            "flops": p.flops(), "communication_s": p.communication_s(link)}
     if best is None or row["time_s"] < best["time_s"]:
       best = row
@@ -228,6 +232,7 @@ def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
           continue
         rows.append({
             "preset": name, "devices": d, "method": m, "method_point": m_row["point"],
+            "method_seeds": m_row["seeds"], "baseline_seeds": b_row["seeds"],
             "method_time_s": m_row["time_s"], "method_flops": m_row["flops"],
             "baseline": f"{b_name} {b_row['point']}", "baseline_devices": b_row["devices"],
             "baseline_time_s": b_row["time_s"], "baseline_flops": b_row["flops"],
@@ -237,13 +242,14 @@ def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
 
 
 def table(rows: list[dict], title: str) -> str:
-  lines = [title, "", "| method | preset | D | baseline (devices used) | baseline time s | "
-           "method point | method time s | time ratio | compute ratio |",
+  lines = [title, "", "| method | preset | D | baseline (devices used; seeds) | baseline time s | "
+           "method point (seeds) | method time s | time ratio | compute ratio |",
            "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['method']} | {r['preset']} | {r['devices']} | {r['baseline']} "
-                 f"({r['baseline_devices']}) | {r['baseline_time_s']:.3g} | "
-                 f"{r['method_point']} | {r['method_time_s']:.3g} | {r['time_ratio']:.2f}x | "
+                 f"({r['baseline_devices']}; {r['baseline_seeds']}) | "
+                 f"{r['baseline_time_s']:.3g} | {r['method_point']} ({r['method_seeds']}) | "
+                 f"{r['method_time_s']:.3g} | {r['time_ratio']:.2f}x | "
                  f"{r['compute_ratio']:.2f}x |")
   wins = sorted({(r["method"], r["preset"]) for r in rows})
   lines += ["", "Where each method beats the strongest baseline in time (smallest D, if any):", ""]

@@ -26,7 +26,7 @@ def _points():
              units=(("eval", 10.0), ("sync", 0.0))),
       _point("ensemble", "N4_L100", "ensemble", 4, 100, pool_s=2.0,
              collectives=(_allreduce("eval", 1e6, 4, 2),), units=(("eval", 5.0),)),
-      _point("ensemble", "N16_L50", "ensemble", 16, 50),
+      _point("ensemble", "N16_L50", "ensemble", 16, 50, seeds=3),
       _point("diloco", "H10", "diloco", 4, 100,
              collectives=(_allreduce("sync", 4e8, 4), _allreduce("run", 4e8, 4)),
              units=(("eval", 0.0), ("sync", 9.0)))]
@@ -66,11 +66,14 @@ def test_projection_by_hand():
 def test_critical_batch_points_extend_dp_beyond_the_grid():
   grid = _points()
   summary = {"per_device": 128, "rows": [
-      {"batch": 512, "devices": 4, "median_steps": 100, "evals_to_target": 9},  # in the grid
-      {"batch": 2048, "devices": 16, "median_steps": 60, "evals_to_target": 6},
-      {"batch": 4096, "devices": 32, "median_steps": None, "evals_to_target": None}]}  # missed
+      {"batch": 512, "devices": 4, "median_steps": 100, "evals_to_target": 9,
+       "seeds_reached": 3},  # in the grid
+      {"batch": 2048, "devices": 16, "median_steps": 60, "evals_to_target": 6,
+       "seeds_reached": 2},
+      {"batch": 4096, "devices": 32, "median_steps": None, "evals_to_target": None,
+       "seeds_reached": 0}]}  # missed
   (b2048,) = projection.critical_batch_points(summary, grid)
-  assert (b2048.name, b2048.devices, b2048.steps) == ("B2048", 16, 60)
+  assert (b2048.name, b2048.devices, b2048.steps, b2048.seeds) == ("B2048", 16, 60, 2)
   assert b2048.device_step_s == pytest.approx(0.2)  # 128 per device vs the grid's 64
   # Ghost BatchNorm: only the gradient all-reduce per step, not the 30 statistic ones; the
   # grid DP step's eval collectives on 16 devices.
@@ -105,3 +108,6 @@ def test_other_sweeps_join_their_curves_and_the_grid_keeps_its_points():
   rows = projection.project(joined, devices=(16, 64), presets={"test": LINK})
   ens = {r["devices"]: r["method_point"] for r in rows if r["method"] == "ensemble"}
   assert ens == {16: "N16_L50", 64: "N64_L20"}  # N <= D: the new point only from D = 64
+  # The table says how many seeds each point averages (the many-worker points: fewer).
+  text = projection.table(rows, "t")
+  assert "| N64_L20 (1) |" in text and "| N16_L50 (3) |" in text
