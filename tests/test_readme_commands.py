@@ -17,7 +17,8 @@ from tests.conftest import REPO, subprocess_env
 
 TINY = {  # config file -> overrides that keep its run to seconds on a CPU
     "experiments/configs/fashion_mnist.py": [
-        "--config.model.width=4", "--config.train.batch_size=16", "--config.train.num_epochs=0",
+        "--config.model.width=4", "--config.model.stage_sizes=(1,1)",
+        "--config.train.batch_size=16", "--config.train.num_epochs=0",
         "--config.train.num_steps=2", "--config.method.num_workers=2",
         "--config.method.steps_per_worker=2", "--config.eval.num_examples=64",
         "--config.eval.batch_size=64", "--config.eval.every_steps=2"],
