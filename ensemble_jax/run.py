@@ -52,6 +52,14 @@ def build_pool(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   return pools.create(config, setup.data, setup.method.num_workers, workdir).info
 
 
+def read_communication(config: ml_collections.ConfigDict, workdir: str,
+                       pool_config: ml_collections.ConfigDict | None = None):
+  """`train.read_communication` with the run's pool (from its cache, as the run built it):
+  the collectives of a finished run's compiled programs, read without training."""
+  setup = train.set_up(config, workdir)
+  pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
+  return train.read_communication(config, setup, pool)
+
 def use_compile_cache(path: str = COMPILE_CACHE) -> None:
   """Keeps this process's compiled programs on disk at `path` ('' : off), unless
   JAX_COMPILATION_CACHE_DIR already names a cache; call it before the first compile.

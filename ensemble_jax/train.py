@@ -329,8 +329,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if finished is not None:  # its results stand; the state is the final checkpoint's
     checkpointer.close()
     return Fit(finished, state, s.method, s.data)
-  if pool is None:  # no distilled sequence: the method's own sampler
-    pool = samplers.Pool(s.method.sampler(len(s.data.train), config.seed), None)
+  pool = _pool_or_own(config, s, pool)
   train_batches, eval_batches = _streams(config, s, pool)
   if config.model.sparsity > 0 and meta["step"] == 0:  # SNIP on the first batch, fixed after
     state = s.method.prune(state, pipeline.to_global(train_batches.local_batch(0),
@@ -459,6 +458,13 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
     state = state.replace(params=warm.params, batch_stats=warm.batch_stats)
     logging.info("Initialised from the weights in %s", s.warm_start)
   return state, meta
+
+
+def _pool_or_own(config, s: Setup, pool: samplers.Pool | None) -> samplers.Pool:
+  """`pool`, or without a distilled sequence the method's own sampler."""
+  if pool is None:
+    return samplers.Pool(s.method.sampler(len(s.data.train), config.seed), None)
+  return pool
 
 
 def _streams(config, s: Setup, pool: samplers.Pool):
@@ -759,6 +765,14 @@ def host_info() -> dict:
     info["cpu"] = fields.get("model name")
     info["cpu_features"] = [f for f in _CPU_FEATURES if f in flags]
   return info
+
+
+def read_communication(config: ml_collections.ConfigDict, s: Setup,
+                       pool: samplers.Pool | None) -> costs.Communication:
+  """The communication a run of `config` on `pool` reads at its end, read again without
+  training: for a finished run whose own reading failed (its results.json then carries
+  the legacy model, labelled so)."""
+  return _communication(config, s, *_streams(config, s, _pool_or_own(config, s, pool)))
 
 
 def _communication(config, s: Setup, train_batches, eval_batches) -> costs.Communication:

@@ -129,6 +129,26 @@ def test_recost_rewrites_cost_blocks_from_calibration(smoke_sweep):
   cost_vs_time.recost(CONFIG, str(tmp_path), "smoke")
 
 
+def test_recost_reads_the_collectives_of_a_run_whose_own_reading_failed(smoke_sweep):
+  """Regression: a run whose end-of-run reading failed (a child process that could not
+  build its programs) keeps the legacy model, which the projection refuses; recost reads
+  the run's compiled programs instead of carrying the legacy model over."""
+  tmp_path, _ = smoke_sweep
+  path = tmp_path / "ensemble" / "N8_L4" / "seed1" / "results.json"
+  good = path.read_text()
+  results = json.loads(good)
+  results["cost"]["modelled"]["collectives"] = []
+  results["cost"]["modelled"]["collectives_source"] = "legacy, not read from HLO (failed)"
+  path.write_text(json.dumps(results))
+  try:
+    cost_vs_time.recost(CONFIG, str(tmp_path), "smoke")
+    after, want = (json.loads(t)["cost"]["modelled"] for t in (path.read_text(), good))
+    assert after["collectives"] == want["collectives"] and after["collectives"]
+    assert after["collectives_source"] == want["collectives_source"]
+  finally:
+    path.write_text(good)
+
+
 def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   """The quiet phase builds a point's pool; its runs at other learning rates read it, and
   its quiet build time, instead of building their own (the pool key holds the rate)."""

@@ -233,16 +233,41 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   return counts
 
 
-def _recost_file(path: str, step_time: float) -> None:
+def _recost_file(path: str, step_time: float, point_config=None) -> None:
+  """`path`'s cost block at `step_time`, with the collectives the run recorded; with the
+  run's `point_config`, those of a run whose own reading failed are read now."""
   with open(path) as f:
     results = json.load(f)
   cost = results["config"]["cost"]
   cost["device_step_time_s"] = step_time
-  # The collectives the run recorded (older results: the legacy model, labelled).
-  results["cost"] = costs.summary(results, None, cost["devices"], cost.get("overlap", 0.0),
-                                  simulated=True, device_step_time_s=step_time)
+  communication = None
+  if point_config is not None and costs.recorded_communication(results) is None:
+    communication = _read_communication(results, point_config, os.path.dirname(path))
+  # Else the collectives the run recorded (older results: the legacy model, labelled).
+  results["cost"] = costs.summary(results, communication, cost["devices"],
+                                  cost.get("overlap", 0.0), simulated=True,
+                                  device_step_time_s=step_time)
   with open(path, "w") as f:
     json.dump(results, f, indent=2)
+
+
+def _read_communication(results: dict, point_config, run_dir: str) -> costs.Communication:
+  """The collectives of a finished run's compiled programs, read as the run reads them at
+  its end (for a run whose own reading failed, e.g. a child process that could not build
+  it): its point's config at the run's seed and tuned values, which must be the config the
+  run saved."""
+  config = copy.deepcopy(point_config)
+  config.seed = results["config"]["seed"]
+  for field in config.tune.fields:
+    config_lib.set_dotted(config, field, config_lib.get(results["config"], field))
+  changed = {k: v for k, v in config_lib.config_changes(results["config"], config).items()
+             if not config_lib.may_change_on_resume(k, *v)}
+  if changed:
+    raise SystemExit(f"error: {run_dir} ran another config than its point's now ({changed}); "
+                     "rerun it to read its programs")
+  pool_config = copy.deepcopy(point_config)
+  pool_config.seed = config.seed
+  return run_lib.read_communication(config, run_dir, pool_config)
 
 
 class _Unfinished(Exception):
@@ -264,7 +289,9 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   and each point's tuning record from them; returns the runs updated.
 
   The cost block is derived from results.json and the calibration, so this changes no
-  measurement: only which device step time the modelled time axis uses.
+  measurement: only which device step time the modelled time axis uses. A run whose own
+  reading of its programs' collectives failed (the legacy model stood in, labelled) has
+  them read now, from its compiled programs.
   """
   module = _load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
@@ -277,7 +304,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
       step_time = calibrate(config, calibration_dir)
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time)
+        _recost_file(path, step_time, config)
       config.seed = config.tune.seed
       try:
         record = tuning.tune(config, point_dir, _finished)[1]
@@ -286,7 +313,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
       else:
         tuning.write_record(point_dir, record)
       for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time)
+        _recost_file(path, step_time, config)
         if record is not None:
           tuning.attach(path, record)
         updated += 1
