@@ -32,7 +32,8 @@ def test_gpt2_step_is_six_flops_per_param_per_token():
 
 def test_resnet_step_is_three_forward_passes_of_its_convolutions():
   batch_size = 16
-  model = resnet.create_model("resnet18", num_classes=10, width=4, stem="small")
+  model = resnet.create_model("resnet18", num_classes=10, width=4, stem="small",
+                              stage_sizes=(1, 1))
   images = jnp.zeros((batch_size, 28, 28, 1), jnp.float32)
   cfg = step_lib.StepConfig(mean=(0.5,), std=(0.5,))
   flops, state = _step_flops(model, {"image": images, "label": jnp.zeros(batch_size, jnp.int32)},
@@ -52,5 +53,5 @@ def test_resnet_step_is_three_forward_passes_of_its_convolutions():
     fan_in = kernel["kernel"].size // kernel["kernel"].shape[-1]
     forward += 2 * out.size * fan_in
   assert flops == pytest.approx(3 * forward, rel=0.10), (flops, 3 * forward)
-  print(f"resnet18 w4: XLA {flops:.4g} vs 3x conv+dense forward {3 * forward:.4g}: "
+  print(f"resnet18 blocks (1, 1) w4: XLA {flops:.4g} vs 3x conv+dense forward {3 * forward:.4g}: "
         f"{flops / (3 * forward):.3f}")
