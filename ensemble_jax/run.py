@@ -60,6 +60,7 @@ def read_communication(config: ml_collections.ConfigDict, workdir: str,
   pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
   return train.read_communication(config, setup, pool)
 
+
 def use_compile_cache(path: str = COMPILE_CACHE) -> None:
   """Keeps this process's compiled programs on disk at `path` ('' : off), unless
   JAX_COMPILATION_CACHE_DIR already names a cache; call it before the first compile.
