@@ -7,25 +7,27 @@ imports one way: run -> distill -> train -> methods -> data/models -> leaves.
 """
 from __future__ import annotations
 
-import os
-
-import jax
 import ml_collections
 
 from ensemble_jax import train
 from ensemble_jax.distill import pools
 
-# Where the sweeps keep compiled programs (`use_compile_cache`), beside the embedded data.
-COMPILE_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "ensemble_jax", "xla")
 RESULTS_FILE = train.RESULTS_FILE  # results.json, in every run's workdir
 finished_results = train.finished_results  # a finished run's results, read not rewritten
+
+
+def _set_up_with_pool(config: ml_collections.ConfigDict, workdir: str,
+                      pool_config: ml_collections.ConfigDict | None = None):
+  """(the run's set-up, its pool built or read from its cache; None without one)."""
+  setup = train.set_up(config, workdir)  # a config that cannot work fails before any pool
+  pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
+  return setup, pool
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str,
         pool_config: ml_collections.ConfigDict | None = None) -> train.Fit:
   """`train_and_evaluate`, also handing back the final state, method and data."""
-  setup = train.set_up(config, workdir)  # a config that cannot work fails before any pool
-  pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
+  setup, pool = _set_up_with_pool(config, workdir, pool_config)
   return train.fit(config, workdir, pool=pool, setup=setup)
 
 
@@ -48,28 +50,13 @@ def build_pool(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   pool before any point trains, so the build is timed on a host doing nothing else."""
   if config.distill.method == "none":
     return None
-  setup = train.set_up(config, workdir)
-  return pools.create(config, setup.data, setup.method.num_workers, workdir).info
+  return _set_up_with_pool(config, workdir)[1].info
 
 
 def read_communication(config: ml_collections.ConfigDict, workdir: str,
                        pool_config: ml_collections.ConfigDict | None = None):
   """`train.read_communication` with the run's pool (from its cache, as the run built it):
   the collectives of a finished run's compiled programs, read without training."""
-  setup = train.set_up(config, workdir)
-  pool = pools.create(pool_config or config, setup.data, setup.method.num_workers, workdir)
+  setup, pool = _set_up_with_pool(config, workdir, pool_config)
   return train.read_communication(config, setup, pool)
 
-
-def use_compile_cache(path: str = COMPILE_CACHE) -> None:
-  """Keeps this process's compiled programs on disk at `path` ('' : off), unless
-  JAX_COMPILATION_CACHE_DIR already names a cache; call it before the first compile.
-
-  A sweep compiles the same programs again in every seed's run and every resumed session,
-  and on 2 CPU cores the ensemble's N = 64 step alone takes ~15 minutes to compile. A
-  program read back is the executable that was written: no trained number changes, and
-  the sweeps' program fingerprints (which drop source metadata) are the same. Only
-  results.json's `compile_time_s` changes: it then times the read.
-  """
-  if path and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    jax.config.update("jax_compilation_cache_dir", path)

@@ -194,16 +194,16 @@ def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monk
                                                                              tmp_path):
   import jax
 
-  from ensemble_jax import run as run_lib
+  from experiments import sweeps
 
   before = jax.config.jax_compilation_cache_dir
   try:
-    run_lib.use_compile_cache(str(tmp_path / "a"))  # conftest names the suite's cache
+    sweeps.use_compile_cache(str(tmp_path / "a"))  # conftest names the suite's cache
     assert jax.config.jax_compilation_cache_dir == before
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
-    run_lib.use_compile_cache("")  # off
+    sweeps.use_compile_cache("")  # off
     assert jax.config.jax_compilation_cache_dir == before
-    run_lib.use_compile_cache(str(tmp_path / "b"))
+    sweeps.use_compile_cache(str(tmp_path / "b"))
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "b")
   finally:
     jax.config.update("jax_compilation_cache_dir", before)

@@ -57,6 +57,7 @@ import jax
 
 from ensemble_jax import config_lib, costs, report, train
 from ensemble_jax import run as run_lib
+from experiments import sweeps
 from experiments.sweeps import tuning
 
 CALIBRATION_STEPS = 60
@@ -335,10 +336,7 @@ def main(argv=None) -> int:
   p.add_argument("--calibration", default="",
                  help="the device-step timings' directory (default <workdir>/calibration); "
                  "another sweep's of the same workload shares its timings")
-  p.add_argument("--compile_cache", default=run_lib.COMPILE_CACHE,
-                 help="keep compiled programs here for the next run and session ('': off)")
-  args = p.parse_args(argv)
-  run_lib.use_compile_cache(args.compile_cache)
+  args = sweeps.parse_args(p, argv)
   calibration_dir = args.calibration or None
   if args.recost:
     n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir)

@@ -45,6 +45,7 @@ import ml_collections
 from ensemble_jax import config_lib
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
+from experiments import sweeps
 from experiments.sweeps import tuning
 
 
@@ -324,10 +325,7 @@ def main(argv=None) -> int:
   p.add_argument("--report_only", action="store_true",
                  help="write summary.json, table.md and the figure from the finished runs "
                  "(e.g. while the sweep runs); train nothing")
-  p.add_argument("--compile_cache", default=run_lib.COMPILE_CACHE,
-                 help="keep compiled programs here for the next run and session ('': off)")
-  args = p.parse_args(argv)
-  run_lib.use_compile_cache(args.compile_cache)
+  args = sweeps.parse_args(p, argv)
   workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
                                          args.workload)
   batches = [int(b) for b in args.batches.split(",") if b] or None

@@ -34,6 +34,7 @@ import statistics
 
 from ensemble_jax import config_lib
 from ensemble_jax import run as run_lib
+from experiments import sweeps
 from experiments.configs import fashion_mnist, pydocs_gpt2
 
 FRACTION = 0.2
@@ -189,10 +190,7 @@ def main(argv=None) -> int:
   p.add_argument("--samplers", default="",
                  help="comma-separated subset of the workload's: "
                       + "; ".join(f"{w}: {','.join(v[0])}" for w, v in WORKLOADS.items()))
-  p.add_argument("--compile_cache", default=run_lib.COMPILE_CACHE,
-                 help="keep compiled programs here for the next run and session ('': off)")
-  args = p.parse_args(argv)
-  run_lib.use_compile_cache(args.compile_cache)
+  args = sweeps.parse_args(p, argv)
   workdir = args.workdir or WORKLOADS[args.workload][1]
   run(workdir, [int(s) for s in args.seeds.split(",")], args.grid,
       [s for s in args.samplers.split(",") if s] or None, args.workload)
