@@ -207,3 +207,15 @@ def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monk
     assert jax.config.jax_compilation_cache_dir == str(tmp_path / "b")
   finally:
     jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_points_select_a_subset_of_the_grid_and_unknown_names_fail_before_training(
+    smoke_sweep, tmp_path):
+  finished, _ = smoke_sweep
+  only_d2 = cost_vs_time.run(CONFIG, str(finished), seeds=[0, 1], grid="smoke",
+                             point_names=["D2"])
+  assert only_d2 == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 2,
+                     "diverged": 0}
+  with pytest.raises(SystemExit, match=r"--points \['N3_L4'\] not in the curves.*N8_L4"):
+    cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0], grid="smoke", point_names=["N3_L4"])
+  assert not any(tmp_path.iterdir())  # nothing calibrated or trained

@@ -2,6 +2,7 @@
 
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
       --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke]
+      [--curves=ensemble,...] [--points=N2_L235,...]
 
 The workload config file owns its grid: `sweep_grid(name)` returns
 {curve: {point: (config variant, {dotted key: value})}}, curves being data_parallel, the
@@ -180,8 +181,10 @@ def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
 
 
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
-        curves: list[str] | None = None, calibration_dir: str | None = None) -> dict[str, int]:
-  """Runs every (curve, point) of `curves` (default all): calibration and pools, tuning,
+        curves: list[str] | None = None, calibration_dir: str | None = None,
+        point_names: list[str] | None = None) -> dict[str, int]:
+  """Runs every (curve, point) of `curves` and `point_names` (default all): calibration and
+  pools, tuning,
   then every seed not finished yet. Returns run counts: `tuning_runs` and `trained` (seed
   runs) trained now, `from_tuning` (seed runs that are the chosen tuning run), `skipped`
   (seed runs finished before), `diverged`. The report covers every run under the workdir.
@@ -198,6 +201,12 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
   points = {(curve, point): spec for curve, specs in grid_curves.items()
             if not curves or curve in curves for point, spec in specs.items()}
+  unknown = set(point_names or ()) - {point for _, point in points}
+  if unknown:
+    raise SystemExit(f"error: --points {sorted(unknown)} not in the curves "
+                     f"{sorted(curves or grid_curves)}: they have "
+                     f"{sorted({point for _, point in points})}")
+  points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):
     variant, overrides = points[key]
@@ -329,6 +338,8 @@ def main(argv=None) -> int:
   p.add_argument("--seeds", default="0,1,2")
   p.add_argument("--grid", default="full", help="a grid the config's sweep_grid() knows")
   p.add_argument("--curves", default="", help="comma-separated subset of the grid's curves")
+  p.add_argument("--points", default="",
+                 help="comma-separated subset of the curves' points, e.g. N2_L235,N4_L235")
   p.add_argument("--recost", action="store_true",
                  help="train nothing: recompute finished runs' cost blocks from calibration")
   p.add_argument("--recalibrate", action="store_true",
@@ -343,7 +354,8 @@ def main(argv=None) -> int:
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               [c for c in args.curves.split(",") if c] or None, calibration_dir)
+               [c for c in args.curves.split(",") if c] or None, calibration_dir,
+               [p for p in args.points.split(",") if p] or None)
   print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
         f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
         f"from tuning, {counts['skipped']} already finished")

@@ -156,8 +156,8 @@ def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
-  summary = summarize(workdir, w, batches)
-  write_report(summary, workdir)
+  # Every B finished under the workdir, not only this call's: a run over some B adds rows.
+  write_report(summarize(workdir, w, list(w.batches)), workdir)
   return counts
 
 
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
   batches = [int(b) for b in args.batches.split(",") if b] or None
   if args.report_only:
     w = workload_for(args.workload, args.grid)
-    write_report(summarize(workdir, w, batches or list(w.batches)), workdir)
+    write_report(summarize(workdir, w, list(w.batches)), workdir)
     print(open(os.path.join(workdir, "table.md")).read())
     return 0
   counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
