@@ -323,7 +323,9 @@ def main(argv=None) -> int:
       extended = critical_batch_points(json.load(f), points)
     points += extended
     sources.append(f"{summary_path}: data-parallel at D = "
-                   f"{', '.join(str(p.devices) for p in extended) or 'none'} beyond the grid")
+                   f"{', '.join(str(p.devices) for p in extended)} beyond the grid"
+                   if extended else f"{summary_path}: no point beyond the grid's D (DP "
+                   "beyond it is held at its best measured point)")
   else:
     sources.append(f"no critical-batch summary at {summary_path}: DP beyond the grid's D "
                    "is held at its best measured point")
