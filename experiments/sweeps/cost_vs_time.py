@@ -184,12 +184,12 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
         point_names: list[str] | None = None) -> dict[str, int]:
   """Runs every (curve, point) of `curves` and `point_names` (default all): calibration and
-  pools, tuning,
-  then every seed not finished yet. Returns run counts: `tuning_runs` and `trained` (seed
-  runs) trained now, `from_tuning` (seed runs that are the chosen tuning run), `skipped`
-  (seed runs finished before), `diverged`. The report covers every run under the workdir.
-  `calibration_dir` (default `<workdir>/calibration`): where the device steps are timed;
-  another sweep's of the same workload shares its timings (one per compiled program)."""
+  pools, tuning, then every seed not finished yet. Returns run counts: `tuning_runs` and
+  `trained` (seed runs) trained now, `from_tuning` (seed runs that are the chosen tuning
+  run), `skipped` (seed runs finished before), `diverged`. The report covers every run
+  under the workdir. `calibration_dir` (default `<workdir>/calibration`): where the device
+  steps are timed; another sweep's of the same workload shares its timings (one per
+  compiled program)."""
   module = _load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   if not hasattr(module, "sweep_grid"):
