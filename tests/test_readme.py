@@ -12,8 +12,8 @@ import re
 import pytest
 
 from ensemble_jax import report, train
-from experiments import lipt_pipeline
-from experiments.sweeps import samplers
+from experiments import lipt_pipeline, many_workers_table
+from experiments.sweeps import critical_batch, samplers
 from tests.conftest import REPO
 
 RESULTS = os.path.join(REPO, "experiments", "results")
@@ -25,6 +25,9 @@ REPORT_TABLES = {
     "### Fashion-MNIST, target": ("fashion_mnist", 5),
     "### Python docs (byte-level GPT-2": ("pydocs_gpt2", 5),
 }
+# Issue 16's section: the critical-batch sweep's table per workload (README line it follows).
+CRITICAL_BATCH_TABLES = {"fashion": "**1. Data-parallel's critical batch",
+                         "pydocs": "The Python docs (`--workload=pydocs`"}
 
 
 def _blocks(lines: list[str]) -> list[list[str]]:
@@ -72,11 +75,12 @@ def _compare(name: str, command: str, mine: list[str], generated: list[str]) -> 
   if not mine:
     return [f"{name}: table not found in README.md; {fix}"]
   header = [_header_name(c) for c in _cells(mine[0])]
-  full = _cells(generated[0])
+  full = [_header_name(c) for c in _cells(generated[0])]
   missing = [h for h in header if h not in full]
   if missing:
     return [f"{name}: README columns {missing} are not among the generated {full}; {fix}"]
-  keep = [full.index(h) for h in header]
+  # every column (names may repeat, one group per curve), else the kept ones by name
+  keep = list(range(len(full))) if header == full else [full.index(h) for h in header]
   mine_rows = [_cells(r) for r in mine[2:]]
   generated_rows = [[_cells(r)[i] for i in keep] for r in generated[2:]]
   if len(mine_rows) != len(generated_rows):
@@ -141,9 +145,29 @@ def _lipt_table(readme: str) -> list[str]:
   return _compare("lipt", command, mine[0] if mine else [], generated)
 
 
+def _regime_tables(readme: str) -> list[str]:
+  """Issue 16's: each workload's critical batch, and the many-worker runs per seed."""
+  errors = []
+  for workload, anchor in CRITICAL_BATCH_TABLES.items():
+    w = critical_batch.WORKLOADS[workload]
+    summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload), w,
+                                       list(w.batches))
+    [generated] = _tables(critical_batch.table(summary))
+    mine = _tables_after(readme, anchor, 1)
+    errors += _compare(f"critical batch {workload}",
+                       f"python -m experiments.sweeps.critical_batch --workload={workload} "
+                       "--report_only", mine[0] if mine else [], generated)
+  [generated] = _tables(many_workers_table.table(many_workers_table.load(
+      os.path.join(RESULTS, "many_workers"))))
+  mine = _tables_after(readme, "**2. Many-worker ensembles", 1)
+  return errors + _compare("many workers", "python -m experiments.many_workers_table",
+                           mine[0] if mine else [], generated)
+
+
 def mismatches(readme: str) -> list[str]:
   """Every README table that differs from its regeneration, one line each."""
-  return _report_tables(readme) + _sampler_tables(readme) + _lipt_table(readme)
+  return (_report_tables(readme) + _sampler_tables(readme) + _lipt_table(readme)
+          + _regime_tables(readme))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,95 @@
+"""The many-worker sweep's finished seed runs as one table: steps to target per seed.
+
+  python -m experiments.many_workers_table [--workdir=experiments/results/many_workers]
+
+Per N (rows) and curve (the random streams, `ensemble`, and the PCA-routed experts): the
+steps to the target of every finished seed (`missed (final accuracy)` for a seed that did
+not reach it), then means over the seeds that reached it of the modelled time to target on
+ib_xdr800 (pool build included) and the XLA TFLOPs to target, and per curve one more mean:
+the workers' own accuracy (random streams) or the pool build's seconds (routed experts).
+The README's many-worker table is this table; `ensemble_jax.report` gives the same runs'
+mean, min and max per point.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import statistics
+
+from ensemble_jax import run as run_lib
+
+WORKDIR = os.path.join("experiments", "results", "many_workers")
+PRESET = "ib_xdr800"
+
+
+def load(workdir: str) -> dict[tuple[int, str], list[dict]]:
+  """{(N, curve): [results of seed 0, 1, ...]} from `<curve>/N<N>_L*/seed*/results.json`."""
+  runs = {}
+  for path in glob.glob(os.path.join(workdir, "*", "N*_L*", "seed*", run_lib.RESULTS_FILE)):
+    seed_dir = os.path.dirname(path)
+    point_dir = os.path.dirname(seed_dir)
+    n = int(re.match(r"N(\d+)_", os.path.basename(point_dir)).group(1))
+    curve = os.path.basename(os.path.dirname(point_dir))
+    seed = int(os.path.basename(seed_dir).removeprefix("seed"))
+    with open(path) as f:
+      runs.setdefault((n, curve), []).append((seed, json.load(f)))
+  return {key: [r for _, r in sorted(seeds, key=lambda s: s[0])] for key, seeds in runs.items()}
+
+
+def _steps(runs: list[dict]) -> str:
+  return ", ".join(str(r["target"]["reached_step"]) if r["target"]["reached"]
+                   else f"missed ({r['final']['accuracy']:.3f})" for r in runs)
+
+
+def _mean_reached(runs: list[dict], value, digits: int) -> str:
+  """The mean of `value` over the runs that reached the target; '-' if none did."""
+  values = [value(r) for r in runs if r["target"]["reached"]]
+  return f"{statistics.fmean(values):.{digits}f}" if values else "-"
+
+
+def _workers_accuracy(runs: list[dict]) -> str:
+  return f"{statistics.fmean(r['final']['worker/accuracy_mean'] for r in runs):.3f}"
+
+
+def _pool_build_s(runs: list[dict]) -> str:
+  return f"{statistics.fmean((r.get('distill') or {}).get('build_time_s', 0.0) for r in runs):.1f}"
+
+
+# curve -> (its name in the header, its extra column, how that column reads the seeds)
+CURVES = {"ensemble": ("ensemble", "its workers' mean accuracy", _workers_accuracy),
+          "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s)}
+
+
+def table(runs: dict[tuple[int, str], list[dict]]) -> str:
+  header = ["N"]
+  for name, extra, _ in CURVES.values():
+    header += [f"{name}: steps to 85% (seeds 0, 1, ...)", extra,
+               f"time to target, {PRESET} (s)", "TFLOPs"]
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for n in sorted({n for n, _ in runs}):
+    cells = [str(n)]
+    for curve, (_, _, extra) in CURVES.items():
+      rs = runs.get((n, curve))
+      if not rs:
+        cells += ["not run yet", "-", "-", "-"]
+        continue
+      cells += [_steps(rs), extra(rs),
+                _mean_reached(rs, lambda r: r["cost"]["modelled"]["critical_path_s"][PRESET], 1),
+                _mean_reached(rs, lambda r: r["cost"]["measured"]["flops_to_target"] / 1e12, 2)]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--workdir", default=WORKDIR)
+  args = p.parse_args(argv)
+  print(table(load(args.workdir)), end="")
+  return 0
+
+
+if __name__ == "__main__":
+  raise SystemExit(main())
