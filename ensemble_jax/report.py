@@ -50,6 +50,8 @@ def load_runs(results_dir: str) -> list[dict]:
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
+        "worker_accuracy": r["final"].get("worker/accuracy_mean"),  # None: one model
+        "pool_build_s": (r.get("distill") or {}).get("build_time_s", 0.0),
         "step_budget": r.get("step_budget"),
         # the crossing lies in (steps - resolution_steps, steps]; None: target missed
         "resolution_steps": t.get("resolution_steps"),

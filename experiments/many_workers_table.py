@@ -13,49 +13,42 @@ mean, min and max per point.
 from __future__ import annotations
 
 import argparse
-import glob
-import json
 import os
 import re
 import statistics
 
-from ensemble_jax import run as run_lib
+from ensemble_jax import report
 
 WORKDIR = os.path.join("experiments", "results", "many_workers")
 PRESET = "ib_xdr800"
 
 
 def load(workdir: str) -> dict[tuple[int, str], list[dict]]:
-  """{(N, curve): [results of seed 0, 1, ...]} from `<curve>/N<N>_L*/seed*/results.json`."""
+  """{(N, curve): [seed 0's run, seed 1's, ...]}, each run as `report.load_runs` reads it."""
   runs = {}
-  for path in glob.glob(os.path.join(workdir, "*", "N*_L*", "seed*", run_lib.RESULTS_FILE)):
-    seed_dir = os.path.dirname(path)
-    point_dir = os.path.dirname(seed_dir)
-    n = int(re.match(r"N(\d+)_", os.path.basename(point_dir)).group(1))
-    curve = os.path.basename(os.path.dirname(point_dir))
-    seed = int(os.path.basename(seed_dir).removeprefix("seed"))
-    with open(path) as f:
-      runs.setdefault((n, curve), []).append((seed, json.load(f)))
-  return {key: [r for _, r in sorted(seeds, key=lambda s: s[0])] for key, seeds in runs.items()}
+  for run in sorted(report.load_runs(workdir), key=lambda r: r["seed"]):
+    n = int(re.match(r"N(\d+)_", run["point"]).group(1))
+    runs.setdefault((n, run["curve"]), []).append(run)
+  return runs
 
 
 def _steps(runs: list[dict]) -> str:
-  return ", ".join(str(r["target"]["reached_step"]) if r["target"]["reached"]
-                   else f"missed ({r['final']['accuracy']:.3f})" for r in runs)
+  return ", ".join(str(r["steps"]) if r["reached"] else f"missed ({r['final']:.3f})"
+                   for r in runs)
 
 
 def _mean_reached(runs: list[dict], value, digits: int) -> str:
   """The mean of `value` over the runs that reached the target; '-' if none did."""
-  values = [value(r) for r in runs if r["target"]["reached"]]
+  values = [value(r) for r in runs if r["reached"]]
   return f"{statistics.fmean(values):.{digits}f}" if values else "-"
 
 
 def _workers_accuracy(runs: list[dict]) -> str:
-  return f"{statistics.fmean(r['final']['worker/accuracy_mean'] for r in runs):.3f}"
+  return f"{statistics.fmean(r['worker_accuracy'] for r in runs):.3f}"
 
 
 def _pool_build_s(runs: list[dict]) -> str:
-  return f"{statistics.fmean((r.get('distill') or {}).get('build_time_s', 0.0) for r in runs):.1f}"
+  return f"{statistics.fmean(r['pool_build_s'] for r in runs):.1f}"
 
 
 # curve -> (its name in the header, its extra column, how that column reads the seeds)
@@ -76,9 +69,8 @@ def table(runs: dict[tuple[int, str], list[dict]]) -> str:
       if not rs:
         cells += ["not run yet", "-", "-", "-"]
         continue
-      cells += [_steps(rs), extra(rs),
-                _mean_reached(rs, lambda r: r["cost"]["modelled"]["critical_path_s"][PRESET], 1),
-                _mean_reached(rs, lambda r: r["cost"]["measured"]["flops_to_target"] / 1e12, 2)]
+      cells += [_steps(rs), extra(rs), _mean_reached(rs, lambda r: r["time_s"][PRESET], 1),
+                _mean_reached(rs, lambda r: r["flops"] / 1e12, 2)]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

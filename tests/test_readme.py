@@ -150,8 +150,7 @@ def _regime_tables(readme: str) -> list[str]:
   errors = []
   for workload, anchor in CRITICAL_BATCH_TABLES.items():
     w = critical_batch.WORKLOADS[workload]
-    summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload), w,
-                                       list(w.batches))
+    summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload), w)
     [generated] = _tables(critical_batch.table(summary))
     mine = _tables_after(readme, anchor, 1)
     errors += _compare(f"critical batch {workload}",

@@ -201,11 +201,10 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
   points = {(curve, point): spec for curve, specs in grid_curves.items()
             if not curves or curve in curves for point, spec in specs.items()}
-  unknown = set(point_names or ()) - {point for _, point in points}
-  if unknown:
-    raise SystemExit(f"error: --points {sorted(unknown)} not in the curves "
-                     f"{sorted(curves or grid_curves)}: they have "
-                     f"{sorted({point for _, point in points})}")
+  names = {point for _, point in points}
+  if set(point_names or ()) - names:
+    raise SystemExit(f"error: --points {sorted(set(point_names) - names)} not in the curves "
+                     f"{sorted(curves or grid_curves)}: they have {sorted(names)}")
   points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):

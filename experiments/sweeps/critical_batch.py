@@ -158,8 +158,7 @@ def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
-  # Every B finished under the workdir, not only this call's: a run over some B adds rows.
-  write_report(summarize(workdir, w, list(w.batches)), workdir)
+  write_report(summarize(workdir, w), workdir)  # every B finished there, not only these
   return counts
 
 
@@ -181,10 +180,11 @@ def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
   return {"s_min": s_min, "b_crit": slope / s_min}
 
 
-def summarize(workdir: str, w: Workload, batches: list[int]) -> dict:
-  """Per B: the chosen learning rate, steps to target per seed, B_simple; the fitted knee."""
+def summarize(workdir: str, w: Workload) -> dict:
+  """Per B of `w` finished under `workdir` (so a sweep over some B adds rows): the chosen
+  learning rate, steps to target per seed, B_simple; the fitted knee."""
   rows, first_run = [], None  # first_run: any run's results, for the target's name
-  for batch in batches:
+  for batch in w.batches:
     record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
     if record is None:
       continue
@@ -333,7 +333,7 @@ def main(argv=None) -> int:
   batches = [int(b) for b in args.batches.split(",") if b] or None
   if args.report_only:
     w = workload_for(args.workload, args.grid)
-    write_report(summarize(workdir, w, list(w.batches)), workdir)
+    write_report(summarize(workdir, w), workdir)
     print(open(os.path.join(workdir, "table.md")).read())
     return 0
   counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
