@@ -70,11 +70,13 @@ def base_config() -> ml_collections.ConfigDict:
   # idx (embedded Fashion-MNIST files) | folder (data_dir/{train,<eval.split>}/<class>/<image
   # files>, no TensorFlow) | tfds (array_record data_source)
   c.data.source = "idx"
-  c.data.data_dir = ""  # "" -> $ENSEMBLE_JAX_DATA_DIR or ~/.cache/ensemble_jax (idx); TFDS default (tfds)
+  # "" -> $ENSEMBLE_JAX_DATA_DIR or ~/.cache/ensemble_jax (idx); the TFDS default (tfds)
+  c.data.data_dir = ""
   c.data.image_size = 28
   c.data.train_augment = "crop_flip"  # none | crop_flip | inception
   c.data.crop_padding = 2  # pixels of zero padding before the random crop (crop_flip)
-  c.data.eval_resize = 0  # resize the shorter side to this, then center-crop (0: resize to image_size)
+  # resize the shorter side to this, then center-crop (0: resize to image_size)
+  c.data.eval_resize = 0
   c.data.mean = (0.286,)  # per-channel, in [0, 1]; applied on device
   c.data.std = (0.353,)
   c.data.train_examples = 0  # > 0: train on the first n examples only (quick runs, tests)

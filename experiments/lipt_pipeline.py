@@ -95,8 +95,9 @@ def measure(seed: int, workdir: str) -> dict:
 def table(rows: list[dict]) -> str:
   keys = ["build_time_s", "build_tflops", "coreset_steps", "full_steps_to_warm",
           "finetune_steps", "full_steps_to_target", "coreset_to_warm_s", "full_to_warm_s",
-          "finetune_to_target_s", "full_to_target_s", "pretraining_speedup", "pretraining_speedup_without_build",
-          "end_to_end_speedup", "end_to_end_speedup_without_build"]
+          "finetune_to_target_s", "full_to_target_s", "pretraining_speedup",
+          "pretraining_speedup_without_build", "end_to_end_speedup",
+          "end_to_end_speedup_without_build"]
   lines = ["| quantity | " + " | ".join(f"seed {r['seed']}" for r in rows) + " | mean |",
            "|---|" + "---|" * (len(rows) + 1)]
   for k in keys:

@@ -16,7 +16,8 @@ def _method(config, fsdp: bool):
   config.method.fsdp_min_size = 256
   model = resnet.create_model("resnet18", num_classes=10, width=8, stem="small",
                               stage_sizes=(1, 1))  # light to compile
-  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
+  # lr > 0 at step 0: the first step trains
+  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0
   tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
   return DataParallel(config, model, tx, make_mesh(config.mesh),
                       jax.ShapeDtypeStruct((1, 28, 28, 1), jnp.float32))

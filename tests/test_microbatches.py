@@ -74,7 +74,8 @@ def _dp_lm(k, batch_size=32):
   config.train.batch_size, config.train.microbatches = batch_size, k
   config.data.context = CONTEXT
   model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
-  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
+  # lr > 0 at step 0: the first step trains
+  config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0
   tx = optim.create_optimizer(config.optim, batch_size, 10, 10)
   return DataParallel(config, model, tx, make_mesh(config.mesh),
                       jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
@@ -204,7 +205,8 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
     config.method.local_strategy, config.train.microbatches = strategy, k
     config.data.context = CONTEXT
     model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
-    config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # lr > 0 at step 0: the first step trains
+    # lr > 0 at step 0: the first step trains
+    config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0
     tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
     engine = create_method(config, model, tx, make_mesh(config.mesh),
                            jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))

@@ -131,8 +131,9 @@ def test_jsonl_zst_shards_with_subset_filter(tmp_path):
 
   config = _config(dataset="pile", path=str(pile), data_dir=str(tmp_path / "cache"),
                    pile_subsets=("Wikipedia (en)",), context=4, val_fraction=0.5)
-  config.val_fraction = next(f for f in np.linspace(0.05, 0.95, 19)  # one doc per split
-                             if token_cache.is_eval(wiki[0][0], f) != token_cache.is_eval(wiki[1][0], f))
+  config.val_fraction = next(  # one doc per split
+      f for f in np.linspace(0.05, 0.95, 19)
+      if token_cache.is_eval(wiki[0][0], f) != token_cache.is_eval(wiki[1][0], f))
   data = text.load(config)
   assert data.stats["train_documents"] + data.stats["eval_documents"] == 2
   all_docs = _split_docs(data.train.stream, data.tokenizer) + _split_docs(data.eval.stream,

@@ -12,7 +12,8 @@ FLOPs per step are read from the compiled program (XLA cost analysis) and also c
 analytically (what MFU conventionally uses): GPT-2 6 N + 12 L T D per token (PaLM, App. B),
 ResNet-50 3 x its forward FLOPs (2 x 4.09 G multiply-adds per 224x224 image). MFU is the
 analytic FLOPs per second over the device's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s; pass
-`--peak_tflops` for another device). GPT-2 runs once per `--attention` implementation (`config.model.attention`), side by side.
+`--peak_tflops` for another device). GPT-2 runs once per `--attention` implementation
+(`config.model.attention`), side by side.
 Nothing is modelled: every time is measured.
 """
 from __future__ import annotations

@@ -249,7 +249,8 @@ def table(summary: dict) -> str:
   lines = [f"Target: {summary['target']}. DP at D = B / {summary['per_device']} devices, "
            "simulated as D microbatches. Steps to target: median over seeds (min-max); "
            "'-' where a seed missed it.", "",
-           "| B | D | lr x (tuned) | peak lr | steps to target | perfect scaling | B_simple at target |",
+           "| B | D | lr x (tuned) | peak lr | steps to target | perfect scaling "
+           "| B_simple at target |",
            "|---|---|---|---|---|---|---|"]
   base = next((r for r in summary["rows"] if r["median_steps"] is not None), None)
   for r in summary["rows"]:
