@@ -35,12 +35,16 @@ sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=0,1,2
 
-# Where the claim could hold (issue 16): many-worker ensembles at L = 235 (random streams and
-# PCA-routed experts), then the modelled projection to 1024 devices from the measured grids.
+# Where the claim could hold (issue 16): many-worker ensembles, N = 2 .. 64 at the full grid's
+# L at N = 8 (random streams and routed experts: PCA on Fashion-MNIST, tf-idf on the Python
+# docs), then the modelled projection to 1024 devices from the measured grids.
 many-workers: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
 	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=0,1,2 \
 	  --calibration=experiments/results/fashion_mnist/calibration
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
+	  --grid=many_workers --workdir=experiments/results/many_workers_pydocs --seeds=0,1,2 \
+	  --calibration=experiments/results/pydocs_gpt2/calibration
 
 projection: install
 	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers

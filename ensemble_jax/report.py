@@ -51,6 +51,7 @@ def load_runs(results_dir: str) -> list[dict]:
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
         "worker_accuracy": r["final"].get("worker/accuracy_mean"),  # None: one model
+        "worker_nll": r["final"].get("worker/nll_mean"),  # None: one model
         "pool_build_s": (r.get("distill") or {}).get("build_time_s", 0.0),
         "step_budget": r.get("step_budget"),
         # the crossing lies in (steps - resolution_steps, steps]; None: target missed

@@ -1,25 +1,29 @@
-"""The many-worker sweep's finished seed runs as one table: steps to target per seed.
+"""A many-worker sweep's finished seed runs as one table: steps to target per seed.
 
-  python -m experiments.many_workers_table [--workdir=experiments/results/many_workers]
+  python -m experiments.many_workers_table [--workload=fashion|pydocs] [--workdir=...]
 
-Per N (rows) and curve (the random streams, `ensemble`, and the PCA-routed experts): the
-steps to the target of every finished seed (`missed (final accuracy)` for a seed that did
-not reach it), then means over the seeds that reached it of the modelled time to target on
-ib_xdr800 (pool build included) and the XLA TFLOPs to target, and per curve one more mean:
-the workers' own accuracy (random streams) or the pool build's seconds (routed experts).
-The README's many-worker table is this table; `ensemble_jax.report` gives the same runs'
-mean, min and max per point.
+Per N (rows) and curve (the random streams, `ensemble`, and the routed experts: PCA-routed
+on Fashion-MNIST, tf-idf-routed on the Python docs): the steps to the target of every
+finished seed (`missed (final metric)` for a seed that did not reach it), then means over
+the seeds that reached it of the modelled time to target on ib_xdr800 (pool build included)
+and the XLA TFLOPs to target, and per curve one more mean: the workers' own accuracy or
+perplexity (random streams) or the pool build's seconds (routed experts). The README's
+many-worker tables are this table; `ensemble_jax.report` gives the same runs' mean, min and
+max per point.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 import os
 import re
 import statistics
+from typing import Callable
 
 from ensemble_jax import report
 
-WORKDIR = os.path.join("experiments", "results", "many_workers")
+RESULTS = os.path.join("experiments", "results")
 PRESET = "ib_xdr800"
 
 
@@ -32,11 +36,6 @@ def load(workdir: str) -> dict[tuple[int, str], list[dict]]:
   return runs
 
 
-def _steps(runs: list[dict]) -> str:
-  return ", ".join(str(r["steps"]) if r["reached"] else f"missed ({r['final']:.3f})"
-                   for r in runs)
-
-
 def _mean_reached(runs: list[dict], value, digits: int) -> str:
   """The mean of `value` over the runs that reached the target; '-' if none did."""
   values = [value(r) for r in runs if r["reached"]]
@@ -47,29 +46,51 @@ def _workers_accuracy(runs: list[dict]) -> str:
   return f"{statistics.fmean(r['worker_accuracy'] for r in runs):.3f}"
 
 
+def _workers_perplexity(runs: list[dict]) -> str:
+  return f"{statistics.fmean(math.exp(r['worker_nll']) for r in runs):.2f}"
+
+
 def _pool_build_s(runs: list[dict]) -> str:
   return f"{statistics.fmean(r['pool_build_s'] for r in runs):.1f}"
 
 
-# curve -> (its name in the header, its extra column, how that column reads the seeds)
-CURVES = {"ensemble": ("ensemble", "its workers' mean accuracy", _workers_accuracy),
-          "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s)}
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  workdir: str
+  target: str  # as the header says it
+  final_digits: int  # a missed seed's final metric
+  # curve -> (its name in the header, its extra column, how that column reads the seeds)
+  curves: dict[str, tuple[str, str, Callable[[list[dict]], str]]]
 
 
-def table(runs: dict[tuple[int, str], list[dict]]) -> str:
+WORKLOADS = {
+    "fashion": Workload(os.path.join(RESULTS, "many_workers"), "85%", 3, {
+        "ensemble": ("ensemble", "its workers' mean accuracy", _workers_accuracy),
+        "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s)}),
+    "pydocs": Workload(os.path.join(RESULTS, "many_workers_pydocs"), "perplexity 12", 2, {
+        "ensemble": ("ensemble", "its workers' perplexity (exp of mean NLL)",
+                     _workers_perplexity),
+        "ensemble_tfidf_routed": ("tf-idf-routed", "pool build (s)", _pool_build_s)}),
+}
+
+
+def table(runs: dict[tuple[int, str], list[dict]], workload: str = "fashion") -> str:
+  w = WORKLOADS[workload]
   header = ["N"]
-  for name, extra, _ in CURVES.values():
-    header += [f"{name}: steps to 85% (seeds 0, 1, ...)", extra,
+  for name, extra, _ in w.curves.values():
+    header += [f"{name}: steps to {w.target} (seeds 0, 1, ...)", extra,
                f"time to target, {PRESET} (s)", "TFLOPs"]
   lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
   for n in sorted({n for n, _ in runs}):
     cells = [str(n)]
-    for curve, (_, _, extra) in CURVES.items():
+    for curve, (_, _, extra) in w.curves.items():
       rs = runs.get((n, curve))
       if not rs:
         cells += ["not run yet", "-", "-", "-"]
         continue
-      cells += [_steps(rs), extra(rs), _mean_reached(rs, lambda r: r["time_s"][PRESET], 1),
+      steps = ", ".join(str(r["steps"]) if r["reached"]
+                        else f"missed ({r['final']:.{w.final_digits}f})" for r in rs)
+      cells += [steps, extra(rs), _mean_reached(rs, lambda r: r["time_s"][PRESET], 1),
                 _mean_reached(rs, lambda r: r["flops"] / 1e12, 2)]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
@@ -77,9 +98,10 @@ def table(runs: dict[tuple[int, str], list[dict]]) -> str:
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workdir", default=WORKDIR)
+  p.add_argument("--workload", default="fashion", choices=sorted(WORKLOADS))
+  p.add_argument("--workdir", default="", help="default: the workload's many-worker workdir")
   args = p.parse_args(argv)
-  print(table(load(args.workdir)), end="")
+  print(table(load(args.workdir or WORKLOADS[args.workload].workdir), args.workload), end="")
   return 0
 
 

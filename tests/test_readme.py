@@ -28,6 +28,8 @@ REPORT_TABLES = {
 # Issue 16's section: the critical-batch sweep's table per workload (README line it follows).
 CRITICAL_BATCH_TABLES = {"fashion": "**1. Data-parallel's critical batch",
                          "pydocs": "The Python docs (`--workload=pydocs`"}
+# the many-worker sweeps' tables in the README (the Python docs' joins once it has results)
+MANY_WORKER_TABLES = {"fashion": "**2. Many-worker ensembles"}
 
 
 def _blocks(lines: list[str]) -> list[list[str]]:
@@ -156,11 +158,15 @@ def _regime_tables(readme: str) -> list[str]:
     errors += _compare(f"critical batch {workload}",
                        f"python -m experiments.sweeps.critical_batch --workload={workload} "
                        "--report_only", mine[0] if mine else [], generated)
-  [generated] = _tables(many_workers_table.table(many_workers_table.load(
-      os.path.join(RESULTS, "many_workers"))))
-  mine = _tables_after(readme, "**2. Many-worker ensembles", 1)
-  return errors + _compare("many workers", "python -m experiments.many_workers_table",
-                           mine[0] if mine else [], generated)
+  for workload, anchor in MANY_WORKER_TABLES.items():
+    w = many_workers_table.WORKLOADS[workload]
+    [generated] = _tables(many_workers_table.table(many_workers_table.load(
+        os.path.join(REPO, w.workdir)), workload))
+    mine = _tables_after(readme, anchor, 1)
+    errors += _compare(f"many workers {workload}",
+                       f"python -m experiments.many_workers_table --workload={workload}",
+                       mine[0] if mine else [], generated)
+  return errors
 
 
 def mismatches(readme: str) -> list[str]:

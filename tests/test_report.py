@@ -1,6 +1,7 @@
 """The report regenerates the same tables from the same JSON, draws the figures, and
 computes the ratios to data-parallel the way its docstring says."""
 import json
+import math
 import os
 
 import pytest
@@ -145,3 +146,26 @@ def test_tuning_and_budgets_are_tabled_per_point_and_summed_per_curve(tmp_path):
   assert "| data_parallel | D4 | 500 | 11 | learning_rate 0.006 * | 4 (1 diverged) |" in text
   assert "| ensemble | N4_L100 | - | - | untuned | 0 | 0 | 0 |" in text
   assert "| data_parallel | 8 | 6.00 | 200.0 |" in text  # the curve's two points summed
+
+
+def test_many_workers_table_reads_the_docs_sweep_in_perplexity():
+  """The Python docs' many-worker table: a missed seed shows its final perplexity, the
+  random streams' extra column the workers' perplexity (exp of their mean NLL), and a curve
+  with no run at some N says so."""
+  from experiments import many_workers_table
+
+  def run(seed, reached, steps, final, **extra):
+    return {"seed": seed, "reached": reached, "steps": steps, "final": final,
+            "time_s": {"ib_xdr800": 10.0 + seed}, "flops": 2e12, "worker_nll": math.log(16.0),
+            "pool_build_s": 4.0, **extra}
+
+  runs = {(8, "ensemble"): [run(0, False, 300, 14.0123), run(1, True, 250, 11.9),
+                            run(2, True, 260, 11.8)],
+          (8, "ensemble_tfidf_routed"): [run(0, True, 200, 11.5)],
+          (16, "ensemble"): [run(0, True, 240, 11.7)]}
+  lines = many_workers_table.table(runs, "pydocs").splitlines()
+  assert lines[0].startswith("| N | ensemble: steps to perplexity 12 (seeds 0, 1, ...) | "
+                             "its workers' perplexity (exp of mean NLL) |")
+  assert lines[2] == ("| 8 | missed (14.01), 250, 260 | 16.00 | 11.5 | 2.00 "
+                      "| 200 | 4.0 | 10.0 | 2.00 |")
+  assert lines[3] == "| 16 | 240 | 16.00 | 10.0 | 2.00 | not run yet | - | - | - |"

@@ -1,10 +1,12 @@
 """The cost-vs-time sweep: calibration by compiled program, tuning, seeds, the report, and
 finished points skipped."""
+import importlib
 import json
 import os
 
 import pytest
 
+from ensemble_jax import config_lib
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
 
@@ -172,22 +174,28 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   assert len(list((tmp_path / "pools").glob("*.npz"))) == 1
 
 
-def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8():
-  """make many-workers holds each curve at the full grid's tuned N = 8 rate (its config
-  says why); the two must not drift apart when the grid is re-tuned."""
-  from experiments.configs import fashion_mnist
-
-  grid = fashion_mnist.sweep_grid("many_workers")
+@pytest.mark.parametrize("workload,n8_point", [("fashion_mnist", "N8_L235"),
+                                               ("pydocs_gpt2", "N8_L300")])
+def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(workload,
+                                                                             n8_point):
+  """make many-workers holds each curve at the full grid's tuned N = 8 rate and L (its
+  config says why); the two must not drift apart when the grid is re-tuned, and its N = 8
+  point is the full grid's, measured again."""
+  configs = importlib.import_module(f"experiments.configs.{workload}")
+  grid = configs.sweep_grid("many_workers")
   for curve, points in grid.items():
-    with open(os.path.join(REPO, "experiments", "results", "fashion_mnist", curve, "N8_L235",
+    with open(os.path.join(REPO, "experiments", "results", workload, curve, n8_point,
                            "tuning.json")) as f:
       tuned = json.load(f)["chosen"]["optim.learning_rate"]
+    _, n8 = points[n8_point]
     for name, (_, overrides) in points.items():
       assert overrides["optim.learning_rate"] == tuned, (curve, name)
       assert overrides["tune.factors"] == (1.0,)
-    _, n8 = points["N8_L235"]
-    _, full = fashion_mnist.sweep_grid("full")[curve]["N8_L235"]
+      assert overrides["method.steps_per_worker"] == n8["method.steps_per_worker"], name
+    _, full = configs.sweep_grid("full")[curve][n8_point]
     assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
+    for variant, overrides in points.values():  # every point is a valid config
+      config_lib.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
 
 
 def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monkeypatch,

@@ -130,8 +130,27 @@ def sweep_grid(name: str = "full") -> dict:
     tune = {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0}
     return {"data_parallel": {"D1": ("smoke", tune)},
             "ensemble": {"N4_L4": ("ensemble,smoke", tune)}}
+  if name == "many_workers":  # issue 16: does averaging more short runs ever reach ppl 12?
+    # As Fashion-MNIST's many-worker grid: every N trains L = 300 steps (the full grid's
+    # budget at N = 8, which misses the target there: 14.0 random, 13.3 routed) at the rate
+    # the full grid's tuning chose at N = 8 (experiments/results/pydocs_gpt2/<curve>/
+    # N8_L300/tuning.json): a worker trains alike whatever N, only the average changes. So
+    # N = 8 here is the full grid's N8_L300 point, measured again.
+    tuned_at_n8 = {"ensemble": 0.003, "ensemble_tfidf_routed": 0.003}
+    l8 = budget_steps(16 * 8)
+
+    def fixed(curve):
+      return {"optim.learning_rate": tuned_at_n8[curve], "tune.factors": (1.0,),
+              "method.steps_per_worker": l8}
+
+    sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
+    return {"ensemble": {f"N{n}_L{l8}": ensemble(n, **fixed("ensemble")) for n in sizes},
+            "ensemble_tfidf_routed": {f"N{n}_L{l8}": ensemble(n, **routed,
+                                                             **fixed("ensemble_tfidf_routed"))
+                                      for n in sizes}}
   if name != "full":
-    raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full or smoke")
+    raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke or "
+                     "many_workers")
   return {
       "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
       "dp_short_schedule": {f"D4_S{s}": dp(4, **{"train.num_steps": s}) for s in (100, 150, 200)},
