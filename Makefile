@@ -50,7 +50,9 @@ projection: install
 	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers
 	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers \
 	  --what_if=resnet50
-	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small
+	$(PY) -m experiments.projection --workload=pydocs_gpt2 --also=experiments/results/many_workers_pydocs
+	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small \
+	  --also=experiments/results/many_workers_pydocs
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data

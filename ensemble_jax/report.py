@@ -23,6 +23,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import statistics
 
 from ensemble_jax import config_lib, costs
@@ -80,13 +81,22 @@ def _spread(values: list[float]) -> dict:
   return {"mean": min(max(statistics.fmean(values), lo), hi), "min": lo, "max": hi}
 
 
+def _in_order(key: tuple[str, str]) -> tuple:
+  """(curve, point) with the point's numbers read as numbers: N2_L300 before N16_L300,
+  D4_E0.5 before D4_E1."""
+  curve, point = key
+  parts = re.split(r"(\d+(?:\.\d+)?)", point)
+  return curve, [float(part) if i % 2 else part for i, part in enumerate(parts)]
+
+
 def points(runs: list[dict]) -> list[dict]:
-  """One point per (curve, point): its seeds' mean, min and max."""
+  """One point per (curve, point), curves by name and points by their numbers: its seeds'
+  mean, min and max."""
   groups: dict[tuple, list] = {}
   for r in runs:
     groups.setdefault((r["curve"], r["point"]), []).append(r)
   out = []
-  for (curve, point), rs in sorted(groups.items()):
+  for (curve, point), rs in sorted(groups.items(), key=lambda item: _in_order(item[0])):
     out.append({
         "curve": curve, "point": point, "method": rs[0]["method"],
         "devices": rs[0]["devices"], "seeds": len(rs),

@@ -71,6 +71,18 @@ def test_spread_of_equal_values_has_no_negative_error_bar():
   assert spread["min"] <= spread["mean"] <= spread["max"]
 
 
+def test_points_are_in_the_order_of_their_numbers(tmp_path):
+  """N2 before N16, H50 before H300, E0.5 before E1 (the tables once read N16, N2, N32)."""
+  for point in ("N16_L300", "N2_L300", "N4_L300", "N8_L300", "N32_L300", "N64_L300"):
+    _write(tmp_path, "ensemble", point, 0, "ensemble", True, 100, 4e12, 10.0)
+  for point in ("D4_E1", "D4_E0.5", "D4_E0.25", "D8_E0.5"):
+    _write(tmp_path, "dp_short_schedule", point, 0, "data_parallel", True, 100, 4e12, 10.0)
+  order = [(p["curve"], p["point"]) for p in report.points(report.load_runs(str(tmp_path)))]
+  assert order == [("dp_short_schedule", p) for p in ("D4_E0.25", "D4_E0.5", "D4_E1",
+                                                      "D8_E0.5")] + [
+      ("ensemble", f"N{n}_L300") for n in (2, 4, 8, 16, 32, 64)]
+
+
 def test_pareto_front():
   assert report.pareto([(1, 5), (2, 3), (3, 4), (4, 1)]) == [(1, 5), (2, 3), (4, 1)]
 
