@@ -188,14 +188,14 @@ def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(work
                            "tuning.json")) as f:
       tuned = json.load(f)["chosen"]["optim.learning_rate"]
     _, n8 = points[n8_point]
-    for name, (_, overrides) in points.items():
+    for name, (variant, overrides) in points.items():
       assert overrides["optim.learning_rate"] == tuned, (curve, name)
       assert overrides["tune.factors"] == (1.0,)
       assert overrides["method.steps_per_worker"] == n8["method.steps_per_worker"], name
+      # every point is a valid config
+      config_lib.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
     _, full = configs.sweep_grid("full")[curve][n8_point]
     assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
-    for variant, overrides in points.values():  # every point is a valid config
-      config_lib.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
 
 
 def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monkeypatch,
