@@ -89,8 +89,9 @@ def collective_time(kind: str, operand_bytes: float, group_size: int,
 
 
 # The units a program's calls are counted in, and how many of each the model at a given
-# step needed (`units_to`).
-UNITS = ("step", "eval", "sync", "run")
+# step needed (`units_to`). An `unsynced_eval` is an eval at a step no outer step preceded:
+# DiLoCo's model there needs an outer step of its own (at a sync step, the sync's serves).
+UNITS = ("step", "eval", "unsynced_eval", "sync", "run")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,12 +188,14 @@ def recorded_communication(results: dict) -> Communication | None:
 
 def units_to(steps: int, results: dict) -> dict[str, int]:
   """How many of each unit the model at `steps` needed: its steps; the evals up to and at
-  `steps` (each decides whether to stop); the outer steps before it (the one at `steps`
-  comes after that step's eval, which scored the model without it); the run, once."""
-  return {"step": steps,
-          "eval": sum(1 for h in results.get("history", []) if h["step"] <= steps),
-          "sync": sum(1 for s in results.get("syncs", []) if s < steps),
-          "run": 1}
+  `steps` (each decides whether to stop), and those of them at a step without an outer
+  step before it; the outer steps before `steps` (the one at `steps` comes after that
+  step's eval, which scored the model without it: an unsynced eval); the run, once."""
+  synced = {s for s in results.get("syncs", []) if s < steps}
+  evals = [h["step"] for h in results.get("history", []) if h["step"] <= steps]
+  return {"step": steps, "eval": len(evals),
+          "unsynced_eval": sum(1 for s in evals if s not in synced),
+          "sync": len(synced), "run": 1}
 
 
 @dataclasses.dataclass

@@ -81,7 +81,7 @@ class Point:
   pool_s: float = 0.0
   batch_per_device: int = 0  # examples (windows) one device or worker steps on
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
-  units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, sync
+  units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
   seeds: int = 1  # the seed runs averaged into `steps` (or their median's, critical batch)
 
   def communication_s(self, link: costs.Interconnect) -> float:
@@ -126,8 +126,9 @@ def load_points(results_dir: str) -> list[Point]:
         batch_per_device=r["config"]["train"]["batch_size"] // (
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
-        units=tuple((u, statistics.fmean(m["units_to_target"][u] for m in modelled))
-                    for u in ("eval", "sync")),
+        units=tuple((u, statistics.fmean(costs.units_to(x["target"]["reached_step"], x)[u]
+                                         for x in runs))
+                    for u in ("eval", "unsynced_eval", "sync")),
         seeds=len(runs)))
   return points
 

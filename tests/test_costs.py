@@ -79,7 +79,8 @@ def test_summary_prices_each_collective_by_its_unit():
   m = s["modelled"]
   # to step 60: 60 steps, the evals at 20, 40 and 60, the outer steps at 20 and 40 (the one
   # at 60 follows that step's eval), the run once
-  assert m["units_to_target"] == {"step": 60, "eval": 3, "sync": 2, "run": 1}
+  assert m["units_to_target"] == {"step": 60, "eval": 3, "unsynced_eval": 1, "sync": 2,
+                                  "run": 1}
   t = costs.collective_time
   comm_s = (60 * (t("all-reduce", 4e6, 4, eth) + 20 * t("all-reduce", 256, 4, eth))
             + 3 * 2 * t("all-gather", 10_000, 4, eth) + 2 * t("all-reduce", 4e6, 4, eth)
@@ -100,6 +101,25 @@ def test_summary_prices_each_collective_by_its_unit():
                        costs.Communication((), "none"), devices=8)
   assert pool["modelled"]["critical_path_s"]["nvlink"] == pytest.approx(3.0 + 60 * 0.05)
   assert pool["measured"]["flops_to_target"] == 65e9 and pool["measured"]["flops"] == 105e9
+
+
+def test_an_outer_step_at_an_eval_is_charged_once():
+  """DiLoCo evaluates at every eval the model a stop would deploy: at a sync step, the
+  sync's own outer step. Its weight all-reduce is charged once there, not also for the
+  eval (regression: every eval was charged one besides the syncs')."""
+  eth = costs.INTERCONNECTS["eth10g"]
+  ring = costs.collective_time("all-reduce", 4e6, 4, eth)
+  comm = costs.Communication((
+      costs.ProgramCollective("deployable", "unsynced_eval", "all-reduce", 4_000_000, 4, 1),
+      costs.ProgramCollective("sync", "sync", "all-reduce", 4_000_000, 4, 1)), "hand-written")
+  # H = 40, evals every 20 steps, reached at 60: outer steps at 40 and (after its eval) 60.
+  results = _results("diloco", syncs=[40, 60])
+  m = costs.summary(results, comm, devices=4)["modelled"]
+  assert m["units_to_target"] == {"step": 60, "eval": 3, "unsynced_eval": 2, "sync": 1,
+                                  "run": 1}
+  # The run to step 60 all-reduces its workers' weights three times: for the evals at 20 and
+  # 60, and at the sync at 40, whose outer step the eval at 40 scores.
+  assert m["communication_s"]["eth10g"] == pytest.approx(3 * ring)
 
 
 def test_calibrated_device_step_replaces_the_host_estimate():

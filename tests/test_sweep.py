@@ -127,6 +127,12 @@ def test_recost_rewrites_cost_blocks_from_calibration(smoke_sweep):
   tuning = after["tuning"]["compute"]
   assert tuning["time_s"]["nvlink"] >= 1.5 * sum(
       r["steps_to_target"] or 4 for r in after["tuning"]["axes"][0]["runs"])
+  # One curve only: the other's runs keep their cost blocks.
+  calibration.write_text(json.dumps({**record, "step_time_s": 2.5}))
+  assert cost_vs_time.recost(CONFIG, str(tmp_path), "smoke", curves=["ensemble"]) == 2
+  assert json.loads(path.read_text())["cost"] == after["cost"]
+  ensemble = tmp_path / "ensemble" / "N8_L4" / "seed0" / "results.json"
+  assert json.loads(ensemble.read_text())["cost"]["modelled"]["device_step_time_s"] == 2.5
   calibration.write_text(timed)  # the shared sweep as it was
   cost_vs_time.recost(CONFIG, str(tmp_path), "smoke")
 

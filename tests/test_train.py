@@ -182,8 +182,10 @@ def test_diloco_few_steps(tmp_path):
   modelled = r["cost"]["modelled"]
   # Not reached: every step; the evals at 2 and 4; the outer step at 3 (the one at 4 comes
   # after its eval, which scored the deployable model: an outer step of its own).
-  assert modelled["units_to_target"] == {"step": 4, "eval": 2, "sync": 1, "run": 1}
-  assert {c["program"] for c in modelled["collectives"]} == {"eval", "deployable", "sync"}
+  assert modelled["units_to_target"] == {"step": 4, "eval": 2, "unsynced_eval": 2, "sync": 1,
+                                         "run": 1}
+  assert {(c["program"], c["per"]) for c in modelled["collectives"]} == {
+      ("eval", "eval"), ("deployable", "unsynced_eval"), ("sync", "sync")}
   weights = 4 * r["num_params_per_worker"]
   for program in ("sync", "deployable"):
     assert any(c["program"] == program and c["kind"] == "all-reduce" and c["bytes"] >= weights

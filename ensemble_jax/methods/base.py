@@ -26,7 +26,7 @@ class Program:
   """A jitted program a method runs, lowered for the method's mesh, and how often it runs:
   `costs` prices the collectives of its compiled HLO."""
   name: str  # how results.json names it: train_step, eval, sync, ...
-  per: str  # the unit `calls` counts in (costs.UNITS): step, eval, sync (outer step), run
+  per: str  # the unit `calls` counts in (costs.UNITS): step, eval, sync (outer step), ...
   calls: int  # calls per unit (an evaluation calls its program once per eval batch)
   lowered: jax.stages.Lowered
 

@@ -151,12 +151,14 @@ class DiLoCo(Ensemble):
     return sums
 
   def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
-    """The ensemble's step and eval, plus the outer step: at every eval the deployable
-    model's (the workers' weight all-reduce, the global model's BatchNorm statistics), at
-    every sync the same, broadcast back to the workers."""
+    """The ensemble's step and eval, plus the outer step: at every sync (broadcast back to
+    the workers), and at every eval no sync preceded at its step, the deployable model's
+    (the workers' weight all-reduce, the global model's BatchNorm statistics). At a sync
+    step the sync's outer step is the deployable model: one all-reduce, charged once (this
+    host computes it for the eval too, which the eval time holds)."""
     a = self._abstract_inputs(train_batch, eval_batch)
     return [*super().programs(train_batch, eval_batch, eval_batches),
-            Program("deployable", "eval", 1,
+            Program("deployable", "unsynced_eval", 1,
                     self._deployable.lower(a.state, a.weights_N, a.train)),
             Program("sync", "sync", 1, self.sync.lower(a.state, a.weights_N, a.train))]
 

@@ -180,6 +180,18 @@ def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
                      "rerun them under the current rules:\n  " + "\n  ".join(stale))
 
 
+def _grid_curves(module, grid: str, curves: list[str] | None) -> dict:
+  """The config module's `grid`, its `curves` only (None: every curve)."""
+  if not hasattr(module, "sweep_grid"):
+    raise SystemExit(f"error: {module.__file__} defines no sweep_grid(name); see "
+                     "experiments/configs/fashion_mnist.py for one")
+  grid_curves = module.sweep_grid(grid)
+  unknown = set(curves or ()) - set(grid_curves)
+  if unknown:
+    raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
+  return {curve: specs for curve, specs in grid_curves.items() if not curves or curve in curves}
+
+
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
         point_names: list[str] | None = None) -> dict[str, int]:
@@ -192,19 +204,13 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   compiled program)."""
   module = _load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
-  if not hasattr(module, "sweep_grid"):
-    raise SystemExit(f"error: {config_path} defines no sweep_grid(name); see "
-                     "experiments/configs/fashion_mnist.py for one")
-  grid_curves = module.sweep_grid(grid)
-  unknown = set(curves or ()) - set(grid_curves)
-  if unknown:
-    raise SystemExit(f"error: --curves {sorted(unknown)} not in the grid {sorted(grid_curves)}")
+  grid_curves = _grid_curves(module, grid, curves)
   points = {(curve, point): spec for curve, specs in grid_curves.items()
-            if not curves or curve in curves for point, spec in specs.items()}
+            for point, spec in specs.items()}
   names = {point for _, point in points}
   if set(point_names or ()) - names:
     raise SystemExit(f"error: --points {sorted(set(point_names) - names)} not in the curves "
-                     f"{sorted(curves or grid_curves)}: they have {sorted(names)}")
+                     f"{sorted(grid_curves)}: they have {sorted(names)}")
   points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):
@@ -292,10 +298,11 @@ def _finished(config, run_dir: str) -> dict | None:
 
 
 def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
-           calibration_dir: str | None = None) -> int:
-  """Recomputes every finished run's `cost` block (tuning runs too) with its point's
-  calibrated device step (after `recalibrate` re-times them all, e.g. on a quiet host),
-  and each point's tuning record from them; returns the runs updated.
+           calibration_dir: str | None = None, curves: list[str] | None = None) -> int:
+  """Recomputes every finished run's `cost` block (tuning runs too) of the grid's `curves`
+  (None: all) with its point's calibrated device step (after `recalibrate` re-times them
+  all, e.g. on a quiet host), and each point's tuning record from them; returns the seed
+  runs updated.
 
   The cost block is derived from results.json and the calibration, so this changes no
   measurement: only which device step time the modelled time axis uses. A run whose own
@@ -307,7 +314,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   if recalibrate:
     shutil.rmtree(calibration_dir, ignore_errors=True)
   updated = 0
-  for curve, points in module.sweep_grid(grid).items():
+  for curve, points in _grid_curves(module, grid, curves).items():
     for point, (variant, overrides) in points.items():
       config = _point_config(module, variant, overrides, 0, workdir)
       step_time = calibrate(config, calibration_dir)
@@ -349,7 +356,8 @@ def main(argv=None) -> int:
   args = sweeps.parse_args(p, argv)
   calibration_dir = args.calibration or None
   if args.recost:
-    n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir)
+    n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir,
+               [c for c in args.curves.split(",") if c] or None)
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
