@@ -113,6 +113,7 @@ def load_points(results_dir: str) -> list[Point]:
       raise SystemExit(f"error: {results_dir}/{curve}/{name} predates the compiled-collective "
                        "record (results.json cost.modelled.collectives); re-run its sweep")
     modelled = [x["cost"]["modelled"] for x in runs]
+    counts = [costs.units_to(x["target"]["reached_step"], x) for x in runs]
     devices = modelled[0]["devices"]
     points.append(Point(
         curve=curve, name=name, method=r["method"], devices=devices,
@@ -126,9 +127,9 @@ def load_points(results_dir: str) -> list[Point]:
         batch_per_device=r["config"]["train"]["batch_size"] // (
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
-        units=tuple((u, statistics.fmean(costs.units_to(x["target"]["reached_step"], x)[u]
-                                         for x in runs))
-                    for u in ("eval", "unsynced_eval", "sync")),
+        # steps and the run: the point's own (`Point.communication_s`)
+        units=tuple((u, statistics.fmean(c[u] for c in counts))
+                    for u in costs.UNITS if u not in ("step", "run")),
         seeds=len(runs)))
   return points
 
