@@ -9,18 +9,26 @@ from experiments.sweeps import critical_batch
 
 def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   # B = 16: 2 simulated devices of 8 (2 microbatches, the noise scale); the shared tuning
-  # rule (smoke: x1 and x2, no extension) on seed 0, the chosen rate on seed 1.
+  # rule (smoke: x1 and x2, no extension) on seed 0, the chosen rate on seed 1. B = 16's
+  # grid starts from the factor B = 8 chose, so B = 8 must be tuned: an error says so.
+  with pytest.raises(SystemExit, match="add 8 to --batches"):
+    critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke", batches=[16])
   first = critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke",
-                             batches=[16])
-  assert first == {"tuning_runs": 2, "trained": 1, "from_tuning": 1, "skipped": 0,
+                             batches=[8, 16])
+  assert first == {"tuning_runs": 4, "trained": 2, "from_tuning": 2, "skipped": 0,
                    "diverged": 0}
-  (row,) = json.loads((tmp_path / "summary.json").read_text())["rows"]
+  small = json.loads((tmp_path / "B8" / "tuning.json").read_text())
+  assert "warm_start_from_batch" not in small and "warm-start" not in small["rule"]
+  (_, row) = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert row["batch"] == 16 and row["devices"] == row["microbatches"] == 2
   assert row["seeds"] == 2 and row["lr_factor"] in (1.0, 2.0) and row["tuning_runs"] == 2
   # the projection charges a DP point's evals: known wherever its steps to target are
   assert (row["evals_to_target"] is None) == (row["median_steps"] is None)
   record = json.loads((tmp_path / "B16" / "tuning.json").read_text())
   assert sorted(r["factor"] for r in record["axes"][0]["runs"]) == [1.0, 2.0]
+  assert record["warm_start_from_batch"] == 8 and "warm-start" in record["rule"]
+  assert record["axes"][0]["warm_start_factor"] == pytest.approx(
+      small["axes"][0]["chosen"] / small["axes"][0]["base"])
   seed0 = json.loads((tmp_path / "B16" / "seed0" / "results.json").read_text())
   chosen = json.loads((tmp_path / "B16" / record["chosen_run"] / "results.json").read_text())
   assert seed0["history"] == chosen["history"] and seed0["tuning"] == record  # not retrained
@@ -29,8 +37,8 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
       record["chosen"]["optim.learning_rate"]
   assert seed0["config"]["train"]["noise_scale"] and seed0["noise_scale"]["steps"] > 0
   again = critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke",
-                             batches=[16])
-  assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 2,
+                             batches=[8, 16])
+  assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 4,
                    "diverged": 0}
   assert "| 16 | 2 |" in (tmp_path / "table.md").read_text()
   assert (tmp_path / "critical_batch.png").stat().st_size > 0
@@ -38,11 +46,12 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   for seed in (0, 1):
     shutil.rmtree(tmp_path / "B16" / f"seed{seed}")
   assert critical_batch.main(["--grid=smoke", f"--workdir={tmp_path}", "--report_only"]) == 0
-  (partial,) = json.loads((tmp_path / "summary.json").read_text())["rows"]
+  (_, partial) = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert partial["seeds"] == 1
   assert partial["steps_to_target"] == {"0": critical_batch._steps_to_target(chosen)}
   assert not (tmp_path / "B16" / "seed0").exists()  # read, not trained or copied
   # A sweep over some B reports every B finished under the workdir, not only its own.
+  shutil.rmtree(tmp_path / "B8")
   critical_batch.run("fashion", str(tmp_path), seeds=[0], grid="smoke", batches=[8])
   rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert [r["batch"] for r in rows] == [8, 16]

@@ -145,3 +145,59 @@ def test_the_report_reads_the_tuning_record_budget_and_resolution(tmp_path):
   assert row["tuning"]["runs"] == 3 and row["tuning"]["flops"] == record["compute"]["flops"]
   assert row["tuning"]["time_s"] == record["compute"]["time_s"]
   assert not row["tuning"]["at_edge"]
+
+
+def test_a_warm_start_reaches_an_optimum_the_flat_grid_hides():
+  # The docs at B = 2,048 (measured): x1/2 and x1 took 260 and 240 steps, a flat, noisy
+  # stretch where x1 is an interior best, while B = 1,024's choice x1/4 took 124 steps.
+  steps = {0.125: 130, 0.25: 124, 0.5: 260, 1.0: 240, 2.0: 280}
+  trap = lambda: FakeTrain(best=BASE, steps=lambda lr: steps[round(lr / BASE, 4)])
+  plain, _ = _tune(trap())
+  assert plain.optim.learning_rate == pytest.approx(BASE)  # the plain rule stops at x1
+  fake = trap()
+  chosen, record = tuning.tune(_config(), "/point", fake,
+                               warm_start={"optim.learning_rate": 0.25000000000000006})
+  assert chosen.optim.learning_rate == pytest.approx(BASE / 4)
+  axis = record["axes"][0]
+  assert axis["warm_start_factor"] == 0.25  # snapped onto the grid value it names
+  # the warm start is best at the low edge: extended once, to x1/8, which confirms it
+  assert [r["factor"] for r in axis["runs"]] == pytest.approx([1 / 8, 1 / 4, 0.5, 1, 2])
+  assert axis["extensions"] == {"low": 1, "high": 0} and not axis["at_edge"]
+  assert len(fake.dirs) == len(set(fake.dirs)) == 5
+  assert record["rule"] == tuning.RULE + tuning.WARM_START_RULE
+  # a warm start already on the grid adds nothing
+  on_grid = FakeTrain(best=BASE)
+  _, record = tuning.tune(_config(), "/point", on_grid, warm_start={"optim.learning_rate": 2.0})
+  assert len(on_grid.dirs) == 3 and record["axes"][0]["warm_start_factor"] == 2.0
+  with pytest.raises(ValueError, match="not tuned fields"):
+    tuning.tune(_config(), "/point", FakeTrain(best=BASE), warm_start={"optim.momentum": 1.0})
+
+
+def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
+  import json
+
+  import ml_collections
+
+  chosen = _config()
+  chosen.optim.learning_rate = BASE / 4
+
+  def seed_run(name, lr):
+    config = _config()
+    config.optim.learning_rate = lr
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps({"config": config.to_dict()}))
+    return run_dir
+
+  current = seed_run("seed1", BASE / 4)
+  tuning._set_aside_if_stale(str(current), chosen)
+  assert (current / "results.json").exists()  # trained at the chosen rate: kept in place
+  stale = seed_run("seed2", BASE)
+  tuning._set_aside_if_stale(str(stale), chosen)
+  assert not stale.exists()
+  aside = tmp_path / "superseded" / "seed2-lr0.003"
+  kept = json.loads((aside / "results.json").read_text())
+  assert ml_collections.ConfigDict(kept["config"]).optim.learning_rate == BASE
+  seed_run("seed2", BASE)  # superseded twice at the same rate: both kept
+  tuning._set_aside_if_stale(str(stale), chosen)
+  assert (tmp_path / "superseded" / "seed2-lr0.003.1" / "results.json").exists()

@@ -19,7 +19,14 @@ more (large batches need a floor of steps), warm-up a fixed fraction of it, an e
 1% of it (every step at most), `train.stop_at_target` on. The learning rate is tuned per B
 by the cost-vs-time sweep's one rule (`experiments/sweeps/tuning.py`, the config's `tune`:
 x{1/2, 1, 2} the workload's scaled rate on seed 0, extended while the best sits at an
-edge; fewest steps to target wins), tuning-before-seeds and seeds outermost as there.
+edge; fewest steps to target wins), tuning-before-seeds and seeds outermost as there, with
+one warm start: B's first grid also holds the factor the next smaller B chose. The
+configured rate grows as sqrt(B), which past the critical batch overshoots (measured, the
+docs at B = 2,048: x1/2 and x1 took 260 and 240 steps, where B = 1,024 reached the target
+in 124 at x1/4, a factor the plain grid never tries), and the steps-vs-rate curve is too
+flat and noisy up there for the edge rule alone to walk down to it. The warm start only
+adds runs, so DP is tuned at least as well as by the plain rule. A seed run trained at
+other values than a retuned point's choice moves to `B<B>/superseded/` and runs again.
 Runs live in `<workdir>/B<B>/tune/lr<value>/` (tuning, seed 0) and `<workdir>/B<B>/seed<k>/`
 (seed 0's is the chosen tuning run, copied); `B<B>/tuning.json` records the grid, the
 choice and the tuning compute. A run whose results.json exists is read back, a
@@ -149,17 +156,40 @@ def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
       raise SystemExit(f"error: batch {b} is not a multiple of the per-device {w.per_device}")
   counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
   tuned = {}
-  for batch in batches:  # every B tuned before any other seed trains
+  for batch in sorted(batches):  # every B tuned before any other seed trains, small B first
     base = point_config(w, batch, seed=0)
     base.seed = base.tune.seed
-    tuned[batch] = tuning.tune(base, _point_dir(workdir, batch), lambda c, run_dir:
-                               tuning.train_run(c, run_dir, counts, "tuning_runs"))
-    tuning.write_record(_point_dir(workdir, batch), tuned[batch][1])
+    previous, warm_start = _warm_start(workdir, w, batch, tuned)
+    chosen, record = tuning.tune(base, _point_dir(workdir, batch), lambda c, run_dir:
+                                 tuning.train_run(c, run_dir, counts, "tuning_runs"),
+                                 warm_start=warm_start)
+    if previous is not None:
+      record["warm_start_from_batch"] = previous
+    tuned[batch] = chosen, record
+    tuning.write_record(_point_dir(workdir, batch), record)
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
   write_report(summarize(workdir, w), workdir)  # every B finished there, not only these
   return counts
+
+
+def _warm_start(workdir: str, w: Workload, batch: int,
+                tuned: dict) -> tuple[int | None, dict[str, float]]:
+  """(B', {key: factor}): the next smaller batch B' of the workload and the factors of the
+  configured rates it chose, which B's first grid holds too (None, {} at the smallest B).
+  Read from this sweep's tuning or B''s tuning.json."""
+  smaller = [b for b in w.batches if b < batch]
+  if not smaller:
+    return None, {}
+  previous = max(smaller)
+  record = (tuned[previous][1] if previous in tuned else
+            _load(os.path.join(_point_dir(workdir, previous), tuning.TUNING_FILE)))
+  if record is None:
+    raise SystemExit(f"error: B = {batch}'s tuning starts from the rate B = {previous} chose, "
+                     f"and {_point_dir(workdir, previous)} has no {tuning.TUNING_FILE}: add "
+                     f"{previous} to --batches (its finished runs are read back, not retrained)")
+  return previous, {a["key"]: a["chosen"] / a["base"] for a in record["axes"]}
 
 
 def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
@@ -231,7 +261,7 @@ def summarize(workdir: str, w: Workload) -> dict:
   noise = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
   target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
             else "")
-  return {"target": target, "tuning_rule": tuning.RULE,
+  return {"target": target, "tuning_rule": tuning.RULE + tuning.WARM_START_RULE,
           "per_device": w.per_device, "rows": rows,
           "fit": fit_critical_batch(measured),
           "b_simple": statistics.median(noise) if noise else None,

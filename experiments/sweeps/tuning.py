@@ -7,7 +7,10 @@ value tried, one more run at that value / or x `tune.extend`, at most
 `tune.max_extensions` times per edge. The best run reaches the target in the fewest steps;
 among runs tied in steps, and among runs that never reach it, the better final metric
 wins; a diverged run loses to every other; of equals, the smaller value wins. The next key
-is tuned from the chosen values of the previous ones.
+is tuned from the chosen values of the previous ones. A caller may pass a warm start, a
+factor per key that the first grid holds too (the critical-batch sweep: the factor the next
+smaller batch chose, since past the critical batch the configured batch-scaled rate
+overshoots); the rule then goes on as above, so it can only choose a run at least as good.
 
 A run lives in `<point_dir>/tune/<name>/`, named by every tuned value (`lr0.003`,
 `lr0.003_outer_lr0.7`), so a run two keys share is trained once. The chosen run is the
@@ -37,6 +40,8 @@ RULE = ("per key in turn, on seed tune.seed: factors x the configured value, ext
         "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
         "best = fewest steps to target, then the better final metric (also for runs that "
         "never reach it); a diverged run loses; of equals the smaller value")
+WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
+                   "next smaller batch chose)")
 
 
 def run_name(config) -> str:
@@ -67,11 +72,17 @@ def _with(config, key: str, value: float):
   return c
 
 
-def tune(config: ml_collections.ConfigDict, point_dir: str,
-         train: TrainFn) -> tuple[ml_collections.ConfigDict, dict]:
+def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
+         warm_start: dict[str, float] | None = None) -> tuple[ml_collections.ConfigDict, dict]:
   """Runs the rule on `config` (the point at seed tune.seed) through `train`; returns the
-  config at the chosen values and the record (`tuning.json`, results.json `tuning`)."""
+  config at the chosen values and the record (`tuning.json`, results.json `tuning`).
+  `warm_start`: {key: factor of the configured value} added to that key's first grid."""
   t = config.tune
+  # a ratio of two rates (e.g. 0.00075 / 0.003 = 0.25000000000000006): snapped, so that it
+  # lands on the grid value it names
+  warm_start = {k: float(f"{f:.12g}") for k, f in (warm_start or {}).items()}
+  if unknown := set(warm_start) - set(t.fields):
+    raise ValueError(f"warm_start keys {sorted(unknown)} are not tuned fields {list(t.fields)}")
   runs: dict[str, dict | None] = {}  # run name -> results (None: diverged)
   axes, chosen = [], config
 
@@ -83,7 +94,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str,
 
   for key in t.fields:
     base = config_lib.get(chosen, key)
-    values = sorted(base * f for f in t.factors)
+    factors = set(t.factors) | ({warm_start[key]} if key in warm_start else set())
+    values = sorted(base * f for f in factors)
     extensions = {"low": 0, "high": 0}
     while True:
       ranked = sorted(values, key=lambda v: (rank(result(_with(chosen, key, v))), v))
@@ -98,6 +110,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str,
         break
     axes.append({
         "key": key, "base": base, "chosen": best, "extensions": extensions,
+        **({"warm_start_factor": warm_start[key]} if key in warm_start else {}),
         # the best at an edge once the extensions ran out: the optimum may lie beyond
         "at_edge": len(values) > 1 and best in (values[0], values[-1]),
         "runs": [_row(run_name(_with(chosen, key, v)), v, base,
@@ -105,8 +118,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str,
     })
     chosen = _with(chosen, key, best)
   record = {
-      "rule": RULE, "seed": t.seed, "factors": list(t.factors), "extend": t.extend,
-      "max_extensions": t.max_extensions, "axes": axes,
+      "rule": RULE + (WARM_START_RULE if warm_start else ""), "seed": t.seed,
+      "factors": list(t.factors), "extend": t.extend, "max_extensions": t.max_extensions,
+      "axes": axes,
       "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
       "chosen_run": os.path.join("tune", run_name(chosen)),
       "peak_learning_rate": optim.peak_learning_rate(chosen.optim, chosen.train.batch_size),
@@ -198,6 +212,7 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
     return
   run_dir = os.path.join(point_dir, f"seed{seed}")
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  _set_aside_if_stale(run_dir, chosen)
   if os.path.exists(path):
     counts["skipped"] += 1
   elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
@@ -210,6 +225,29 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
     train_run(config, run_dir, counts, "trained", pool_config)
   if os.path.exists(path):
     attach(path, record)
+
+
+def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None:
+  """A finished seed run at other tuned values than `chosen` (the point was tuned again, e.g.
+  under a wider grid) moves to `<point>/superseded/<seed dir>-<its run name>`: it is kept,
+  and the seed runs again at the chosen values."""
+  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    trained = ml_collections.ConfigDict(json.load(f)["config"])
+  if all(math.isclose(config_lib.get(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
+         for k in chosen.tune.fields):
+    return
+  point_dir, seed_dir = os.path.split(os.path.normpath(run_dir))
+  aside = os.path.join(point_dir, "superseded", f"{seed_dir}-{run_name(trained)}")
+  stem, k = aside, 1
+  while os.path.exists(aside):
+    aside, k = f"{stem}.{k}", k + 1
+  os.makedirs(os.path.dirname(aside), exist_ok=True)
+  shutil.move(run_dir, aside)
+  print(f"sweep: {run_dir} was trained at {run_name(trained)}, not the chosen "
+        f"{run_name(chosen)}: moved to {aside}; it runs again")
 
 
 def attach(path: str, record: dict) -> None:
