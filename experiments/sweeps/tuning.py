@@ -231,11 +231,10 @@ def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None
   """A finished seed run at other tuned values than `chosen` (the point was tuned again, e.g.
   under a wider grid) moves to `<point>/superseded/<seed dir>-<its run name>`: it is kept,
   and the seed runs again at the chosen values."""
-  path = os.path.join(run_dir, run_lib.RESULTS_FILE)
-  if not os.path.exists(path):
+  _, results = read_run(run_dir)
+  if results is None:  # not finished (or diverged): nothing was counted
     return
-  with open(path) as f:
-    trained = ml_collections.ConfigDict(json.load(f)["config"])
+  trained = ml_collections.ConfigDict(results["config"])
   if all(math.isclose(config_lib.get(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
          for k in chosen.tune.fields):
     return
