@@ -71,6 +71,9 @@ def test_points_simulate_devices_as_microbatches():
   assert config.train.noise_scale and config.train.stop_at_target and config.seed == 2
   assert config.train.num_steps == 200  # the floor: 2 epochs would be 30 steps
   assert config.optim.warmup_fraction == 0.05 and config.eval.every_steps == 2
+  # a run cut off mid-way resumes from its last checkpoint, not from step 0 (the docs' B =
+  # 4,096 x2 run once lost 235 steps, 25 minutes here, to a session's end)
+  assert config.checkpoint.every_steps == 12
   one_device = critical_batch.point_config(w, 64, seed=0)  # one batch size: no noise scale
   assert one_device.train.microbatches == 1 and not one_device.train.noise_scale
   assert critical_batch.budget_steps(w, 64) == 1875  # 2 epochs of 60,000

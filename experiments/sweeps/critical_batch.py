@@ -67,6 +67,9 @@ class Workload:
   min_steps: int
   warmup_fraction: float = 0.05  # of the point's own budget
   evals_per_budget: int = 100  # an eval every budget / this steps (at least every step)
+  # a checkpoint every budget / this steps: a run cut off (a session's end, SIGKILL) loses at
+  # most that much (docs B = 8,192: 25 steps, ~5 minutes here)
+  checkpoints_per_budget: int = 16
   tune: tuple = ()  # (config key, value) overrides of the config's `tune`
 
 
@@ -88,7 +91,7 @@ WORKLOADS = {
 }
 # The sweep's own test: seconds on 8 fake CPU devices (fashion_mnist.py `smoke`).
 SMOKE = Workload("experiments.configs.fashion_mnist", "smoke", 8, (8, 16), budget_examples=32,
-                 min_steps=4, evals_per_budget=2,
+                 min_steps=4, evals_per_budget=2, checkpoints_per_budget=2,
                  tune=(("tune.factors", (1.0, 2.0)), ("tune.max_extensions", 0)))
 
 
@@ -118,6 +121,7 @@ def point_config(w: Workload, batch: int, seed: int):
   config.train.stop_at_target = True
   config.optim.warmup_fraction = w.warmup_fraction
   config.eval.every_steps = max(1, steps // w.evals_per_budget)
+  config.checkpoint.every_steps = max(1, steps // w.checkpoints_per_budget)
   # D devices split the eval batch too: the workload's, rounded up to a multiple of D (the
   # last batch is padded and masked, so the metrics are the same).
   config.eval.batch_size = math.ceil(config.eval.batch_size / devices) * devices
