@@ -147,6 +147,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.num_steps = 0
   c.train.num_epochs = 2.0
   c.train.stop_at_target = False  # steps-to-target runs: stop at the first eval reaching it
+  # > 0: stop after this step (with an eval there) though the schedule spans the whole
+  # budget: a tuning run that can no longer be chosen (tune.stop_losers). 0: off.
+  c.train.stop_at_step = 0
   c.train.init_from = ""  # a finished run's workdir: start from its weights (fresh optimizer)
   c.train.log_every_steps = 50
   c.train.timing_warmup_steps = 2  # steps excluded from the median step time
@@ -221,6 +224,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.tune.extend = 2.0
   c.tune.max_extensions = 2
   c.tune.seed = 0
+  # Once a run has reached the target, later runs stop (train.stop_at_step) at the first
+  # regular eval at or past its steps: by then one that has not reached it can no longer be
+  # chosen, so the choice is the one full runs would give, for less compute.
+  c.tune.stop_losers = False
 
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every_steps = 0  # 0: only at the end
@@ -240,9 +247,9 @@ def _flat(config, prefix=""):
 # results.json measures ('x.' covers a group). Everything else must match the checkpoints.
 FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_strategy",
                   "model.remat", "data.data_dir", "data.prefetch", "data.num_threads",
-                  "train.stop_at_target", "train.log_every_steps", "train.timing_warmup_steps",
-                  "eval.every_steps", "eval.batch_size", "distill.cache_dir", "checkpoint.",
-                  "distributed.", "cost.")
+                  "train.stop_at_target", "train.stop_at_step", "train.log_every_steps",
+                  "train.timing_warmup_steps", "eval.every_steps", "eval.batch_size",
+                  "distill.cache_dir", "checkpoint.", "distributed.", "cost.", "tune.")
 # Durations a resumed run may lengthen (extending the run). The steps before the extension
 # keep the learning-rate schedule of the shorter budget.
 EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
@@ -440,11 +447,10 @@ def _validate_schedule(config) -> None:
                 "optim.base_batch_size", "train.log_every_steps"):
     value = get(config, field)
     _need(value > 0, field, value, "must be > 0.")
-  for field in ("train.num_steps", "train.num_epochs", "eval.every_steps",
-                "eval.num_examples", "checkpoint.every_steps", "optim.learning_rate",
-                "optim.weight_decay", "optim.warmup_epochs", "optim.warmup_steps",
-                "data.train_examples",
-                "data.crop_padding"):
+  for field in ("train.num_steps", "train.num_epochs", "train.stop_at_step",
+                "eval.every_steps", "eval.num_examples", "checkpoint.every_steps",
+                "optim.learning_rate", "optim.weight_decay", "optim.warmup_epochs",
+                "optim.warmup_steps", "data.train_examples", "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
 

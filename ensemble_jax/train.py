@@ -371,7 +371,10 @@ def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | 
   if any(field in config_lib.EXTENSIBLE for field in changes):
     return None  # extended: train on
   steps = results.get("steps", 0)
-  spent = steps >= results.get("step_budget", steps)
+  limit = results.get("step_budget", steps)
+  if config.train.stop_at_step:  # stopped early on purpose: as far as this config goes
+    limit = min(limit, config.train.stop_at_step)
+  spent = steps >= limit
   if not (spent or config.train.stop_at_target and results.get("target", {}).get("reached")):
     return None  # stopped at its target, and this config does not stop there: train on
   if changes:
@@ -479,8 +482,8 @@ def _streams(config, s: Setup, pool: samplers.Pool):
 
 def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_batches,
            p: Progress, checkpointer, writer):
-  """Steps from `p.step` to the budget, the target (train.stop_at_target) or a preemption
-  notice; closes the checkpointer and the writer. Returns the final state.
+  """Steps from `p.step` to the budget, the target (train.stop_at_target), train.stop_at_step
+  or a preemption notice; closes the checkpointer and the writer. Returns the final state.
 
   A step's phases run in an order the methods rely on: the step, its metrics checked (a
   diverged worker is excluded before any eval or sync reads it), log, eval of the
@@ -491,8 +494,10 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   batches = train_batches.iterate(p.step, num_steps, config.data.prefetch,
                                   config.data.num_threads)
   stop_at_target = config.train.stop_at_target
-  # Steps-to-target runs stop at the first eval that reaches the target (or the budget).
-  end_step = p.step if stop_at_target and p.tracker.reached else num_steps
+  # Steps-to-target runs stop at the first eval that reaches the target (or the budget);
+  # train.stop_at_step ends a run early, its schedule unchanged.
+  end_step = (p.step if stop_at_target and p.tracker.reached
+              else min(num_steps, config.train.stop_at_step or num_steps))
   next_eval = _next_eval(config, s, p)
   bar = _progress_bar(p.step, num_steps, s.is_main)
   schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
@@ -517,7 +522,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
         _log(writer, bar, done, step_metrics, p.noise,
              {"train/learning_rate": float(schedule(step)),
               "train/steps_per_s": len(since) / max(sum(since), 1e-9)})
-      if done >= next_eval or done == num_steps:
+      if done >= next_eval or done == end_step:
         _evaluate(method, state, batch, done, eval_batches, p, writer)
         if snapshot is not None and too_coarse(p.tracker, config.eval):
           checkpointer.discard_after(snapshot.step)
@@ -527,7 +532,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       reached = stop_at_target and p.tracker.reached
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
-                                                      last=done == num_steps or reached))
+                                                      last=done == end_step or reached))
       p.chrono.lap()
       p.step = done
       if refine:
@@ -535,7 +540,7 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       record = p.record(method)
       stop = preemption.requested(done)
       with p.chrono.paused("checkpoint"):  # saving is not training
-        checkpointer.save(done, state, record, force=done == num_steps or stop or reached)
+        checkpointer.save(done, state, record, force=done == end_step or stop or reached)
       if stop and done < num_steps:
         message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
                    f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "

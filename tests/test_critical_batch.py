@@ -27,6 +27,7 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   record = json.loads((tmp_path / "B16" / "tuning.json").read_text())
   assert sorted(r["factor"] for r in record["axes"][0]["runs"]) == [1.0, 2.0]
   assert record["warm_start_from_batch"] == 8 and "warm-start" in record["rule"]
+  assert "stops" in record["rule"]  # tune.stop_losers
   assert record["axes"][0]["warm_start_factor"] == pytest.approx(
       small["axes"][0]["chosen"] / small["axes"][0]["base"])
   seed0 = json.loads((tmp_path / "B16" / "seed0" / "results.json").read_text())

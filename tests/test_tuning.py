@@ -173,6 +173,49 @@ def test_a_warm_start_reaches_an_optimum_the_flat_grid_hides():
     tuning.tune(_config(), "/point", FakeTrain(best=BASE), warm_start={"optim.momentum": 1.0})
 
 
+class StoppingFakeTrain(FakeTrain):
+  """FakeTrain that honours train.stop_at_step as the loop does: a run not at the target by
+  then ends there, short of it."""
+
+  def __call__(self, config, run_dir):
+    results = super().__call__(config, run_dir)
+    stop = config.train.stop_at_step
+    if results is not None and stop and results["steps"] > stop:
+      results = _results(None, results["final"]["accuracy"] - 0.01, self.budget)
+      results["steps"] = stop
+    if results is not None:
+      results["config"] = config.to_dict()
+    return results
+
+
+def test_stopping_losers_early_keeps_the_choice_for_less_compute():
+  # The docs at B = 4,096 (measured, seed 0): the warm start x1/8 took 124 steps, x1/2 256,
+  # x1 280; full runs would also train x2 and (x1/8 at the low edge) x1/16 to their ends.
+  steps = {0.0625: 196, 0.125: 124, 0.5: 256, 1.0: 280, 2.0: 330}
+  config = _config()
+  config.eval.every_steps = 4
+  warm = {"optim.learning_rate": 0.125}
+  full_fake = FakeTrain(best=BASE, steps=lambda lr: steps[round(lr / BASE, 4)])
+  full, full_record = tuning.tune(config, "/point", full_fake, warm_start=warm)
+  config.tune.stop_losers = True
+  fake = StoppingFakeTrain(best=BASE, steps=lambda lr: steps[round(lr / BASE, 4)])
+  chosen, record = tuning.tune(config, "/point", fake, warm_start=warm)
+  assert chosen.optim.learning_rate == full.optim.learning_rate == pytest.approx(BASE / 8)
+  assert fake.dirs[0] == os.path.join("/point", "tune", "lr0.000375")  # the warm start first
+  assert sorted(fake.dirs) == sorted(full_fake.dirs)  # the same grid and extension
+  stopped = {r["factor"]: r["stopped_at_step"] for r in record["axes"][0]["runs"]}
+  assert stopped == {0.0625: 124, 0.125: None, 0.5: 124, 1.0: 124, 2.0: 124}
+  assert record["compute"]["flops"] == 1e9 * 124 * 5
+  assert full_record["compute"]["flops"] == 1e9 * sum(steps.values())
+  assert record["rule"] == tuning.rule(True, True) and "stops" in record["rule"]
+  # a run that reaches the target by the stop is trained as in full: a tie stays a tie
+  steps[0.5] = 124
+  tie = StoppingFakeTrain(best=BASE, steps=lambda lr: steps[round(lr / BASE, 4)])
+  _, record = tuning.tune(config, "/point", tie, warm_start=warm)
+  row = {r["factor"]: r for r in record["axes"][0]["runs"]}[0.5]
+  assert row["steps_to_target"] == 124 and row["stopped_at_step"] is None
+
+
 def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
   import json
 

@@ -42,6 +42,10 @@ RULE = ("per key in turn, on seed tune.seed: factors x the configured value, ext
         "never reach it); a diverged run loses; of equals the smaller value")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
+STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at the "
+                    "first regular eval at or past the fewest steps so far (stopped_at_step): "
+                    "if it has not reached the target by then it cannot be chosen, so the "
+                    "choice is the one full runs would give")
 
 
 def run_name(config) -> str:
@@ -89,6 +93,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   def result(c):
     name = run_name(c)
     if name not in runs:
+      if t.stop_losers:
+        c = _stopped_at_best(c, runs.values())
       runs[name] = train(c, os.path.join(point_dir, "tune", name))
     return runs[name]
 
@@ -96,6 +102,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     base = config_lib.get(chosen, key)
     factors = set(t.factors) | ({warm_start[key]} if key in warm_start else set())
     values = sorted(base * f for f in factors)
+    if t.stop_losers and key in warm_start:  # the likeliest best first: it stops the others
+      result(_with(chosen, key, base * warm_start[key]))
     extensions = {"low": 0, "high": 0}
     while True:
       ranked = sorted(values, key=lambda v: (rank(result(_with(chosen, key, v))), v))
@@ -118,7 +126,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     })
     chosen = _with(chosen, key, best)
   record = {
-      "rule": RULE + (WARM_START_RULE if warm_start else ""), "seed": t.seed,
+      "rule": rule(bool(warm_start), t.stop_losers), "seed": t.seed,
       "factors": list(t.factors), "extend": t.extend, "max_extensions": t.max_extensions,
       "axes": axes,
       "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
@@ -129,15 +137,38 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   return chosen, record
 
 
+def rule(warm_start: bool, stop_losers: bool) -> str:
+  return RULE + (WARM_START_RULE if warm_start else "") + (STOP_LOSERS_RULE if stop_losers
+                                                           else "")
+
+
+def _stopped_at_best(config, done) -> ml_collections.ConfigDict:
+  """`config` stopping at the first regular eval at or past the fewest steps to target of
+  the runs `done` (unchanged if none reached it). Its evals up to there are the full run's,
+  so it reaches the target by then exactly when the full run would."""
+  reached = [r["target"]["reached_step"] for r in done
+             if r is not None and r["target"]["reached"]]
+  every = config.eval.every_steps
+  if not reached or every <= 0:  # evals once per epoch: no regular grid to stop on
+    return config
+  c = copy.deepcopy(config)
+  c.train.stop_at_step = math.ceil(min(reached) / every) * every
+  return c
+
+
 def _row(name: str, value: float, base: float, results: dict | None) -> dict:
   if results is None:
     return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
             "diverged": True, "reached": False, "steps_to_target": None, "final": None}
   target = results["target"]
+  stop = results["config"]["train"].get("stop_at_step", 0) if "config" in results else 0
   return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
           "diverged": False, "reached": bool(target["reached"]),
           "steps_to_target": target["reached_step"] if target["reached"] else None,
           "step_budget": results.get("step_budget"),
+          # a run stopped early (tune.stop_losers) short of the target: it lost by then
+          "stopped_at_step": (results["steps"] if stop and not target["reached"]
+                              and results["steps"] < results["step_budget"] else None),
           "final": results["final"].get(target["metric"])}
 
 
