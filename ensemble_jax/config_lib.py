@@ -147,7 +147,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.train.num_steps = 0
   c.train.num_epochs = 2.0
   c.train.stop_at_target = False  # steps-to-target runs: stop at the first eval reaching it
-  # > 0: stop after this step (with an eval there) though the schedule spans the whole
+  # > 0: stop at the first eval at or past this step, though the schedule spans the whole
   # budget: a tuning run that can no longer be chosen (tune.stop_losers). 0: off.
   c.train.stop_at_step = 0
   c.train.init_from = ""  # a finished run's workdir: start from its weights (fresh optimizer)
@@ -224,9 +224,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.tune.extend = 2.0
   c.tune.max_extensions = 2
   c.tune.seed = 0
-  # Once a run has reached the target, later runs stop (train.stop_at_step) at the first
-  # regular eval at or past its steps: by then one that has not reached it can no longer be
-  # chosen, so the choice is the one full runs would give, for less compute.
+  # Once a run has reached the target, later runs stop (train.stop_at_step) at their first
+  # eval at or past its steps: one that has not reached it by then can no longer be chosen,
+  # so the choice is the one full runs would give, for less compute.
   c.tune.stop_losers = False
 
   c.checkpoint = ml_collections.ConfigDict()

@@ -495,9 +495,12 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
                                   config.data.num_threads)
   stop_at_target = config.train.stop_at_target
   # Steps-to-target runs stop at the first eval that reaches the target (or the budget);
-  # train.stop_at_step ends a run early, its schedule unchanged.
-  end_step = (p.step if stop_at_target and p.tracker.reached
-              else min(num_steps, config.train.stop_at_step or num_steps))
+  # train.stop_at_step: any run at its first eval at or past that step (its evals are the
+  # full run's up to there; the schedule stays the budget's).
+  stop_at_step = config.train.stop_at_step or num_steps + 1
+  last_eval = p.history[-1]["step"] if p.history else 0
+  ended = stop_at_target and p.tracker.reached or last_eval == p.step >= stop_at_step
+  end_step = p.step if ended else num_steps
   next_eval = _next_eval(config, s, p)
   bar = _progress_bar(p.step, num_steps, s.is_main)
   schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
@@ -522,7 +525,8 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
         _log(writer, bar, done, step_metrics, p.noise,
              {"train/learning_rate": float(schedule(step)),
               "train/steps_per_s": len(since) / max(sum(since), 1e-9)})
-      if done >= next_eval or done == end_step:
+      evaluated = done >= next_eval or done == num_steps
+      if evaluated:
         _evaluate(method, state, batch, done, eval_batches, p, writer)
         if snapshot is not None and too_coarse(p.tracker, config.eval):
           checkpointer.discard_after(snapshot.step)
@@ -530,9 +534,11 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
                                        train_batches, eval_batches, p, writer)
         next_eval = _next_eval(config, s, p)
       reached = stop_at_target and p.tracker.reached
+      early = evaluated and done >= stop_at_step and not reached  # an early end, here
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
-                                                      last=done == end_step or reached))
+                                                      last=done == num_steps or reached
+                                                      or early))
       p.chrono.lap()
       p.step = done
       if refine:
@@ -540,7 +546,8 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       record = p.record(method)
       stop = preemption.requested(done)
       with p.chrono.paused("checkpoint"):  # saving is not training
-        checkpointer.save(done, state, record, force=done == end_step or stop or reached)
+        checkpointer.save(done, state, record,
+                          force=done == num_steps or stop or reached or early)
       if stop and done < num_steps:
         message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
                    f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
@@ -550,6 +557,10 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
       if reached:
         logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
                      p.tracker.metric, p.tracker.value, done)
+        break
+      if early:
+        logging.info("stopping at step %d, the first eval at or past train.stop_at_step=%d",
+                     done, stop_at_step)
         break
   finally:  # also on preemption or divergence: finish pending saves, restore SIGTERM
     bar.close()

@@ -203,19 +203,19 @@ def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(smoke_con
 
 
 def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(smoke_config, tmp_path):
-  """A tuning run that can no longer be chosen stops early (tune.stop_losers): up to there it
-  is the full run (its schedule spans the whole budget), it evaluates where it stops, and a
-  rerun of the same config reads it back."""
+  """A tuning run that can no longer be chosen stops early (tune.stop_losers) at its first
+  eval at or past train.stop_at_step: up to there it is the full run (its schedule spans the
+  whole budget, its evals are the same), and a rerun of the same config reads it back."""
   full = run.train_and_evaluate(smoke_config, str(tmp_path / "full"))
-  smoke_config.train.stop_at_step = 3  # off the eval grid (every 2 steps): an eval there too
+  smoke_config.train.stop_at_step = 1  # evals every 2 steps: it stops at step 2's, adding none
   r = run.train_and_evaluate(smoke_config, str(tmp_path / "stopped"))
-  assert r["steps"] == 3 and r["step_budget"] == 4
+  assert r["steps"] == 2 and r["step_budget"] == 4
   metrics = lambda h: {k: v for k, v in h.items() if not k.endswith("time_s")}
-  assert [h["step"] for h in r["history"]] == [2, 3]
+  assert [h["step"] for h in r["history"]] == [2]
   assert metrics(r["history"][0]) == metrics(full["history"][0])
   assert r["final"]["nll"] == r["history"][-1]["nll"] != full["final"]["nll"]
   again = run.train_and_evaluate(smoke_config, str(tmp_path / "stopped"))
-  assert again["steps"] == 3 and again["train_time_s"] == r["train_time_s"]  # read back
+  assert again["steps"] == 2 and again["train_time_s"] == r["train_time_s"]  # read back
 
 
 def test_init_from_starts_from_another_runs_weights(tmp_path, smoke_config):

@@ -193,7 +193,6 @@ def test_stopping_losers_early_keeps_the_choice_for_less_compute():
   # x1 280; full runs would also train x2 and (x1/8 at the low edge) x1/16 to their ends.
   steps = {0.0625: 196, 0.125: 124, 0.5: 256, 1.0: 280, 2.0: 330}
   config = _config()
-  config.eval.every_steps = 4
   warm = {"optim.learning_rate": 0.125}
   full_fake = FakeTrain(best=BASE, steps=lambda lr: steps[round(lr / BASE, 4)])
   full, full_record = tuning.tune(config, "/point", full_fake, warm_start=warm)

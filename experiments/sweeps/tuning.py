@@ -42,8 +42,8 @@ RULE = ("per key in turn, on seed tune.seed: factors x the configured value, ext
         "never reach it); a diverged run loses; of equals the smaller value")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
-STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at the "
-                    "first regular eval at or past the fewest steps so far (stopped_at_step): "
+STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
+                    "its first eval at or past the fewest steps so far (stopped_at_step): "
                     "if it has not reached the target by then it cannot be chosen, so the "
                     "choice is the one full runs would give")
 
@@ -143,16 +143,16 @@ def rule(warm_start: bool, stop_losers: bool) -> str:
 
 
 def _stopped_at_best(config, done) -> ml_collections.ConfigDict:
-  """`config` stopping at the first regular eval at or past the fewest steps to target of
-  the runs `done` (unchanged if none reached it). Its evals up to there are the full run's,
-  so it reaches the target by then exactly when the full run would."""
+  """`config` stopping at its first eval at or past the fewest steps to target of the runs
+  `done` (unchanged if none reached it). Its evals up to there are the full run's, so it
+  has reached the target by then exactly when the full run would (and then stops there, as
+  the full run does); if not, the full run reaches it later or never: it loses."""
   reached = [r["target"]["reached_step"] for r in done
              if r is not None and r["target"]["reached"]]
-  every = config.eval.every_steps
-  if not reached or every <= 0:  # evals once per epoch: no regular grid to stop on
+  if not reached:
     return config
   c = copy.deepcopy(config)
-  c.train.stop_at_step = math.ceil(min(reached) / every) * every
+  c.train.stop_at_step = min(reached)
   return c
 
 
