@@ -90,11 +90,13 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   runs: dict[str, dict | None] = {}  # run name -> results (None: diverged)
   axes, chosen = [], config
 
-  def result(c):
+  def result(c, rivals=()):
+    """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals` (the run
+    names of its own grid: the choice is made among them)."""
     name = run_name(c)
     if name not in runs:
       if t.stop_losers:
-        c = _stopped_at_best(c, runs.values())
+        c = _stopped_at_best(c, [runs[n] for n in rivals if n in runs])
       runs[name] = train(c, os.path.join(point_dir, "tune", name))
     return runs[name]
 
@@ -106,7 +108,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       result(_with(chosen, key, base * warm_start[key]))
     extensions = {"low": 0, "high": 0}
     while True:
-      ranked = sorted(values, key=lambda v: (rank(result(_with(chosen, key, v))), v))
+      grid = {v: _with(chosen, key, v) for v in values}
+      rivals = [run_name(c) for c in grid.values()]
+      ranked = sorted(values, key=lambda v: (rank(result(grid[v], rivals)), v))
       best = ranked[0]
       if len(values) > 1 and best == values[0] and extensions["low"] < t.max_extensions:
         values.insert(0, values[0] / t.extend)
