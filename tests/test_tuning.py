@@ -215,6 +215,29 @@ def test_stopping_losers_early_keeps_the_choice_for_less_compute():
   assert row["steps_to_target"] == 124 and row["stopped_at_step"] is None
 
 
+def test_a_run_stopped_early_is_continued_when_a_later_bound_lies_beyond_it(tmp_path,
+                                                                           monkeypatch):
+  """Re-tuned under a later (larger) bound, e.g. another warm start, a run once stopped at 124
+  might yet reach the target before it: it is continued, not read back as a loser."""
+  import json
+
+  trained = []
+  monkeypatch.setattr(tuning.run_lib, "train_and_evaluate",
+                      lambda config, run_dir, pool_config=None: trained.append(
+                          config.train.stop_at_step) or {"continued": True})
+  stopped = _results(None, 0.8, budget=400)
+  stopped["steps"], stopped["config"] = 124, {"train": {"stop_at_step": 124}}
+  (tmp_path / "results.json").write_text(json.dumps(stopped))
+  config, counts = _config(), {"tuning_runs": 0}
+  for stop in (124, 100):  # the same or a nearer bound: still a loser, read back
+    config.train.stop_at_step = stop
+    assert tuning.train_run(config, str(tmp_path), counts, "tuning_runs") == stopped
+  for stop in (200, 0):  # a bound beyond it, or none: trained on
+    config.train.stop_at_step = stop
+    assert tuning.train_run(config, str(tmp_path), counts, "tuning_runs") == {"continued": True}
+  assert trained == [200, 0] and counts["tuning_runs"] == 2
+
+
 def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
   import json
 

@@ -216,9 +216,10 @@ def train_run(config, run_dir: str, counts: dict, what: str,
               pool_config=None) -> dict | None:
   """The run's results, trained unless finished (`counts[what]` += 1 when trained); None
   when it diverged (recorded in `diverged.json`, so that a resumed sweep does not train it
-  again; `counts['diverged']` += 1)."""
+  again; `counts['diverged']` += 1). A run stopped early (tune.stop_losers) before the step
+  `config` stops at is continued: under a later bound it might yet win."""
   finished, results = read_run(run_dir)
-  if finished:
+  if finished and not _stopped_before(results, config.train.stop_at_step):
     return results
   try:
     results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
@@ -229,6 +230,16 @@ def train_run(config, run_dir: str, counts: dict, what: str,
     results = None
   counts[what] += 1
   return results
+
+
+def _stopped_before(results: dict | None, stop_at_step: int) -> bool:
+  """Whether `results` is of a run stopped early short of the target, before the eval at or
+  past `stop_at_step` (0: no stop) where a run of this config would stop."""
+  if results is None or results["target"]["reached"]:
+    return False
+  stopped = results["config"]["train"].get("stop_at_step", 0)
+  return 0 < stopped and results["steps"] < results["step_budget"] and (
+      not stop_at_step or results["steps"] < stop_at_step)
 
 
 def write_record(point_dir: str, record: dict) -> None:
