@@ -190,7 +190,8 @@ class StoppingFakeTrain(FakeTrain):
 
 def test_stopping_losers_early_keeps_the_choice_for_less_compute():
   # The docs at B = 4,096 (measured, seed 0): the warm start x1/8 took 124 steps, x1/2 256,
-  # x1 280; full runs would also train x2 and (x1/8 at the low edge) x1/16 to their ends.
+  # x1 280; full runs would also train x2 and (x1/8 at the low edge) x1/16 to their ends
+  # (their 330 and 196 here are made up: those runs were stopped).
   steps = {0.0625: 196, 0.125: 124, 0.5: 256, 1.0: 280, 2.0: 330}
   config = _config()
   warm = {"optim.learning_rate": 0.125}

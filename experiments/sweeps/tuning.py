@@ -165,14 +165,11 @@ def _row(name: str, value: float, base: float, results: dict | None) -> dict:
     return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
             "diverged": True, "reached": False, "steps_to_target": None, "final": None}
   target = results["target"]
-  stop = results["config"]["train"].get("stop_at_step", 0) if "config" in results else 0
   return {"run": os.path.join("tune", name), "value": value, "factor": value / base,
           "diverged": False, "reached": bool(target["reached"]),
           "steps_to_target": target["reached_step"] if target["reached"] else None,
           "step_budget": results.get("step_budget"),
-          # a run stopped early (tune.stop_losers) short of the target: it lost by then
-          "stopped_at_step": (results["steps"] if stop and not target["reached"]
-                              and results["steps"] < results["step_budget"] else None),
+          "stopped_at_step": stopped_early(results),
           "final": results["final"].get(target["metric"])}
 
 
@@ -232,14 +229,21 @@ def train_run(config, run_dir: str, counts: dict, what: str,
   return results
 
 
-def _stopped_before(results: dict | None, stop_at_step: int) -> bool:
-  """Whether `results` is of a run stopped early short of the target, before the eval at or
-  past `stop_at_step` (0: no stop) where a run of this config would stop."""
+def stopped_early(results: dict | None) -> int | None:
+  """The step a run stopped at early (train.stop_at_step, tune.stop_losers), short of the
+  target and of its budget: it had lost by then. None for any other run."""
   if results is None or results["target"]["reached"]:
-    return False
-  stopped = results["config"]["train"].get("stop_at_step", 0)
-  return 0 < stopped and results["steps"] < results["step_budget"] and (
-      not stop_at_step or results["steps"] < stop_at_step)
+    return None
+  stop = results.get("config", {}).get("train", {}).get("stop_at_step", 0)
+  steps = results["steps"]
+  return steps if stop and steps < results["step_budget"] else None
+
+
+def _stopped_before(results: dict | None, stop_at_step: int) -> bool:
+  """Whether `results` is of a run stopped early before the eval at or past `stop_at_step`
+  (0: no stop) where a run of this config would stop."""
+  stopped = stopped_early(results)
+  return stopped is not None and (not stop_at_step or stopped < stop_at_step)
 
 
 def write_record(point_dir: str, record: dict) -> None:
