@@ -330,14 +330,70 @@ def table(runs: list[dict]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def plain_log_ticks(ax, axes: str = "xy") -> None:
+  """Label log axes 3, 10, 30 rather than 3x10^0: ticks at 1, 2, 5 times each power of
+  ten (more on a short range; every power of two on a base-2 axis), as plain numbers."""
+  from matplotlib import ticker
+
+  plain = ticker.FuncFormatter(lambda v, _: f"{v:,g}")
+  for name in axes:
+    axis = ax.xaxis if name == "x" else ax.yaxis
+    lo, hi = sorted(ax.get_xlim() if name == "x" else ax.get_ylim())
+    if axis.get_scale() != "log" or lo <= 0:
+      continue
+    if getattr(axis.get_transform(), "base", 10) == 2:
+      axis.set_major_locator(ticker.LogLocator(base=2))
+    else:
+      subs = ((1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0) if hi / lo < 5 else
+              (1.0, 2.0, 3.0, 5.0) if hi / lo < 30 else (1.0, 2.0, 5.0))
+      axis.set_major_locator(ticker.LogLocator(base=10, subs=subs))
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def label_points(ax, labels: list[tuple[float, float, str, str]], fontsize: float = 7) -> None:
+  """Write each (x, y, text, colour) beside its point, at the first of a few offsets where
+  it overlaps no label already placed and no other point (the first offset if none is
+  free)."""
+  fig = ax.figure
+  renderer = fig.canvas.get_renderer()
+  to_px = ax.transData.transform
+  dots = [to_px((x, y)) for x, y, _, _ in labels]
+  placed = []
+  for (x, y, text, color), (px, py) in zip(labels, dots):
+    best = None
+    for dx, dy, ha, va in ((4, 3, "left", "bottom"), (4, -3, "left", "top"),
+                           (-4, 3, "right", "bottom"), (-4, -3, "right", "top"),
+                           (0, 7, "center", "bottom"), (0, -7, "center", "top")):
+      note = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points",
+                         ha=ha, va=va, fontsize=fontsize, color=color,
+                         bbox={"boxstyle": "square,pad=0.05", "fc": "white", "ec": "none",
+                               "alpha": 0.7})
+      box = note.get_window_extent(renderer).expanded(1.05, 1.1)
+      clear = (not any(box.overlaps(b) for b in placed)
+               and not any(box.contains(qx, qy) for qx, qy in dots if (qx, qy) != (px, py)))
+      if clear or best is None:
+        if best is not None:
+          best[0].remove()
+        best = (note, box)
+      else:
+        note.remove()
+      if clear:
+        break
+    placed.append(best[1])
+
+
 def plot(runs: list[dict], path: str, preset: str) -> None:
+  """Compute vs time to the target, one colour per curve, each point labelled with its
+  name; the strongest baseline's frontier drawn, and the region it beats shaded."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   pts = points(runs)
-  fig, ax = plt.subplots(figsize=(6.5, 4.8))
+  fig, ax = plt.subplots(figsize=(8.6, 5.2))
+  labels = []
   for i, curve in enumerate(sorted({p["curve"] for p in pts})):
     color, mine = f"C{i}", [p for p in pts if p["curve"] == curve]
     for p in mine:
@@ -348,23 +404,38 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
                   yerr=[[(c["mean"] - c["min"]) / 1e12], [(c["max"] - c["mean"]) / 1e12]],
                   fmt="o", color=color, mfc=color if full else "none", ms=5, capsize=2,
                   label=curve if p is mine[0] else None)
+      labels.append((t["mean"], c["mean"] / 1e12, p["point"], color))
     front = pareto([(p["time_s"][preset]["mean"], p["flops"]["mean"]) for p in mine
                     if p["reached"] == p["seeds"]])
     ax.plot([f[0] for f in front], [f[1] / 1e12 for f in front], color=color, lw=1)
-  base = pareto([(t, c) for t, c, _ in _reached(pts, baseline_curves(pts), preset)])
-  if base:  # the strongest baseline: the frontier of every single-model curve's points
-    ax.step([t for t, _ in base], [c / 1e12 for _, c in base], where="post", color="k",
-            ls="--", lw=1, label="strongest baseline (frontier)")
   ax.set_xscale("log")
   ax.set_yscale("log")
+  (left, right), (bottom, top) = ax.get_xlim(), ax.get_ylim()
+  right, top = right * 1.08, top * 1.15  # room for the labels of the outermost points
+  base = pareto([(t, c) for t, c, _ in _reached(pts, baseline_curves(pts), preset)])
+  if base:  # the strongest baseline: the frontier of every single-model curve's points
+    xs = [t for t, _ in base]
+    ys = [c / 1e12 for _, c in base]
+    ax.step(xs, ys, where="post", color="k", ls="--", lw=1.2,
+            label="strongest baseline (frontier)")
+    # every point up and to the right of the frontier is slower and costlier than a baseline
+    ax.fill_between(xs + [right], ys + [ys[-1]], top, step="post", color="0.5", alpha=0.12,
+                    lw=0, label="beaten by the strongest baseline")
+  ax.set_xlim(left, right)
+  ax.set_ylim(bottom, top)
+  plain_log_ticks(ax)
   ax.set_xlabel(f"time to target on D devices (s; modelled from measured steps, {preset})")
   ax.set_ylabel("training compute to target (TFLOPs, XLA)")
   targets = ", ".join(sorted({r["target"] for r in runs}))
+  seeds = sorted({p["seeds"] for p in pts})
+  spread = ("one seed per point" if seeds == [1] else
+            "mean and min-max over seeds")
   ax.set_title(f"cost vs time to {targets}; interconnect {preset}\n"
-               "mean and min-max over seeds; hollow: some seed missed the target",
+               f"{spread}; hollow: some seed missed the target; lower left is better",
                fontsize=9)
-  ax.legend(fontsize=8)
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
   fig.tight_layout()
+  label_points(ax, labels)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 

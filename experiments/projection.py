@@ -263,13 +263,18 @@ def table(rows: list[dict], title: str) -> str:
   return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[dict], path: str, title: str) -> None:
+def plot(rows: list[dict], path: str, title: str, labelled: str = "ib_xdr800") -> None:
+  """The two ratios vs D, one colour per method and one line style per preset; on the
+  time panel each `labelled` line names its method point wherever the point changes."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
+  from ensemble_jax import report
+
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.2), sharex=True)
+  labels = []
   for i, (m, preset) in enumerate(sorted({(r["method"], r["preset"]) for r in rows})):
     mine = [r for r in rows if r["method"] == m and r["preset"] == preset]
     style = {"color": f"C{sorted({r['method'] for r in rows}).index(m)}",
@@ -277,15 +282,23 @@ def plot(rows: list[dict], path: str, title: str) -> None:
     for ax, key in zip(axes, ("time_ratio", "compute_ratio")):
       ax.plot([r["devices"] for r in mine], [r[key] for r in mine], marker="o", ms=3,
               label=f"{m}, {preset}", **style)
+    if preset == labelled:
+      labels += [(r["devices"], r["time_ratio"], r["method_point"], style["color"])
+                 for j, r in enumerate(mine)
+                 if j == 0 or r["method_point"] != mine[j - 1]["method_point"]]
   for ax, what in zip(axes, ("time to target", "compute to target")):
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    report.plain_log_ticks(ax)
     ax.set_xlabel("devices D")
     ax.set_ylabel(f"strongest baseline / method, {what}")
-  axes[0].legend(fontsize=7)
+  axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+  if labels:
+    axes[0].set_title(f"labels: the method's point on {labelled}", fontsize=8)
   fig.suptitle(title + " (MODELLED from measured steps; > 1: the method wins)", fontsize=9)
   fig.tight_layout()
+  report.label_points(axes[0], labels)
   fig.savefig(path, dpi=110)
   plt.close(fig)
 

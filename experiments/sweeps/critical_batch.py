@@ -315,20 +315,27 @@ def table(summary: dict) -> str:
 
 
 def figure(summary: dict, path: str) -> None:
+  """Steps to target vs B on log-log axes, each point labelled with its device count."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  from ensemble_jax import report
+
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
+  labels = []
   if rows:
     bs = [r["batch"] for r in rows]
     med = [r["median_steps"] for r in rows]
     err = [[m - r["min_steps"] for m, r in zip(med, rows)],
            [r["max_steps"] - m for m, r in zip(med, rows)]]
+    seeds = max(r["seeds"] for r in rows)
     ax.errorbar(bs, med, yerr=err, fmt="o-", color="C0", capsize=3,
-                label="data-parallel (median, min-max over seeds)")
+                label="data-parallel (median, min-max over seeds)" if seeds > 1
+                else "data-parallel (one seed)")
+    labels = [(b, m, f"D{r['devices']}", "C0") for b, m, r in zip(bs, med, rows)]
     ax.plot(bs, [med[0] * bs[0] / b for b in bs], "--", color="gray",
             label="perfect scaling")
     if fit := summary["fit"]:
@@ -340,11 +347,13 @@ def figure(summary: dict, path: str) -> None:
                label=f"B_simple = {summary['b_simple']:.0f} (measured)")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
+  report.plain_log_ticks(ax)
   ax.set_xlabel(f"global batch B (D = B / {summary['per_device']} devices)")
   ax.set_ylabel("steps to target")
   ax.set_title(f"Data-parallel's critical batch ({summary['target']})")
   ax.legend(fontsize=8)
   fig.tight_layout()
+  report.label_points(ax, labels)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 
