@@ -39,12 +39,13 @@ def subprocess_env(devices: int, **extra: str) -> dict:
 
 
 def documented_results_fields() -> set[str]:
-  """The top-level results.json fields README.md's table documents (its first column)."""
+  """The top-level results.json fields docs/results_json.md's table documents (its first
+  column)."""
   import re
 
-  with open(os.path.join(REPO, "README.md")) as f:
+  with open(os.path.join(REPO, "docs", "results_json.md")) as f:
     text = f.read()
-  section = text[text.index("## What a run leaves in its workdir"):]
+  section = text[text.index("## results.json"):]
   section = section[:section.index("\n## ", 1)]
   rows = [line for line in section.splitlines() if line.strip().startswith("| `")]
   return {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
@@ -52,4 +53,4 @@ def documented_results_fields() -> set[str]:
 
 def assert_documented(results: dict) -> None:
   missing = set(results) - documented_results_fields()
-  assert not missing, f"results.json fields missing from README's table: {sorted(missing)}"
+  assert not missing, f"results.json fields missing from docs/results_json.md's table: {sorted(missing)}"
