@@ -1,8 +1,9 @@
-"""Every results table in the README is what its generator writes from the committed JSON.
+"""Every results table in the docs is what its generator writes from the committed JSON.
 
 The tables are regenerated from experiments/results/ (reading results.json, never
-training) and compared with the README's copy, so a number edited by hand, or left stale
-after a rerun, fails here with the command that regenerates it.
+training) and compared with the copy in the page that holds them (README.md or a page of
+docs/), so a number edited by hand, or left stale after a rerun, fails here with the
+command that regenerates it and the page to paste it into.
 """
 import glob
 import json
@@ -17,20 +18,38 @@ from experiments.sweeps import critical_batch, samplers
 from tests.conftest import REPO
 
 RESULTS = os.path.join(REPO, "experiments", "results")
-# README heading (prefix) -> (the cost-vs-time sweep's results directory, how many of its
-# report's tables the README holds: the points, the matched ratios to the strongest
-# baseline, their best-over-budgets summary, and for a grid run under issue 13's rules its
-# budgets and tuning per point and per curve; the per-baseline tables stay in table.md).
+# Every anchor is (page, heading or line prefix): the tables sit after that line of that
+# page (a path relative to the repository), before its next heading.
+COST_VS_TIME = "docs/results/cost_vs_time.md"
+REGIME = "docs/results/regime.md"
+# (page, heading) -> (the cost-vs-time sweep's results directory, how many of its report's
+# tables the page holds: the points, the matched ratios to the strongest baseline, their
+# best-over-budgets summary, the budgets and tuning per point and per curve; the
+# per-baseline tables stay in table.md).
 REPORT_TABLES = {
-    "### Fashion-MNIST, target": ("fashion_mnist", 5),
-    "### Python docs (byte-level GPT-2": ("pydocs_gpt2", 5),
+    (COST_VS_TIME, "## Fashion-MNIST, target"): ("fashion_mnist", 5),
+    (COST_VS_TIME, "## Python docs (byte-level GPT-2"): ("pydocs_gpt2", 5),
 }
-# Issue 16's section: the critical-batch sweep's table per workload (README line it follows).
-CRITICAL_BATCH_TABLES = {"fashion": "**1. Data-parallel's critical batch",
-                         "pydocs": "The Python docs (`--workload=pydocs`"}
-# the many-worker sweeps' tables in the README (the line each follows)
-MANY_WORKER_TABLES = {"fashion": "**2. Many-worker ensembles",
-                      "pydocs": "The Python docs have the same grid"}
+# the critical-batch sweep's table per workload
+CRITICAL_BATCH_TABLES = {"fashion": (REGIME, "### Fashion-MNIST's critical batch"),
+                         "pydocs": (REGIME, "### The Python docs' critical batch")}
+# the many-worker sweeps' tables
+MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
+                      "pydocs": (REGIME, "### Many workers on the Python docs")}
+SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
+LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
+
+
+def documentation() -> dict[str, str]:
+  """README.md and every page under docs/, by path relative to the repository."""
+  paths = ["README.md"] + sorted(
+      os.path.relpath(p, REPO)
+      for p in glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+  pages = {}
+  for path in paths:
+    with open(os.path.join(REPO, path)) as f:
+      pages[path] = f.read()
+  return pages
 
 
 def _blocks(lines: list[str]) -> list[list[str]]:
@@ -49,11 +68,13 @@ def _tables(text: str) -> list[list[str]]:
   return _blocks(text.splitlines())
 
 
-def _tables_after(readme: str, anchor: str, count: int) -> list[list[str]]:
-  """The first `count` tables after the line starting with `anchor`, before the next
-  heading ([] without the anchor)."""
-  lines = readme.splitlines()
-  start = next((i for i, line in enumerate(lines) if line.startswith(anchor)), None)
+def _tables_after(pages: dict[str, str], anchor: tuple[str, str],
+                  count: int) -> list[list[str]]:
+  """The first `count` tables after the line starting with anchor's prefix in anchor's
+  page, before the next heading ([] without the page or the line)."""
+  page, prefix = anchor
+  lines = pages.get(page, "").splitlines()
+  start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
   if start is None:
     return []
   end = next((i for i in range(start + 1, len(lines)) if re.match(r"#{1,6} ", lines[i])),
@@ -71,40 +92,42 @@ def _header_name(cell: str) -> str:
   return re.sub(r"^time to target, (\w+) \(s\)$", r"time \1 (s)", cell)
 
 
-def _compare(name: str, command: str, mine: list[str], generated: list[str]) -> list[str]:
-  """Differences between a README table and the generated one. The README may keep a
+def _compare(name: str, command: str, mine: list[str], generated: list[str],
+             anchor: tuple[str, str]) -> list[str]:
+  """Differences between a documented table and the generated one. The page may keep a
   subset of the generated columns (by header name); every row and kept cell must match."""
-  fix = f"regenerate with `{command}` and paste it into README.md"
+  page, prefix = anchor
+  fix = f"regenerate with `{command}` and paste it into {page} after `{prefix}`"
   if not mine:
-    return [f"{name}: table not found in README.md; {fix}"]
+    return [f"{name}: table not found in {page} after `{prefix}`; {fix}"]
   header = [_header_name(c) for c in _cells(mine[0])]
   full = [_header_name(c) for c in _cells(generated[0])]
   missing = [h for h in header if h not in full]
   if missing:
-    return [f"{name}: README columns {missing} are not among the generated {full}; {fix}"]
+    return [f"{name}: {page} columns {missing} are not among the generated {full}; {fix}"]
   # every column (names may repeat, one group per curve), else the kept ones by name
   keep = list(range(len(full))) if header == full else [full.index(h) for h in header]
   mine_rows = [_cells(r) for r in mine[2:]]
   generated_rows = [[_cells(r)[i] for i in keep] for r in generated[2:]]
   if len(mine_rows) != len(generated_rows):
     keys_mine, keys_generated = [r[:2] for r in mine_rows], [r[:2] for r in generated_rows]
-    return [f"{name}: README has {len(mine_rows)} rows, the results give "
-            f"{len(generated_rows)} (only in README: "
+    return [f"{name}: {page} has {len(mine_rows)} rows, the results give "
+            f"{len(generated_rows)} (only in {page}: "
             f"{[k for k in keys_mine if k not in keys_generated]}, only in the results: "
             f"{[k for k in keys_generated if k not in keys_mine]}); {fix}"]
-  return [f"{name}: README row {m} != from the results {g}; {fix}"
+  return [f"{name}: {page} row {m} != from the results {g}; {fix}"
           for m, g in zip(mine_rows, generated_rows) if m != g]
 
 
-def _report_tables(readme: str) -> list[str]:
+def _report_tables(pages: dict[str, str]) -> list[str]:
   errors = []
   for anchor, (sub, count) in REPORT_TABLES.items():
     generated = _tables(report.table(report.load_runs(os.path.join(RESULTS, sub))))[:count]
-    mine = _tables_after(readme, anchor, len(generated))
+    mine = _tables_after(pages, anchor, len(generated))
     for i, block in enumerate(generated):
       errors += _compare(f"cost vs time {sub} (table {i + 1})",
                          f"python -m ensemble_jax.report experiments/results/{sub}",
-                         mine[i] if i < len(mine) else [], block)
+                         mine[i] if i < len(mine) else [], block, anchor)
   return errors
 
 
@@ -121,18 +144,19 @@ def _sampler_table(workload: str) -> list[str]:
   return generated
 
 
-def _sampler_tables(readme: str) -> list[str]:
+def _sampler_tables(pages: dict[str, str]) -> list[str]:
   errors = []
   for workload, (_, _, caption) in samplers.WORKLOADS.items():
     generated = _sampler_table(workload)
-    mine = _tables_after(readme, caption, 1)
+    anchor = (SAMPLER_PAGE, caption)
+    mine = _tables_after(pages, anchor, 1)
     errors += _compare(f"samplers {workload}",
                        f"python -m experiments.sweeps.samplers --workload={workload}",
-                       mine[0] if mine else [], generated)
+                       mine[0] if mine else [], generated, anchor)
   return errors
 
 
-def _lipt_table(readme: str) -> list[str]:
+def _lipt_table(pages: dict[str, str]) -> list[str]:
   workdir = os.path.join(RESULTS, "lipt")
   seeds = sorted(int(os.path.basename(d)[4:]) for d in glob.glob(os.path.join(workdir, "seed*")))
   command = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
@@ -144,52 +168,52 @@ def _lipt_table(readme: str) -> list[str]:
         return [f"lipt: seed{seed}/{phase}/results.json is not committed; run `{command}`"]
   [generated] = _tables(lipt_pipeline.table([lipt_pipeline.measure(s, workdir)
                                              for s in seeds]))
-  mine = _tables_after(readme, "LiPT pipeline on Fashion-MNIST", 1)
-  return _compare("lipt", command, mine[0] if mine else [], generated)
+  mine = _tables_after(pages, LIPT_TABLE, 1)
+  return _compare("lipt", command, mine[0] if mine else [], generated, LIPT_TABLE)
 
 
-def _regime_tables(readme: str) -> list[str]:
-  """Issue 16's: each workload's critical batch, and the many-worker runs per seed."""
+def _regime_tables(pages: dict[str, str]) -> list[str]:
+  """Each workload's critical batch, and the many-worker runs per seed."""
   errors = []
   for workload, anchor in CRITICAL_BATCH_TABLES.items():
     w = critical_batch.WORKLOADS[workload]
     summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload), w)
     [generated] = _tables(critical_batch.table(summary))
-    mine = _tables_after(readme, anchor, 1)
+    mine = _tables_after(pages, anchor, 1)
     errors += _compare(f"critical batch {workload}",
                        f"python -m experiments.sweeps.critical_batch --workload={workload} "
-                       "--report_only", mine[0] if mine else [], generated)
+                       "--report_only", mine[0] if mine else [], generated, anchor)
   for workload, anchor in MANY_WORKER_TABLES.items():
     w = many_workers_table.WORKLOADS[workload]
     [generated] = _tables(many_workers_table.table(many_workers_table.load(
         os.path.join(REPO, w.workdir)), workload))
-    mine = _tables_after(readme, anchor, 1)
+    mine = _tables_after(pages, anchor, 1)
     errors += _compare(f"many workers {workload}",
                        f"python -m experiments.many_workers_table --workload={workload}",
-                       mine[0] if mine else [], generated)
+                       mine[0] if mine else [], generated, anchor)
   return errors
 
 
-def mismatches(readme: str) -> list[str]:
-  """Every README table that differs from its regeneration, one line each."""
-  return (_report_tables(readme) + _sampler_tables(readme) + _lipt_table(readme)
-          + _regime_tables(readme))
+def mismatches(pages: dict[str, str]) -> list[str]:
+  """Every documented table that differs from its regeneration, one line each."""
+  return (_report_tables(pages) + _sampler_tables(pages) + _lipt_table(pages)
+          + _regime_tables(pages))
 
 
 @pytest.fixture(scope="module")
-def readme():
-  with open(os.path.join(REPO, "README.md")) as f:
-    return f.read()
+def pages():
+  return documentation()
 
 
-def test_readme_tables_match_the_committed_results(readme):
-  errors = mismatches(readme)
+def test_documented_tables_match_the_committed_results(pages):
+  errors = mismatches(pages)
   assert not errors, "\n".join(errors)
 
 
 def test_an_altered_number_is_caught():
-  """The check can fail: a README holding the regenerated table passes, and the same with
-  one digit changed fails, naming the table and its command (whatever the README holds)."""
+  """The check can fail: a page holding the regenerated table passes, and the same with
+  one digit changed fails, naming the table, its page and its command (whatever the
+  committed pages hold)."""
   caption, generated = samplers.WORKLOADS["fashion"][2], _sampler_table("fashion")
   good = caption + "\n\n" + "\n".join(generated) + "\n"
   cells = _cells(generated[2])  # the first sampler's row; its ensemble cell's last digit
@@ -198,8 +222,18 @@ def test_an_altered_number_is_caught():
   bad = good.replace(generated[2], "| " + " | ".join(cells) + " |")
 
   def fashion_errors(text):
-    return [e for e in _sampler_tables(text) if e.startswith("samplers fashion")]
+    return [e for e in _sampler_tables({SAMPLER_PAGE: text})
+            if e.startswith("samplers fashion")]
 
   assert fashion_errors(good) == []
   [error] = fashion_errors(bad)
-  assert "README row" in error and "--workload=fashion" in error, error
+  assert f"{SAMPLER_PAGE} row" in error and "--workload=fashion" in error, error
+
+
+def test_a_table_moved_to_another_page_is_not_found():
+  """The anchors name a page: the right table on the wrong page fails, naming the page."""
+  caption, generated = samplers.WORKLOADS["fashion"][2], _sampler_table("fashion")
+  text = caption + "\n\n" + "\n".join(generated) + "\n"
+  errors = [e for e in _sampler_tables({"docs/usage.md": text})
+            if e.startswith("samplers fashion")]
+  assert errors and f"not found in {SAMPLER_PAGE}" in errors[0], errors

@@ -1,10 +1,12 @@
-"""Every command in the README's bash blocks runs as written, so none can rot unnoticed.
+"""Every command in the bash blocks of README.md and docs/ runs as written, so none can rot
+unnoticed.
 
 Training commands run with tiny overrides appended (later flags win), in a temporary
 workdir, on one CPU device; commands that need data or hardware a test machine lacks are
 skipped with the reason. A command this file does not know fails until it is given its
 overrides or a skip reason.
 """
+import glob
 import os
 import re
 import shlex
@@ -30,8 +32,10 @@ TINY = {  # config file -> overrides that keep its run to seconds on a CPU
         "--config.eval.every_steps=2"],
 }
 SKIP = {  # command prefix -> why it does not run here
-    "make demo": "the reduced sweep (9 min); tests/test_sweep.py runs its grid at smoke size",
-    "make test": "this test suite itself",
+    "make demo": "the reduced sweep (minutes); tests/test_sweep.py runs its grid at smoke size",
+    "make test": "this test suite itself (make test-fast: its unit tier)",
+    "python -m ensemble_jax.data.fetch": "fetches the datasets from Debian's archive; "
+                                         "tests/test_fetch.py covers the fetcher",
     "make pile": "needs the Pile shards and a GPT-2 tokenizer (PILE_DIR, TOKENIZER_DIR)",
     "tfds build imagenet2012": "needs the ImageNet tar files and TensorFlow",
     "python -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py":
@@ -42,10 +46,19 @@ SKIP = {  # command prefix -> why it does not run here
 }
 
 
+def documented_pages() -> list[str]:
+  """README.md and every Markdown page under docs/."""
+  return [os.path.join(REPO, "README.md")] + sorted(
+      glob.glob(os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
+
+
 def _commands() -> list[str]:
-  """The README's bash-block commands, continuation lines joined, comments dropped."""
-  with open(os.path.join(REPO, "README.md")) as f:
-    blocks = re.findall(r"^```bash\n(.*?)^```", f.read(), flags=re.M | re.S)
+  """The bash-block commands of every documented page, continuation lines joined,
+  comments dropped."""
+  blocks = []
+  for page in documented_pages():
+    with open(page) as f:
+      blocks += re.findall(r"^```bash\n(.*?)^```", f.read(), flags=re.M | re.S)
   commands = []
   for block in blocks:
     for line in block.replace("\\\n", " ").splitlines():
@@ -73,10 +86,16 @@ def _plan(command: str):
 COMMANDS = sorted(set(_commands()))
 
 
-def test_the_readme_has_commands_and_each_has_a_plan():
+def test_the_docs_have_commands_and_each_has_a_plan():
   assert len(COMMANDS) >= 10, COMMANDS  # the parser found the blocks
   unknown = [c for c in COMMANDS if _plan(c) == (None, None)]
-  assert not unknown, f"README commands without tiny overrides (TINY) or a SKIP reason: {unknown}"
+  assert not unknown, f"documented commands without tiny overrides (TINY) or a SKIP reason: {unknown}"
+
+
+def test_commands_in_docs_pages_are_collected():
+  """The pages under docs/ count, not only the README: a command only usage.md shows is
+  among the commands."""
+  assert any(":sweep,ensemble" in c for c in COMMANDS), COMMANDS
 
 
 @pytest.mark.slow
