@@ -34,6 +34,7 @@ TINY = {  # config file -> overrides that keep its run to seconds on a CPU
 SKIP = {  # command prefix -> why it does not run here
     "make demo": "the reduced sweep (minutes); tests/test_sweep.py runs its grid at smoke size",
     "make test": "this test suite itself (make test-fast: its unit tier)",
+    "make install data": "sets up the venv and the data this suite runs in",
     "python -m ensemble_jax.data.fetch": "fetches the datasets from Debian's archive; "
                                          "tests/test_fetch.py covers the fetcher",
     "make pile": "needs the Pile shards and a GPT-2 tokenizer (PILE_DIR, TOKENIZER_DIR)",
