@@ -13,7 +13,6 @@ max per point.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -21,7 +20,10 @@ import re
 import statistics
 from typing import Callable
 
+from absl import flags
+
 from ensemble_jax import report
+from experiments import cli
 
 RESULTS = os.path.join("experiments", "results")
 PRESET = "ib_xdr800"
@@ -96,14 +98,18 @@ def table(runs: dict[tuple[int, str], list[dict]], workload: str = "fashion") ->
   return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workload", default="fashion", choices=sorted(WORKLOADS))
-  p.add_argument("--workdir", default="", help="default: the workload's many-worker workdir")
-  args = p.parse_args(argv)
-  print(table(load(args.workdir or WORKLOADS[args.workload].workdir), args.workload), end="")
+FLAGS = flags.FlagValues()
+flags.DEFINE_enum("workload", "fashion", sorted(WORKLOADS), "which many-worker sweep",
+                  flag_values=FLAGS)
+flags.DEFINE_string("workdir", "", "default: the workload's many-worker workdir",
+                    flag_values=FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  print(table(load(FLAGS.workdir or WORKLOADS[FLAGS.workload].workdir), FLAGS.workload), end="")
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

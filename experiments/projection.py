@@ -47,7 +47,6 @@ small-model baseline stays as much smaller).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -55,7 +54,10 @@ import math
 import os
 import statistics
 
+from absl import flags
+
 from ensemble_jax import costs
+from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
 # The cost-vs-time workload's name -> the critical-batch sweep's (experiments/sweeps/).
@@ -303,35 +305,39 @@ def plot(rows: list[dict], path: str, title: str, labelled: str = "ib_xdr800") -
   plt.close(fig)
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workload", default="fashion_mnist")
-  p.add_argument("--results", default="experiments/results")
-  p.add_argument("--what_if", default="", help="resnet50 | gpt2_small")
-  p.add_argument("--critical_batch", default=None,
-                 help="the critical-batch sweep's workdir (default: experiments/results/"
-                 "critical_batch/<fashion|pydocs>); skipped, and said, if it has no summary")
-  p.add_argument("--also", default="",
-                 help="comma-separated results directories of other cost-vs-time sweeps on "
-                 "this workload whose points join their curves (e.g. "
-                 "experiments/results/many_workers)")
-  p.add_argument("--out", default="experiments/results/projection")
-  args = p.parse_args(argv)
-  grid_dir = os.path.join(args.results, args.workload)
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("workload", "fashion_mnist", "the cost-vs-time grid's results directory "
+                    "under --results", flag_values=FLAGS)
+flags.DEFINE_string("results", "experiments/results", "where the grids' results are",
+                    flag_values=FLAGS)
+flags.DEFINE_string("what_if", "", "resnet50 | gpt2_small", flag_values=FLAGS)
+flags.DEFINE_string("critical_batch", None, "the critical-batch sweep's workdir (default: "
+                    "experiments/results/critical_batch/<fashion|pydocs>); skipped, and said, "
+                    "if it has no summary", flag_values=FLAGS)
+flags.DEFINE_string("also", "", "comma-separated results directories of other cost-vs-time "
+                    "sweeps on this workload whose points join their curves (e.g. "
+                    "experiments/results/many_workers)", flag_values=FLAGS)
+flags.DEFINE_string("out", "experiments/results/projection", "where the tables and figures go",
+                    flag_values=FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  grid_dir = os.path.join(FLAGS.results, FLAGS.workload)
   points = load_points(grid_dir)
   if not points:
     print(f"error: no finished grid points under {grid_dir}")
     return 2
   sources = [f"grid {grid_dir}: {len(points)} points reached the target in every seed"]
-  for extra in filter(None, args.also.split(",")):
+  for extra in filter(None, FLAGS.also.split(",")):
     if not os.path.isdir(extra):
       sources.append(f"no results at {extra} (--also): projected without them")
       continue
     joined = join(points, load_points(extra))
     sources.append(f"{extra}: {len(joined) - len(points)} more points")
     points = joined
-  critical_dir = args.critical_batch or os.path.join(
-      "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(args.workload, ""))
+  critical_dir = FLAGS.critical_batch or os.path.join(
+      "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(FLAGS.workload, ""))
   summary_path = os.path.join(critical_dir, "summary.json")
   if os.path.exists(summary_path):
     with open(summary_path) as f:
@@ -344,25 +350,25 @@ def main(argv=None) -> int:
   else:
     sources.append(f"no critical-batch summary at {summary_path}: DP beyond the grid's D "
                    "is held at its best measured point")
-  label = args.workload + (f"_whatif_{args.what_if}" if args.what_if else "")
-  if args.what_if:
-    points = what_if(points, args.what_if, OUTPUT_WIDTH[args.workload])
+  label = FLAGS.workload + (f"_whatif_{FLAGS.what_if}" if FLAGS.what_if else "")
+  if FLAGS.what_if:
+    points = what_if(points, FLAGS.what_if, OUTPUT_WIDTH[FLAGS.workload])
   rows = project(points)
-  os.makedirs(args.out, exist_ok=True)
-  title = (f"Projection, {args.workload}" + (f", what-if {args.what_if} (H100 step, measured "
+  os.makedirs(FLAGS.out, exist_ok=True)
+  title = (f"Projection, {FLAGS.workload}" + (f", what-if {FLAGS.what_if} (H100 step, measured "
                                              "step counts of the small workload)"
-                                             if args.what_if else ""))
+                                             if FLAGS.what_if else ""))
   text = table(rows, title + "\n\nFrom: " + "; ".join(sources) + ".")
-  with open(os.path.join(args.out, f"{label}.md"), "w") as f:
+  with open(os.path.join(FLAGS.out, f"{label}.md"), "w") as f:
     f.write(text)
-  with open(os.path.join(args.out, f"{label}.json"), "w") as f:
+  with open(os.path.join(FLAGS.out, f"{label}.json"), "w") as f:
     json.dump({"modelled": True, "sources": sources,
                "points": [dataclasses.asdict(p) for p in points],
                "rows": rows}, f, indent=1)
-  plot(rows, os.path.join(args.out, f"{label}.png"), title)
+  plot(rows, os.path.join(FLAGS.out, f"{label}.png"), title)
   print(text)
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

@@ -1,10 +1,12 @@
 """The critical-batch sweep runs its smoke grid, tunes on seed 0, resumes, and reports."""
 import json
+import os
 import shutil
 
 import pytest
 
 from experiments.sweeps import critical_batch
+from tests.conftest import REPO
 
 
 def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
@@ -46,7 +48,8 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   # While only the tuning has run, the report reads the chosen tuning run as seed 0.
   for seed in (0, 1):
     shutil.rmtree(tmp_path / "B16" / f"seed{seed}")
-  assert critical_batch.main(["--grid=smoke", f"--workdir={tmp_path}", "--report_only"]) == 0
+  assert critical_batch.main(["critical_batch", "--grid=smoke", f"--workdir={tmp_path}",
+                              "--report_only"]) == 0
   (_, partial) = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert partial["seeds"] == 1
   assert partial["steps_to_target"] == {"0": critical_batch._steps_to_target(chosen)}
@@ -80,7 +83,9 @@ def test_points_simulate_devices_as_microbatches():
   assert critical_batch.budget_steps(w, 64) == 1875  # 2 epochs of 60,000
 
 
-@pytest.mark.parametrize("workload", sorted(critical_batch.WORKLOADS))
+@pytest.mark.parametrize("workload", [*sorted(critical_batch.WORKLOADS),
+                                      "experiments/configs/imagenet_resnet50.py",
+                                      "experiments/configs/pile_gpt2.py"])
 def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
   """Every B of the full grids builds a config the loop accepts on one device and on the D
   devices it stands for (its cost report compiles it there): B = 1,024 once stopped the
@@ -89,7 +94,7 @@ def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
   from ensemble_jax import communication, config_lib
   from ensemble_jax.methods import data_parallel
 
-  w = critical_batch.WORKLOADS[workload]
+  w = critical_batch.load_workload(os.path.join(REPO, workload) if "/" in workload else workload)
   for batch in w.batches:
     config = critical_batch.point_config(w, batch, seed=0)
     devices = batch // w.per_device

@@ -12,27 +12,28 @@ gets only part of the host's threads.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 
+from absl import flags
+
+from experiments import cli
 from experiments.bench import step_times
 
 
-def _parse():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--devices", type=int, default=8)
-  p.add_argument("--batch", type=int, default=128, help="per-worker batch")
-  p.add_argument("--steps", type=int, default=3, help="timed steps per measurement")
-  p.add_argument("--workers_per_device", default="1,2,4")
-  p.add_argument("--strategies", default="unroll,vmap")
-  p.add_argument("--width", type=int, default=16)
-  p.add_argument("--out", default="", help="also write the measurements as JSON here")
-  p.add_argument("--reference_only", action="store_true",
-                 help="print one worker's step time in seconds (run with one device)")
-  return p.parse_args()
+FLAGS = flags.FlagValues()
+flags.DEFINE_integer("devices", 8, "fake CPU devices", flag_values=FLAGS)
+flags.DEFINE_integer("batch", 128, "per-worker batch", flag_values=FLAGS)
+flags.DEFINE_integer("steps", 3, "timed steps per measurement", flag_values=FLAGS)
+flags.DEFINE_string("workers_per_device", "1,2,4", "comma-separated k", flag_values=FLAGS)
+flags.DEFINE_string("strategies", "unroll,vmap", "comma-separated local strategies",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("width", 16, "ResNet-18 width", flag_values=FLAGS)
+flags.DEFINE_string("out", "", "also write the measurements as JSON here", flag_values=FLAGS)
+flags.DEFINE_bool("reference_only", False, "print one worker's step time in seconds (run with "
+                  "one device)", flag_values=FLAGS)
 
 
 def _host_reference(args) -> float:
@@ -44,12 +45,12 @@ def _host_reference(args) -> float:
   return float(out.stdout.strip().splitlines()[-1])
 
 
-def main():
-  args = _parse()
-  t_host = None if args.reference_only else _host_reference(args)
-  if not args.reference_only:
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  t_host = None if FLAGS.reference_only else _host_reference(FLAGS)
+  if not FLAGS.reference_only:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + f" --xla_force_host_platform_device_count={args.devices}")
+                               + f" --xla_force_host_platform_device_count={FLAGS.devices}")
   global jax
   import jax
   import numpy as np
@@ -63,10 +64,10 @@ def main():
 
   init_input = jax.ShapeDtypeStruct((1, 28, 28, 1), jax.numpy.float32)
   image_shape = init_input.shape[1:]
-  model = resnet.create_model("resnet18", num_classes=10, width=args.width, stem="small")
+  model = resnet.create_model("resnet18", num_classes=10, width=FLAGS.width, stem="small")
   config = fashion_mnist.get_config("ensemble")
-  config.train.batch_size = args.batch
-  tx = optim.create_optimizer(config.optim, args.batch, 1000, 100)
+  config.train.batch_size = FLAGS.batch
+  tx = optim.create_optimizer(config.optim, FLAGS.batch, 1000, 100)
   rng = np.random.default_rng(0)
   backend = jax.default_backend()
 
@@ -74,32 +75,32 @@ def main():
   cfg = step_lib.StepConfig.from_config(config)
   single = jax.jit(step_lib.train_step, static_argnums=3, donate_argnums=0)
   state = step_lib.create_train_state(model, tx, jax.random.key(0), init_input)
-  batch = {"image": rng.integers(0, 255, (args.batch, *image_shape), dtype=np.uint8),
-           "label": rng.integers(0, 10, (args.batch,), dtype=np.int32)}
+  batch = {"image": rng.integers(0, 255, (FLAGS.batch, *image_shape), dtype=np.uint8),
+           "label": rng.integers(0, 10, (FLAGS.batch,), dtype=np.int32)}
   times, _, _ = step_times(lambda s, b, r: single(s, b, r, cfg), state, batch,
-                           jax.random.key(1), args.steps)
+                           jax.random.key(1), FLAGS.steps)
   t_single = statistics.median(times)
-  if args.reference_only:
+  if FLAGS.reference_only:
     print(t_single)
     return 0
-  print(f"backend={backend} devices={args.devices} batch/worker={args.batch} "
+  print(f"backend={backend} devices={FLAGS.devices} batch/worker={FLAGS.batch} "
         f"params/worker={step_lib.num_params(state.params):,}")
   print(f"one worker's step, host as one device (the reference): {1e3 * t_host:.1f} ms")
-  print(f"one worker's step on one of {args.devices} fake devices:   {1e3 * t_single:.1f} ms\n")
+  print(f"one worker's step on one of {FLAGS.devices} fake devices:   {1e3 * t_single:.1f} ms\n")
   print(f"{'workers/device':>15}{'N':>5}{'strategy':>10}{'step s':>9}{'ratio':>8}")
   rows, measured = [], []
-  for k in [int(x) for x in args.workers_per_device.split(",")]:
-    n = k * args.devices
-    for strategy in args.strategies.split(","):
-      config.mesh = [("worker", args.devices), ("data", 1)]
+  for k in [int(x) for x in FLAGS.workers_per_device.split(",")]:
+    n = k * FLAGS.devices
+    for strategy in FLAGS.strategies.split(","):
+      config.mesh = [("worker", FLAGS.devices), ("data", 1)]
       config.method.num_workers, config.method.local_strategy = n, strategy
       engine = Ensemble(config, model, tx, make_mesh(config.mesh), init_input)
       states = engine.init(jax.random.key(0))
-      local = {"image": rng.integers(0, 255, (n, args.batch, *image_shape), dtype=np.uint8),
-               "label": rng.integers(0, 10, (n, args.batch), dtype=np.int32)}
+      local = {"image": rng.integers(0, 255, (n, FLAGS.batch, *image_shape), dtype=np.uint8),
+               "label": rng.integers(0, 10, (n, FLAGS.batch), dtype=np.int32)}
       gbatch = {key: jax.device_put(v, engine.train_layout.sharding) for key, v in local.items()}
       times, _, _ = step_times(engine.train_step, states, gbatch, jax.random.key(1),
-                               args.steps)
+                               FLAGS.steps)
       t = statistics.median(times)
       ratio = t / (n * t_host)
       rows.append((k, strategy, ratio))
@@ -107,12 +108,12 @@ def main():
                        "step_s": t, "ratio": ratio})
       print(f"{k:>15}{n:>5}{strategy:>10}{t:>9.4f}{ratio:>8.2f}", flush=True)
   auto = resolve_local_strategy("auto", backend)
-  if args.out:
+  if FLAGS.out:
     import json
 
-    with open(args.out, "w") as f:
+    with open(FLAGS.out, "w") as f:
       json.dump({"backend": backend, "device": jax.devices()[0].device_kind,
-                 "jax": jax.__version__, "devices": args.devices, "batch": args.batch,
+                 "jax": jax.__version__, "devices": FLAGS.devices, "batch": FLAGS.batch,
                  "params_per_worker": step_lib.num_params(state.params),
                  "reference_step_s": t_host, "single_step_on_one_device_s": t_single,
                  "auto": auto, "rows": measured}, f, indent=1)
@@ -122,4 +123,4 @@ def main():
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

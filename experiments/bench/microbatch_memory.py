@@ -14,12 +14,14 @@ before running it. Rows are printed side by side; nothing is modelled.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 
+from absl import flags
+
+from experiments import cli
 from experiments.bench import step_times
 
 WORKLOADS = {"fashion": ("experiments.configs.fashion_mnist", "sweep"),
@@ -90,25 +92,29 @@ def table(rows: list[dict]) -> str:
   return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workload", default="fashion", choices=sorted(WORKLOADS))
-  p.add_argument("--batch", type=int, default=8192)
-  p.add_argument("--microbatches", default="1,16")
-  p.add_argument("--steps", type=int, default=3)
-  p.add_argument("--plan_only", action="store_true", help="compile only: XLA's plan")
-  p.add_argument("--out", default="")
-  p.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
-  args = p.parse_args(argv)
-  if args.child:  # one point, in this fresh process
-    print(json.dumps(measure(args.workload, args.batch, args.child, args.steps,
-                             not args.plan_only)))
+FLAGS = flags.FlagValues()
+flags.DEFINE_enum("workload", "fashion", sorted(WORKLOADS), "whose sweep config",
+                  flag_values=FLAGS)
+flags.DEFINE_integer("batch", 8192, "global batch", flag_values=FLAGS)
+flags.DEFINE_string("microbatches", "1,16", "comma-separated k, one subprocess each",
+                    flag_values=FLAGS)
+flags.DEFINE_integer("steps", 3, "steps run per point", flag_values=FLAGS)
+flags.DEFINE_bool("plan_only", False, "compile only: XLA's plan", flag_values=FLAGS)
+flags.DEFINE_string("out", "", "also write the rows as JSON here", flag_values=FLAGS)
+flags.DEFINE_integer("child", 0, "internal: measure this k in this process", flag_values=FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  if FLAGS.child:  # one point, in this fresh process
+    print(json.dumps(measure(FLAGS.workload, FLAGS.batch, FLAGS.child, FLAGS.steps,
+                             not FLAGS.plan_only)))
     return 0
   rows = []
-  for k in [int(x) for x in args.microbatches.split(",")]:
+  for k in [int(x) for x in FLAGS.microbatches.split(",")]:
     cmd = [sys.executable, "-m", "experiments.bench.microbatch_memory",
-           f"--workload={args.workload}", f"--batch={args.batch}", f"--steps={args.steps}",
-           f"--child={k}"] + (["--plan_only"] if args.plan_only else [])
+           f"--workload={FLAGS.workload}", f"--batch={FLAGS.batch}", f"--steps={FLAGS.steps}",
+           f"--child={k}"] + (["--plan_only"] if FLAGS.plan_only else [])
     # One CPU device, whatever the caller's XLA_FLAGS: the point is one device's memory.
     env = {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS",
                                                                           "cpu")}
@@ -118,11 +124,11 @@ def main(argv=None) -> int:
     rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(table(rows[-1:]).splitlines()[-1], flush=True)
   print(table(rows))
-  if args.out:
-    with open(args.out, "w") as f:
+  if FLAGS.out:
+    with open(FLAGS.out, "w") as f:
       json.dump(rows, f, indent=2)
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

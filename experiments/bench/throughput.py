@@ -18,12 +18,13 @@ Nothing is modelled: every time is measured.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
 import time
 
+from absl import flags
+
+from experiments import cli
 from experiments.bench import step_times
 
 # Dense bf16 peak of the devices this has run on (vendor datasheets, without sparsity).
@@ -31,23 +32,22 @@ PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 RESNET50_FORWARD_FLOPS = 2 * 4.09e9  # per 224x224 image (multiply-adds x 2)
 
 
-def _parse():
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--models", default="resnet50,gpt2_small")
-  p.add_argument("--steps", type=int, default=20)
-  p.add_argument("--resnet_batch", type=int, default=256)
-  p.add_argument("--gpt2_batch", type=int, default=16)
-  p.add_argument("--gpt2_vocab", type=int, default=50257,
-                 help="50304 (a multiple of 128, as nanoGPT pads) measures aligned LM-head GEMMs")
-  p.add_argument("--attention", default="einsum,fused", help="GPT-2's, each timed")
-  p.add_argument("--dtype", default="bfloat16", help="compute dtype (params stay float32)")
-  p.add_argument("--peak_tflops", type=float, default=0.0, help="0: from the device kind")
-  p.add_argument("--out", default="", help="write the rows as JSON here")
-  p.add_argument("--trace_dir", default="",
-                 help="also trace 3 steps per model (Perfetto JSON) under this folder")
-  p.add_argument("--top_kernels", default="",
-                 help="print where the device time goes in this perfetto_trace.json.gz")
-  return p.parse_args()
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("models", "resnet50,gpt2_small", "comma-separated", flag_values=FLAGS)
+flags.DEFINE_integer("steps", 20, "timed steps per model", flag_values=FLAGS)
+flags.DEFINE_integer("resnet_batch", 256, "ResNet-50's batch", flag_values=FLAGS)
+flags.DEFINE_integer("gpt2_batch", 16, "GPT-2's batch (sequences)", flag_values=FLAGS)
+flags.DEFINE_integer("gpt2_vocab", 50257, "50304 (a multiple of 128, as nanoGPT pads) "
+                     "measures aligned LM-head GEMMs", flag_values=FLAGS)
+flags.DEFINE_string("attention", "einsum,fused", "GPT-2's, each timed", flag_values=FLAGS)
+flags.DEFINE_string("dtype", "bfloat16", "compute dtype (params stay float32)",
+                    flag_values=FLAGS)
+flags.DEFINE_float("peak_tflops", 0.0, "0: from the device kind", flag_values=FLAGS)
+flags.DEFINE_string("out", "", "write the rows as JSON here", flag_values=FLAGS)
+flags.DEFINE_string("trace_dir", "", "also trace 3 steps per model (Perfetto JSON) under this "
+                    "folder", flag_values=FLAGS)
+flags.DEFINE_string("top_kernels", "", "print where the device time goes in this "
+                    "perfetto_trace.json.gz", flag_values=FLAGS)
 
 
 def _peak_tflops(device, override: float) -> float | None:
@@ -165,16 +165,16 @@ def top_kernels(path: str, top: int = 25) -> None:
     print(f"{us / 1e3:9.2f} ms {100 * us / all_us:5.1f}%  {kernel[:110]}")
 
 
-def main():
-  args = _parse()
-  if args.top_kernels:
-    top_kernels(args.top_kernels)
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  if FLAGS.top_kernels:
+    top_kernels(FLAGS.top_kernels)
     return 0
   rows = []
-  runs = [(name, a) for name in args.models.split(",")
-          for a in (args.attention.split(",") if name.startswith("gpt2") else ["einsum"])]
+  runs = [(name, a) for name in FLAGS.models.split(",")
+          for a in (FLAGS.attention.split(",") if name.startswith("gpt2") else ["einsum"])]
   for name, attention in runs:
-    row = measure(name, args, attention)
+    row = measure(name, FLAGS, attention)
     rows.append(row)
     item = "images" if "images_per_s" in row else "tokens"
     mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"
@@ -185,11 +185,11 @@ def main():
           f"XLA counts {row['flops_per_step_xla'] / 1e12:.2f} TFLOP/step, analytic "
           f"{row['flops_per_step_analytic'] / 1e12:.2f}; compile {row['compile_s']:.0f} s",
           flush=True)
-  if args.out:
-    with open(args.out, "w") as f:
+  if FLAGS.out:
+    with open(FLAGS.out, "w") as f:
       json.dump(rows, f, indent=1)
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  cli.run(main)

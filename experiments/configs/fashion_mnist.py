@@ -134,7 +134,7 @@ def sweep_grid(name: str = "full") -> dict:
     return {"data_parallel": {f"D{d}": untuned(dp(d)) for d in (1, 4, 8)},
             "ensemble": {f"N{n}_L{budget_steps(64 * n)}": untuned(ensemble(n)) for n in (4, 8)},
             "diloco": {"H50": untuned(diloco(50))}}
-  if name == "many_workers":  # issue 16: does averaging more short runs ever reach 85%?
+  if name == "many_workers":  # does averaging more short runs ever reach 85%?
     # Every N trains L = 235 steps (the full grid's budget at N = 8) at the learning rate
     # the full grid's tuning chose at N = 8 (experiments/results/fashion_mnist/<curve>/
     # N8_L235/tuning.json): a worker trains alike whatever N, only the average changes,
@@ -145,8 +145,8 @@ def sweep_grid(name: str = "full") -> dict:
 
     def fixed(curve, n):
       # At N = 64 the eval batch is 250 images, not 1,000: each device evaluates its 8
-      # workers unrolled, and at 1,000 the process held 16 GB and was OOM-killed on this
-      # 24 GB host (twice). A layout field: it changes no trained step and no accuracy.
+      # workers unrolled, and at 1,000 the process needs ~16 GB. A layout field: it changes
+      # no trained step and no accuracy.
       return {"optim.learning_rate": tuned_at_n8[curve], "tune.factors": (1.0,),
               **({"eval.batch_size": 250} if n == 64 else {})}
 
@@ -169,3 +169,26 @@ def sweep_grid(name: str = "full") -> dict:
                               for n in (2, 4, 8)},
       "diloco": {f"H{h}": diloco(h) for h in (10, 50, 300)},
   }
+
+
+def critical_batch_grid(name: str = "full") -> dict:
+  """Data-parallel's critical batch, for experiments/sweeps/critical_batch.py.
+
+  The `sweep` model (ResNet-18 width 8, target 85% on 2,000 test images) at global batch
+  B = 64 .. 16,384: D = B / 64 devices of 64 examples, the cost-vs-time grid's per-device
+  batch. Budget: 2 epochs (SWEEP_EXAMPLES, the cost-vs-time budget), at least 200 steps,
+  since large batches need a floor of steps. Tuning runs that can no longer be chosen stop
+  early: the same choice for less compute.
+  """
+  stop_losers = {"tune.stop_losers": True}
+  if name == "smoke":  # the sweep's own test: seconds on 8 fake CPU devices
+    return {"variant": "smoke", "per_device": 8, "batches": (8, 16), "budget_examples": 32,
+            "min_steps": 4, "warmup_fraction": 0.05, "evals_per_budget": 2,
+            "checkpoints_per_budget": 2,
+            "overrides": {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0, **stop_losers}}
+  if name != "full":
+    raise ValueError(f"unknown critical-batch grid {name!r} of fashion_mnist.py; choose full "
+                     "or smoke")
+  return {"variant": "sweep", "per_device": 64, "batches": tuple(64 * 2**i for i in range(9)),
+          "budget_examples": SWEEP_EXAMPLES, "min_steps": 200, "warmup_fraction": 0.05,
+          "evals_per_budget": 100, "checkpoints_per_budget": 16, "overrides": stop_losers}

@@ -41,3 +41,33 @@ def get_config(arg: str = ""):
   if arg:
     raise ValueError(f"unknown variant {arg!r} of imagenet_resnet50.py")
   return c
+
+
+IMAGENET_TRAIN_EXAMPLES = 1_281_167
+
+
+def critical_batch_grid(name: str = "full") -> dict:
+  """Data-parallel's critical batch, for experiments/sweeps/critical_batch.py.
+
+  ResNet-50 at global batch B = 1,024 .. 65,536 images, 128 per device (D = 8 .. 512):
+  the recipe keeps its 90-epoch accuracy up to B = 8,192 with the linear rule (Goyal et
+  al., 2017), and Shallue et al. (2018) saw its steps to target stop halving somewhere
+  between 8,192 and 65,536, so the range brackets the knee. 128 images per device keep an
+  accelerator busy (one H100 in bf16 runs batch 256 at 5,213 images/s,
+  experiments/results/bench/h100/).
+
+  The recipe's rules, per point: peak lr 0.1 B / 256 (SGD + Nesterov), tuned around it
+  with the smaller B's choice as warm start (linear scaling overshoots past the knee);
+  warm-up 5 of the 90 epochs, as a fraction of the point's budget. Budget: the recipe's
+  90 epochs, at least 2,000 steps (90 epochs at B = 65,536 are 1,760). Runs stop at 75%
+  top-1, evaluated every 2% of the budget and every 5% of the steps near it; a
+  checkpoint every 2% bounds what a preempted run loses. About 6 device-hours per
+  90-epoch run at the measured H100 rate, before stopping at the target.
+  """
+  if name != "full":
+    raise ValueError(f"unknown critical-batch grid {name!r} of imagenet_resnet50.py; choose "
+                     "full")
+  return {"variant": "", "per_device": 128, "batches": tuple(1024 * 2**i for i in range(7)),
+          "budget_examples": 90 * IMAGENET_TRAIN_EXAMPLES, "min_steps": 2000,
+          "warmup_fraction": 5 / 90, "evals_per_budget": 50, "checkpoints_per_budget": 50,
+          "overrides": {"eval.target_resolution": 0.05, "tune.stop_losers": True}}

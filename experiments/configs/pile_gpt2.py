@@ -45,3 +45,28 @@ def get_config(arg: str = ""):
   if arg:
     raise ValueError(f"unknown variant {arg!r} of pile_gpt2.py")
   return c
+
+
+def critical_batch_grid(name: str = "full") -> dict:
+  """Data-parallel's critical batch, for experiments/sweeps/critical_batch.py.
+
+  GPT-2 small at global batch B = 64 .. 4,096 sequences of 1,024 tokens (65k .. 4.2M
+  tokens), 16 per device (D = 4 .. 256): Kaplan et al.'s (2020) fit B_crit = 2e8 tokens /
+  L^4.8 gives ~4M tokens at perplexity 10 (loss 2.3 nats; their fit is on WebText2), so the
+  range reaches the knee from below. 16 sequences per device is the batch measured on one
+  H100 in bf16 (325k tokens/s, experiments/results/bench/h100/).
+
+  The recipe's rules, per point: AdamW, peak lr 6e-4 at B = 512 scaled by sqrt(B / 512)
+  (Adam's usual rule), tuned around it with the smaller B's choice as warm start; warm-up
+  1/30 of the budget (the recipe's 2,000 of 60,000 steps). Budget: the recipe's 60,000
+  steps x 512 sequences (~31B tokens) at every B, at least 5,000 steps. Runs stop at
+  perplexity 10, evaluated every 1% of the budget and every 5% of the steps near it; a
+  checkpoint every 2% bounds what a preempted run loses.
+  """
+  if name != "full":
+    raise ValueError(f"unknown critical-batch grid {name!r} of pile_gpt2.py; choose full")
+  return {"variant": "", "per_device": 16, "batches": tuple(64 * 2**i for i in range(7)),
+          "budget_examples": 60_000 * 512, "min_steps": 5000, "warmup_fraction": 1 / 30,
+          "evals_per_budget": 100, "checkpoints_per_budget": 50,
+          "overrides": {"optim.lr_scaling": "sqrt", "eval.target_resolution": 0.05,
+                        "tune.stop_losers": True}}

@@ -1,8 +1,10 @@
 """The sweeps (cost-vs-time, samplers, critical batch) and what their command lines share."""
-import argparse
+import importlib.util
 import os
+import types
 
 import jax
+from absl import flags
 
 # Where the sweeps keep compiled programs (`use_compile_cache`), beside the embedded data.
 COMPILE_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "ensemble_jax", "xla")
@@ -22,11 +24,15 @@ def use_compile_cache(path: str = COMPILE_CACHE) -> None:
     jax.config.update("jax_compilation_cache_dir", path)
 
 
-def parse_args(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
-  """A sweep's arguments, with `--compile_cache` added and applied (`use_compile_cache`)."""
-  parser.add_argument("--compile_cache", default=COMPILE_CACHE,
-                      help="keep compiled programs here for the next run and session "
-                      "('': off)")
-  args = parser.parse_args(argv)
-  use_compile_cache(args.compile_cache)
-  return args
+def load_config_module(path: str) -> types.ModuleType:
+  """A workload config file as a module: its get_config() and grid functions."""
+  spec = importlib.util.spec_from_file_location("sweep_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def define_flags(flag_values: flags.FlagValues) -> None:
+  """The flags every sweep shares: `--compile_cache` (apply it with `use_compile_cache`)."""
+  flags.DEFINE_string("compile_cache", COMPILE_CACHE, "keep compiled programs here for the "
+                      "next run and session ('': off)", flag_values=flag_values)

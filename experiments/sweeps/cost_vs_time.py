@@ -1,64 +1,35 @@
-"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N, L), DiLoCo over H.
+r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N, L), DiLoCo over H.
 
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-      --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke]
-      [--curves=ensemble,...] [--points=N2_L235,...]
+      --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke] \
+      [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
+  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate]
 
-The workload config file owns its grid: `sweep_grid(name)` returns
-{curve: {point: (config variant, {dotted key: value})}}, curves being data_parallel, the
-survey's strong baselines (a shorter full schedule, a smaller model), ensemble and diloco,
-and it owns the budget rule that sets every point's step budget (results.json
-`step_budget`). Fairness is the sweep's, the same for every point of every curve: each
-run stops at the target (`train.stop_at_target`), is evaluated every 5% of its steps near
-the target (`eval.target_resolution`: results.json `target.resolution_steps`), warms up a
-fraction of its own budget (`optim.warmup_fraction`), and has its learning rate tuned.
-DP at D devices and per-device batch b is trained as one model at global batch D*b (the
-same math), with the config's learning-rate scaling rule. Three phases, each finished
-before the next starts; a run whose results.json exists is read back, a half-finished run
-resumes from its checkpoint, so an interrupted sweep resumes where it stopped:
+The grid is the config file's `sweep_grid(name)`; any config file with one runs here. It
+writes, under --workdir: `calibration/` (one device-step timing per compiled program),
+`pools/`, `<curve>/<point>/tune/` with `tuning.json`, `<curve>/<point>/seed<k>/`, then
+table.md and cost_vs_time_<preset>.png (`ensemble_jax.report`). Resumable: a finished run
+is read back, a half-finished one resumes from its checkpoint. The full grids with 3 seeds
+trained ~8 h (Fashion-MNIST) and ~5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
 
-1. Quiet: what the time axis needs timed, before anything trains. One device's step: each
-   point's per-device program (one model at the per-device batch: DP at D devices, an
-   ensemble or DiLoCo worker) is compiled, on one canonical learning-rate schedule, and
-   fingerprinted by its optimized HLO text (source locations and scalar constants left
-   out): learning rates and warm-ups set only constants, not the step's cost. Each
-   distinct program is timed once, alone, as a short run
-   (`<workdir>/calibration/<fingerprint>/results.json`, or `--calibration`'s, shared with
-   another sweep of the workload), and its median step is every such
-   point's `cost.device_step_time_s`. DP at D and an ensemble worker compiling to the same
-   program share one timing; the points' own host step times are still recorded
-   (measured) but do not move the modelled time. Each point's distilled pool, if any, is
-   built for every seed (`<workdir>/pools/`), so its build time, on the critical path, is
-   measured here too; the runs read the pool from the cache with that build time.
-2. Tuning (`experiments/sweeps/tuning.py`, one rule, `config.tune`): every point's
-   learning rate on seed `tune.seed`, runs in `<curve>/<point>/tune/<name>/` (a run that
-   diverges leaves `diverged.json`); the grid, each run's steps to target and final
-   metric, the choice and the tuning compute in `<curve>/<point>/tuning.json`.
-3. Seeds, outermost (an interrupted sweep has whole seeds of every point): each point at
-   its chosen values in `<curve>/<point>/seed<k>/`; seed `tune.seed`'s run is the chosen
-   tuning run, copied, not trained twice. Every seed's results.json carries the point's
-   tuning record as `tuning`. A finished seed run from before the tuning rule, or at other
-   values than the chosen ones, stops the sweep with its path: delete it to rerun it.
-
-Afterwards `ensemble_jax.report` writes table.md and the figures.
+The rules every point follows: docs/methodology.md.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import glob
 import hashlib
-import importlib.util
 import json
 import os
 import re
 import shutil
 
 import jax
+from absl import flags
 
 from ensemble_jax import config_lib, costs, report, train
 from ensemble_jax import run as run_lib
-from experiments import sweeps
+from experiments import cli, sweeps
 from experiments.sweeps import tuning
 
 CALIBRATION_STEPS = 60
@@ -67,13 +38,6 @@ CALIBRATION_STEPS = 60
 # compile to one text: XLA merges equal constants, and a coincidence of two values (a
 # warm-up equal to the decay, say) would otherwise change the text, not the program's cost.
 CALIBRATION_LEARNING_RATE, CALIBRATION_WARMUP_FRACTION = 1e-3, 0.05
-
-
-def _load_config_module(path: str):
-  spec = importlib.util.spec_from_file_location("sweep_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
 
 
 def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str):
@@ -195,14 +159,21 @@ def _grid_curves(module, grid: str, curves: list[str] | None) -> dict:
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
         point_names: list[str] | None = None) -> dict[str, int]:
-  """Runs every (curve, point) of `curves` and `point_names` (default all): calibration and
-  pools, tuning, then every seed not finished yet. Returns run counts: `tuning_runs` and
-  `trained` (seed runs) trained now, `from_tuning` (seed runs that are the chosen tuning
-  run), `skipped` (seed runs finished before), `diverged`. The report covers every run
-  under the workdir. `calibration_dir` (default `<workdir>/calibration`): where the device
-  steps are timed; another sweep's of the same workload shares its timings (one per
-  compiled program)."""
-  module = _load_config_module(config_path)
+  """Runs every (curve, point) of `curves` and `point_names` (default all), in three phases.
+
+  1. Quiet, before anything trains: each point's device step (`calibrate`) and its pool
+     for every seed, so the pool's build time is measured as quietly as the steps.
+  2. Tuning on seed `tune.seed` (`tuning.tune`), every point before any other seed.
+  3. Seeds outermost, so an interrupted sweep has whole seeds of every point; seed
+     `tune.seed`'s run is the chosen tuning run, copied. A finished seed run at other
+     values than the chosen ones stops the sweep with its path (`_check_finished`).
+
+  Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `from_tuning`
+  (seed runs that are the chosen tuning run), `skipped` (finished before), `diverged`.
+  The report covers every run under the workdir. `calibration_dir` (default
+  `<workdir>/calibration`): another sweep's of the same workload shares its timings.
+  """
+  module = sweeps.load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   grid_curves = _grid_curves(module, grid, curves)
   points = {(curve, point): spec for curve, specs in grid_curves.items()
@@ -309,7 +280,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   reading of its programs' collectives failed (the legacy model stood in, labelled) has
   them read now, from its compiled programs.
   """
-  module = _load_config_module(config_path)
+  module = sweeps.load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   if recalibrate:
     shutil.rmtree(calibration_dir, ignore_errors=True)
@@ -337,32 +308,43 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   return updated
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--config", required=True, help="a workload config file")
-  p.add_argument("--workdir", required=True)
-  p.add_argument("--seeds", default="0,1,2")
-  p.add_argument("--grid", default="full", help="a grid the config's sweep_grid() knows")
-  p.add_argument("--curves", default="", help="comma-separated subset of the grid's curves")
-  p.add_argument("--points", default="",
-                 help="comma-separated subset of the curves' points, e.g. N2_L235,N4_L235")
-  p.add_argument("--recost", action="store_true",
-                 help="train nothing: recompute finished runs' cost blocks from calibration")
-  p.add_argument("--recalibrate", action="store_true",
-                 help="with --recost: re-time every calibration first")
-  p.add_argument("--calibration", default="",
-                 help="the device-step timings' directory (default <workdir>/calibration); "
-                 "another sweep's of the same workload shares its timings")
-  args = sweeps.parse_args(p, argv)
-  calibration_dir = args.calibration or None
-  if args.recost:
-    n = recost(args.config, args.workdir, args.grid, args.recalibrate, calibration_dir,
-               [c for c in args.curves.split(",") if c] or None)
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("config", None, "a workload config file with a sweep_grid(name)",
+                    flag_values=FLAGS)
+flags.DEFINE_string("workdir", None, "where the runs, the table and the figures go",
+                    flag_values=FLAGS)
+flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
+flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds", flag_values=FLAGS)
+flags.DEFINE_string("grid", "full", "a grid the config's sweep_grid() knows", flag_values=FLAGS)
+flags.DEFINE_string("curves", "", "comma-separated subset of the grid's curves",
+                    flag_values=FLAGS)
+flags.DEFINE_string("points", "", "comma-separated subset of the curves' points, e.g. "
+                    "N2_L235,N4_L235", flag_values=FLAGS)
+flags.DEFINE_bool("recost", False, "train nothing: recompute finished runs' cost blocks from "
+                  "calibration", flag_values=FLAGS)
+flags.DEFINE_bool("recalibrate", False, "with --recost: re-time every calibration first",
+                  flag_values=FLAGS)
+flags.DEFINE_string("calibration", "", "the device-step timings' directory (default "
+                    "<workdir>/calibration); another sweep's of the same workload shares its "
+                    "timings", flag_values=FLAGS)
+sweeps.define_flags(FLAGS)
+
+
+def _names(value: str) -> list[str]:
+  return [v for v in value.split(",") if v]
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  sweeps.use_compile_cache(FLAGS.compile_cache)
+  calibration_dir = FLAGS.calibration or None
+  if FLAGS.recost:
+    n = recost(FLAGS.config, FLAGS.workdir, FLAGS.grid, FLAGS.recalibrate, calibration_dir,
+               _names(FLAGS.curves) or None)
     print(f"sweep: {n} runs recosted")
     return 0
-  counts = run(args.config, args.workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               [c for c in args.curves.split(",") if c] or None, calibration_dir,
-               [p for p in args.points.split(",") if p] or None)
+  counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
+               _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None)
   print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
         f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
         f"from tuning, {counts['skipped']} already finished")
@@ -370,4 +352,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

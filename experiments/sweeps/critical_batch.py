@@ -1,68 +1,51 @@
-"""Data-parallel's critical batch: steps to a target vs global batch B, with the gradient
-noise scale B_simple measured alongside (McCandlish et al., 2018).
+r"""Data-parallel's critical batch: steps to a target vs global batch B, with B_simple alongside.
 
-  python -m experiments.sweeps.critical_batch --workload=fashion \
-      [--workdir=experiments/results/critical_batch/fashion] [--seeds=0,1,2] \
-      [--grid=full|smoke] [--batches=64,128,...]
+  python -m experiments.sweeps.critical_batch --workload=fashion --seeds=0,1,2
+  python -m experiments.sweeps.critical_batch --workload=pydocs --seeds=0,1,2
+  python -m experiments.sweeps.critical_batch --config=experiments/configs/<file>.py \
+      --workdir=DIR [--seeds=0,1,2] [--grid=full|smoke] [--batches=64,128,...] [--report_only]
 
-DP at D devices with 64 examples each is trained as one model at global batch B = 64 D,
-the D devices' parts as D microbatches (`config.train.microbatches = D`): the same math as
-D devices, one after another, and memory for one device's part only. BatchNorm therefore
-normalises over each simulated device's 64 examples at every B (ghost batch norm, as in
-Shallue et al., 2018), so B changes nothing but the batch. Every point with D >= 2 also
-records the noise scale (`config.train.noise_scale`: small batch one device's 64, big batch
-B); results.json's `noise_scale.b_simple_at_target` is read at the eval that reached the
-target.
+The grid is the config file's `critical_batch_grid(name)`; any config file with one runs
+here (`--workload=fashion|pydocs` name the embedded fashion_mnist.py and pydocs_gpt2.py).
+It writes, under --workdir (default experiments/results/critical_batch/<workload>):
+`B<B>/tune/lr<value>/` and `B<B>/tuning.json`, `B<B>/seed<k>/`, then summary.json, table.md
+and critical_batch.png (steps to target vs B, McCandlish's S = S_min (1 + B_crit / B)
+fitted, B_simple marked). Resumable: a finished run is read back, a half-finished one
+resumes from its checkpoint; `--report_only` writes the report from the finished runs and
+trains nothing. The committed grids with 3 seeds trained ~4 h (Fashion-MNIST, B = 64 ..
+16,384) and ~9 h (the Python docs, B = 64 .. 8,192) on 2 CPU cores; `smoke`, seconds.
 
-Each point's budget is the workload's example budget or `min_steps` steps, whichever is
-more (large batches need a floor of steps), warm-up a fixed fraction of it, an eval every
-1% of it (every step at most), `train.stop_at_target` on. The learning rate is tuned per B
-by the cost-vs-time sweep's one rule (`experiments/sweeps/tuning.py`, the config's `tune`:
-x{1/2, 1, 2} the workload's scaled rate on seed 0, extended while the best sits at an
-edge; fewest steps to target wins), tuning-before-seeds and seeds outermost as there, with
-one warm start: B's first grid also holds the factor the next smaller B chose. The
-configured rate grows as sqrt(B), which past the critical batch overshoots (measured, the
-docs at B = 2,048: x1/2 and x1 took 260 and 240 steps, where B = 1,024 reached the target
-in 124 at x1/4, a factor the plain grid never tries), and the steps-vs-rate curve is too
-flat and noisy up there for the edge rule alone to walk down to it. The warm start only
-adds runs, so DP is tuned at least as well as by the plain rule. Runs that can no longer
-be chosen stop early (`tune.stop_losers`: the warm-start factor trains first; a later run
-that has not reached the target by the first eval at or past its steps stops there), which
-leaves the choice as full runs would. A seed run trained at
-other values than a retuned point's choice moves to `B<B>/superseded/` and runs again.
-Runs live in `<workdir>/B<B>/tune/lr<value>/` (tuning, seed 0) and `<workdir>/B<B>/seed<k>/`
-(seed 0's is the chosen tuning run, copied); `B<B>/tuning.json` records the grid, the
-choice and the tuning compute. A run whose results.json exists is read back, a
-half-finished one resumes from its checkpoint. Afterwards `summary.json`, `table.md` and
-`critical_batch.png` (steps to target vs B, log-log, the perfect-scaling line,
-McCandlish's S = S_min (1 + B_crit / B) fitted, and B_simple marked) are written from
-whatever runs exist (before the seeds run, a tuned B's chosen tuning run stands for its
-seed 0); `--report_only` writes them without training, e.g. while the sweep runs.
+The rules every point follows: docs/methodology.md.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
-import importlib
 import json
 import math
 import os
 import statistics
+import types
 
 import ml_collections
+from absl import flags
 
 from ensemble_jax import config_lib
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
-from experiments import sweeps
+from experiments import cli, sweeps
 from experiments.sweeps import tuning
+
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+# --workload's short names for the embedded workloads' config files.
+WORKLOAD_CONFIGS = {"fashion": os.path.join(CONFIGS, "fashion_mnist.py"),
+                    "pydocs": os.path.join(CONFIGS, "pydocs_gpt2.py")}
 
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-  """One critical-batch workload: a config variant and the sweep's rules for it."""
-  config_module: str  # experiments.configs.<name>: get_config(variant)
+  """One critical-batch grid: a config file's `critical_batch_grid(name)`, read."""
+  module: types.ModuleType  # the config file: get_config(variant)
   variant: str
   per_device: int  # examples per simulated device (and per microbatch): D = B / per_device
   batches: tuple[int, ...]  # global batches B
@@ -70,53 +53,45 @@ class Workload:
   min_steps: int
   warmup_fraction: float = 0.05  # of the point's own budget
   evals_per_budget: int = 100  # an eval every budget / this steps (at least every step)
-  # a checkpoint every budget / this steps: a run cut off (a session's end, SIGKILL) loses at
-  # most that much (docs B = 8,192: 25 steps, ~5 minutes here)
-  checkpoints_per_budget: int = 16
-  tune: tuple = ()  # (config key, value) overrides of the config's `tune`
+  checkpoints_per_budget: int = 16  # a run cut off loses at most budget / this steps
+  overrides: dict = dataclasses.field(default_factory=dict)  # {dotted config key: value}
 
 
-def _powers(lo: int, hi: int) -> tuple[int, ...]:
-  return tuple(lo * 2**i for i in range(int(math.log2(hi // lo)) + 1))
+def load_workload(config: str, grid: str = "full") -> Workload:
+  """The `grid` of `config`: a --workload name or a config file's path."""
+  path = WORKLOAD_CONFIGS.get(config, config)
+  module = sweeps.load_config_module(path)
+  if not hasattr(module, "critical_batch_grid"):
+    raise SystemExit(f"error: {path} defines no critical_batch_grid(name); see "
+                     "experiments/configs/fashion_mnist.py for one")
+  spec = dict(module.critical_batch_grid(grid))
+  spec["batches"] = tuple(spec["batches"])
+  return Workload(module=module, **spec)
 
 
-# Tuning runs that can no longer be chosen stop early (same choice, less compute). Turned on
-# during the docs' B = 4,096 tuning (its x2 and x1/16 stopped); the runs before ran in full.
-STOP_LOSERS = (("tune.stop_losers", True),)
-WORKLOADS = {
-    # fashion_mnist.py `sweep`: ResNet-18 width 8, target 85% on 2,000 test images; budget
-    # 2 epochs (its DP curve's), at least 200 steps.
-    "fashion": Workload("experiments.configs.fashion_mnist", "sweep", 64, _powers(64, 16384),
-                        budget_examples=120_000, min_steps=200, tune=STOP_LOSERS),
-    # pydocs_gpt2.py `sweep`: GPT-2 tiny, 128-byte windows, target perplexity 12; budget
-    # its D = 1 run's 1,200 x 16 windows, at least 400 steps: B = 64 needs ~190 and more
-    # windows barely cut that (the grid's DP: 172 steps at 64, 157 at 128), so a 200-step
-    # floor (measured: B = 128 ended at perplexity 13.8 at its best rate) left no room.
-    "pydocs": Workload("experiments.configs.pydocs_gpt2", "sweep", 64, _powers(64, 8192),
-                       budget_examples=19_200, min_steps=400, tune=STOP_LOSERS),
-}
-# The sweep's own test: seconds on 8 fake CPU devices (fashion_mnist.py `smoke`).
-SMOKE = Workload("experiments.configs.fashion_mnist", "smoke", 8, (8, 16), budget_examples=32,
-                 min_steps=4, evals_per_budget=2, checkpoints_per_budget=2,
-                 tune=(("tune.factors", (1.0, 2.0)), ("tune.max_extensions", 0)) + STOP_LOSERS)
-
-
-def workload_for(name: str, grid: str) -> Workload:
-  if grid == "smoke":
-    return SMOKE
-  if grid != "full":
-    raise SystemExit(f"error: unknown --grid={grid!r}; choose full or smoke")
-  return WORKLOADS[name]
+# The embedded workloads' full grids, by --workload name.
+WORKLOADS = {name: load_workload(name) for name in WORKLOAD_CONFIGS}
 
 
 def budget_steps(w: Workload, batch: int) -> int:
+  """The point's step budget: `budget_examples` at batch B, at least `min_steps` (large
+  batches need a floor of steps)."""
   return max(math.ceil(w.budget_examples / batch), w.min_steps)
 
 
 def point_config(w: Workload, batch: int, seed: int):
-  """One (B, seed) run at the workload's scaled learning rate (tuning scales it): D = B /
-  per_device devices as D microbatches."""
-  config = importlib.import_module(w.config_module).get_config(w.variant)
+  """One (B, seed) run at the workload's scaled learning rate (tuning scales it).
+
+  DP at D = B / per_device devices is trained as one model at global batch B, the D
+  devices' parts as D microbatches (`train.microbatches`): the same math as D devices, one
+  after another, in one device's memory. BatchNorm thus normalises over each simulated
+  device's examples at every B (ghost batch norm, as in Shallue et al., 2018), so B
+  changes nothing but the batch. With D >= 2 the run also records the gradient noise
+  scale (`train.noise_scale`: small batch one device's part, big batch B). The run stops
+  at the target, warms up a fraction of its own budget and evaluates every
+  1 / evals_per_budget of it; the grid's overrides come last.
+  """
+  config = w.module.get_config(w.variant)
   devices = batch // w.per_device
   steps = budget_steps(w, batch)
   config.seed = seed
@@ -132,7 +107,7 @@ def point_config(w: Workload, batch: int, seed: int):
   # last batch is padded and masked, so the metrics are the same).
   config.eval.batch_size = math.ceil(config.eval.batch_size / devices) * devices
   config.cost.devices = devices
-  for key, value in w.tune:
+  for key, value in w.overrides.items():
     config_lib.set_dotted(config, key, value)
   config_lib.validate(config)
   return config
@@ -153,13 +128,20 @@ def _steps_to_target(results: dict) -> int | None:
   return results["target"]["reached_step"] if results["target"]["reached"] else None
 
 
-def run(workload: str, workdir: str, seeds: list[int], grid: str = "full",
+def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
         batches: list[int] | None = None) -> dict[str, int]:
-  """Tunes every B's learning rate on seed tune.seed, then trains every seed not finished
-  yet (seeds outermost); writes the summary, table and figure; returns the run counts
-  (`tuning_runs`, `trained`, `from_tuning`, `skipped`, `diverged`, as the cost-vs-time
-  sweep's)."""
-  w = workload_for(workload, grid)
+  """Tunes every B's learning rate, then trains every seed not finished yet.
+
+  `config` is a --workload name or a config file's path; `batches` a subset of its grid's.
+  Every B is tuned on seed tune.seed before any other seed trains, small B first (the
+  warm start needs the smaller B's choice), by the cost-vs-time sweep's rule
+  (`tuning.tune`); then seeds outermost, so an interrupted sweep has whole seeds of every
+  B. A seed run at other values than its B's choice moves to `B<B>/superseded/` and runs
+  again (`tuning.run_seed`). Writes the summary, table and figure of every B finished
+  under `workdir`; returns the run counts (`tuning_runs`, `trained`, `from_tuning`,
+  `skipped`, `diverged`, as the cost-vs-time sweep's).
+  """
+  w = load_workload(config, grid)
   batches = list(batches or w.batches)
   for b in batches:
     if b % w.per_device:
@@ -188,7 +170,15 @@ def _warm_start(workdir: str, w: Workload, batch: int,
                 tuned: dict) -> tuple[int | None, dict[str, float]]:
   """(B', {key: factor}): the next smaller batch B' of the workload and the factors of the
   configured rates it chose, which B's first grid holds too (None, {} at the smallest B).
-  Read from this sweep's tuning or B''s tuning.json."""
+  Read from this sweep's tuning or B''s tuning.json.
+
+  The configured rate grows as sqrt(B) (or B), which past the critical batch overshoots,
+  and the steps-vs-rate curve is too flat and noisy up there for the edge rule alone to
+  walk down to the right factor (the docs at B = 2,048: x1/2 and x1 took 260 and 240
+  steps, where B = 1,024 reached the target in 124 at x1/4, a factor the plain grid never
+  tries). The warm start only adds runs, so DP is tuned at least as well as by the plain
+  rule.
+  """
   smaller = [b for b in w.batches if b < batch]
   if not smaller:
     return None, {}
@@ -222,8 +212,15 @@ def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
 
 def summarize(workdir: str, w: Workload) -> dict:
   """Per B of `w` finished under `workdir` (so a sweep over some B adds rows): the chosen
-  learning rate, steps to target per seed, B_simple; the fitted knee."""
+  learning rate, steps to target per seed, B_simple; the fitted knee.
+
+  Before a B's seeds run, its chosen tuning run stands for its seed 0. B_simple is each
+  run's `noise_scale.b_simple_at_target`, read at the eval that reached the target. The
+  tuning rule is the one the rows' tuning records state (with `tune.stop_losers`' clause
+  if any B's tuning stopped losers early), the grid's before any B is tuned.
+  """
   rows, first_run = [], None  # first_run: any run's results, for the target's name
+  stopped_losers = []  # per row: did its tuning stop losers early
   for batch in w.batches:
     record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
     if record is None:
@@ -246,6 +243,7 @@ def summarize(workdir: str, w: Workload) -> dict:
     noise = [v for v in noise if v is not None and math.isfinite(v)]
     first = next(iter(runs.values()))
     first_run = first_run or first
+    stopped_losers.append(tuning.STOP_LOSERS_RULE in record["rule"])
     rows.append({
         "batch": batch, "devices": batch // w.per_device,
         "microbatches": first["config"]["train"]["microbatches"],
@@ -272,7 +270,8 @@ def summarize(workdir: str, w: Workload) -> dict:
   target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
             else "")
   return {"target": target,
-          "tuning_rule": tuning.rule(True, dict(w.tune).get("tune.stop_losers", False)),
+          "tuning_rule": tuning.rule(True, any(stopped_losers) if stopped_losers else
+                                     w.overrides.get("tune.stop_losers", False)),
           "per_device": w.per_device, "rows": rows,
           "fit": fit_critical_batch(measured),
           "b_simple": statistics.median(noise) if noise else None,
@@ -367,32 +366,45 @@ def write_report(summary: dict, workdir: str) -> None:
   figure(summary, os.path.join(workdir, "critical_batch.png"))
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workload", default="fashion", choices=sorted(WORKLOADS))
-  p.add_argument("--workdir", default="",
-                 help="default experiments/results/critical_batch/<workload>")
-  p.add_argument("--seeds", default="0,1,2")
-  p.add_argument("--grid", default="full", help="full | smoke")
-  p.add_argument("--batches", default="", help="comma-separated subset of global batches")
-  p.add_argument("--report_only", action="store_true",
-                 help="write summary.json, table.md and the figure from the finished runs "
-                 "(e.g. while the sweep runs); train nothing")
-  args = sweeps.parse_args(p, argv)
-  workdir = args.workdir or os.path.join("experiments", "results", "critical_batch",
-                                         args.workload)
-  batches = [int(b) for b in args.batches.split(",") if b] or None
-  if args.report_only:
-    w = workload_for(args.workload, args.grid)
-    write_report(summarize(workdir, w), workdir)
-    print(open(os.path.join(workdir, "table.md")).read())
-    return 0
-  counts = run(args.workload, workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-               batches)
-  print(open(os.path.join(workdir, "table.md")).read())
-  print(f"critical_batch: {counts}")
+FLAGS = flags.FlagValues()
+flags.DEFINE_enum("workload", "fashion", sorted(WORKLOAD_CONFIGS), "an embedded workload's "
+                  "config file, by name", flag_values=FLAGS)
+flags.DEFINE_string("config", None, "a config file with a critical_batch_grid(name), instead "
+                    "of --workload", flag_values=FLAGS)
+flags.DEFINE_string("workdir", "", "default experiments/results/critical_batch/<workload>; "
+                    "required with --config", flag_values=FLAGS)
+flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds", flag_values=FLAGS)
+flags.DEFINE_string("grid", "full", "a grid the config's critical_batch_grid() knows: full | "
+                    "smoke", flag_values=FLAGS)
+flags.DEFINE_string("batches", "", "comma-separated subset of global batches",
+                    flag_values=FLAGS)
+flags.DEFINE_bool("report_only", False, "write summary.json, table.md and the figure from the "
+                  "finished runs (e.g. while the sweep runs); train nothing", flag_values=FLAGS)
+sweeps.define_flags(FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  sweeps.use_compile_cache(FLAGS.compile_cache)
+  if FLAGS.config is not None and FLAGS["workload"].present:
+    raise SystemExit("error: --config and --workload both name the config: give one")
+  if FLAGS.config is not None and not FLAGS.workdir:
+    raise SystemExit("error: --config needs --workdir")
+  config = FLAGS.config or FLAGS.workload
+  workdir = FLAGS.workdir or os.path.join("experiments", "results", "critical_batch",
+                                          FLAGS.workload)
+  counts = None
+  if FLAGS.report_only:
+    write_report(summarize(workdir, load_workload(config, FLAGS.grid)), workdir)
+  else:
+    counts = run(config, workdir, [int(s) for s in FLAGS.seeds.split(",")], FLAGS.grid,
+                 [int(b) for b in FLAGS.batches.split(",") if b] or None)
+  with open(os.path.join(workdir, "table.md")) as f:
+    print(f.read())
+  if counts is not None:
+    print(f"critical_batch: {counts}")
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

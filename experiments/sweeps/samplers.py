@@ -1,52 +1,46 @@
-"""Which distilled sequence helps? The ensemble at fixed N and L, one run per sampler and seed.
+r"""Which distilled sequence helps? The ensemble at fixed N and L, one run per sampler and seed.
 
-  python -m experiments.sweeps.samplers [--workload=fashion|pydocs] [--workdir=DIR] \
-      [--seeds=0,1,2] [--grid=full|smoke] [--samplers=random,kmeans,...]
+  python -m experiments.sweeps.samplers --workload=fashion --seeds=0,1,2
+  python -m experiments.sweeps.samplers --workload=pydocs --seeds=0,1,2
+      [--workdir=DIR] [--grid=full|smoke] [--samplers=random,kmeans,...]
 
-Fashion-MNIST, the cost-vs-time workload (`fashion_mnist.py:ensemble,sweep`: ResNet-18
-width 8, 64 examples per worker step), N = 4 workers x L = 200 steps each, evaluated once
-at the end on the full test set. Samplers: `random` and `disjoint` (the whole training
-set), and pools of FRACTION of it chosen by EL2N, GraNd (hardest, per class), k-means
-(one balanced cluster of proxy embeddings per worker, the whole set), CRAIG and GradMatch
-(weighted coresets on bias gradients, per class); `kmeans_routed` aggregates by routing
-(softmax(-d^2/T) over each test example's nearest clusters), `pca_routed` does the same
-with clusters of the pixels' top principal components (no proxy), `lipt_gradmatch` takes
-GradMatch's gradients from Ro et al.'s souped sparse proxy, `el2n_easiest` keeps the
-easiest examples. Pools come from 2 proxies of width 4 trained 150 steps each; their
-build time and FLOPs are added to the run's (one pool per seed: a pool depends on it).
+Writes `<sampler>/seed<k>/`, `pools/`, summary.json and table.md under the workdir (default
+experiments/results/samplers, or samplers_pydocs). Resumable: a finished run is read back.
+The committed runs took ~4.5 h (Fashion-MNIST, pool builds included) and ~1 h (the Python
+docs) on 2 CPU cores; `smoke`, seconds.
 
-`--workload=pydocs`: GPT-2 tiny on the Python docs (`pydocs_gpt2.py:ensemble,sweep`),
-N = 4 x L = 400, perplexity on all validation windows, for the text samplers: `random`,
-`kmeans` (c-BTM: balanced k-means of the windows' tf-idf, one cluster per worker) and
-`kmeans_routed` (the same experts, each validation window routed by its tf-idf).
-
-Resumable: a finished run is read back. Writes `summary.json` and `table.md` in the
-workdir.
+The rules every point follows: docs/methodology.md.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import math
 import os
 import statistics
 
+from absl import flags
+
 from ensemble_jax import config_lib
 from ensemble_jax import run as run_lib
-from experiments import sweeps
+from experiments import cli, sweeps
 from experiments.configs import fashion_mnist, pydocs_gpt2
 
 FRACTION = 0.2
 SAMPLERS = {
+    # the whole training set: bagging, and a partition into N shards
     "random": {"method.sampler": "random"},
     "disjoint": {"method.sampler": "disjoint"},
+    # pools of FRACTION, the hardest examples per class by a proxy's scores
     "el2n": {"distill.method": "el2n"},
     "grand": {"distill.method": "grand"},
+    # the whole set in balanced clusters of proxy embeddings, one per worker
     "kmeans": {"distill.method": "kmeans"},
+    # weighted coresets of FRACTION per class on closed-form bias gradients
     "craig": {"distill.method": "craig"},
     "gradmatch": {"distill.method": "gradmatch"},
     # the same k-means pools, each test example's logits weighted by its cluster distances
+    # (softmax(-d^2/T) over its nearest clusters)
     "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,logits,probs"},
     # the same routing, clusters of the pixels' top principal components: no proxy to train
     "pca_routed": {"distill.method": "kmeans", "distill.embedding": "pca",
@@ -56,7 +50,7 @@ SAMPLERS = {
     # Sorscher et al.: at small kept fractions the easiest examples beat the hardest
     "el2n_easiest": {"distill.method": "el2n", "distill.keep": "easiest"},
 }
-TEXT_SAMPLERS = {
+TEXT_SAMPLERS = {  # c-BTM: balanced k-means of the windows' tf-idf, one cluster per worker
     "random": {"method.sampler": "random"},
     "kmeans": {"distill.method": "kmeans"},
     "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"},
@@ -74,7 +68,11 @@ WORKLOADS = {  # workload: (its samplers, default workdir, table caption)
 
 def get_config(sampler: str, seed: int, workdir: str, grid: str, workload: str = "fashion"):
   """The ensemble at N = 4 (L = 200 for images, 400 for text), evaluated once at the end on
-  the whole eval split; the sampler's overrides last."""
+  the whole eval split; the sampler's overrides last.
+
+  Image pools come from 2 proxies of width 4 trained 150 steps each, one pool per seed (a
+  pool depends on it); its build time and FLOPs count as the run's (`_row`).
+  """
   text = workload == "pydocs"
   module = pydocs_gpt2 if text else fashion_mnist
   c = module.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
@@ -181,23 +179,29 @@ def run(workdir: str, seeds: list[int], grid: str = "full",
   return summary
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workload", default="fashion", choices=tuple(WORKLOADS))
-  p.add_argument("--workdir", default="", help="default: the workload's results directory")
-  p.add_argument("--seeds", default="0,1,2")
-  p.add_argument("--grid", default="full", choices=("full", "smoke"))
-  p.add_argument("--samplers", default="",
-                 help="comma-separated subset of the workload's: "
-                      + "; ".join(f"{w}: {','.join(v[0])}" for w, v in WORKLOADS.items()))
-  args = sweeps.parse_args(p, argv)
-  workdir = args.workdir or WORKLOADS[args.workload][1]
-  run(workdir, [int(s) for s in args.seeds.split(",")], args.grid,
-      [s for s in args.samplers.split(",") if s] or None, args.workload)
+FLAGS = flags.FlagValues()
+flags.DEFINE_enum("workload", "fashion", list(WORKLOADS), "whose ensemble and samplers",
+                  flag_values=FLAGS)
+flags.DEFINE_string("workdir", "", "default: the workload's results directory",
+                    flag_values=FLAGS)
+flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds", flag_values=FLAGS)
+flags.DEFINE_enum("grid", "full", ["full", "smoke"], "full, or smoke (seconds)",
+                  flag_values=FLAGS)
+flags.DEFINE_string("samplers", "", "comma-separated subset of the workload's: " + "; ".join(
+    f"{w}: {','.join(v[0])}" for w, v in WORKLOADS.items()), flag_values=FLAGS)
+sweeps.define_flags(FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  sweeps.use_compile_cache(FLAGS.compile_cache)
+  workdir = FLAGS.workdir or WORKLOADS[FLAGS.workload][1]
+  run(workdir, [int(s) for s in FLAGS.seeds.split(",")], FLAGS.grid,
+      [s for s in FLAGS.samplers.split(",") if s] or None, FLAGS.workload)
   with open(os.path.join(workdir, "table.md")) as f:
     print(f.read())
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)

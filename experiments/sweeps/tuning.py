@@ -1,4 +1,4 @@
-"""One tuning rule for every point of a cost-vs-time sweep (issue 13).
+"""One tuning rule for every point of a cost-vs-time sweep.
 
 For each field of `config.tune.fields` in turn (the peak learning rate `optim.learning_rate`;
 DiLoCo's `method.outer_learning_rate` after it), on seed `tune.seed`: one run at each of
