@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
+from jax.experimental import multihost_utils
 
 
 class CheckpointError(RuntimeError):
@@ -63,14 +66,31 @@ def latest_record(directory: str) -> dict | None:
 
 
 class Checkpointer:
-  """Saves every `every_steps` (and at the end); restores the latest at start."""
+  """Saves every `every_steps` steps and every `every_minutes` minutes (0: never), and when
+  forced (the end, a stop); restores the latest at start.
 
-  def __init__(self, directory: str, every_steps: int, max_to_keep: int):
+  A kill at any moment loses at most `every_minutes` of the run (steps, evals and all).
+  """
+
+  def __init__(self, directory: str, every_steps: int, max_to_keep: int,
+               every_minutes: float = 0.0):
     self.every_steps = every_steps
+    self.every_s = 60.0 * every_minutes
+    self._last_save = time.monotonic()
     _register_array_handler()
     self.manager = ocp.CheckpointManager(
         os.path.abspath(directory),
         options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+
+  def _due(self, step: int) -> bool:
+    """Whether `step` is due a periodic save; every process decides alike."""
+    by_steps = self.every_steps > 0 and step % self.every_steps == 0
+    if self.every_s <= 0:
+      return by_steps
+    late = time.monotonic() - self._last_save >= self.every_s
+    if jax.process_count() > 1:  # clocks differ across hosts: process 0's decides
+      late = bool(multihost_utils.broadcast_one_to_all(np.int32(late)))
+    return by_steps or late
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -121,12 +141,11 @@ class Checkpointer:
     return os.path.join(str(self.manager.directory), str(step))
 
   def save(self, step: int, state, meta: dict, force: bool = False) -> None:
-    if not force and (self.every_steps <= 0 or step % self.every_steps):
-      return
-    if self.manager.latest_step() == step:
+    if not (self._due(step) or force) or self.manager.latest_step() == step:
       return
     self.manager.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True)
+    self._last_save = time.monotonic()
 
   def discard_after(self, step: int) -> None:
     """Deletes the checkpoints of steps after `step` (a trajectory the loop rewound), once

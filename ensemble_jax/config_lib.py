@@ -230,7 +230,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.tune.stop_losers = False
 
   c.checkpoint = ml_collections.ConfigDict()
-  c.checkpoint.every_steps = 0  # 0: only at the end
+  c.checkpoint.every_steps = 0  # 0: no step-count rule
+  # A save every this many minutes of the run, so a kill at any moment loses at most that;
+  # 0: none. The end of the run and a stop (SIGTERM, Ctrl-C) always save.
+  c.checkpoint.every_minutes = 5.0
   c.checkpoint.max_to_keep = 2
   return c
 
@@ -306,7 +309,7 @@ def aggregation_modes(config) -> tuple[str, ...]:
 
 
 def parse_variants(arg: str, known, config_name: str) -> set[str]:
-  """The variants of a workload config's argument ('smoke,ensemble'), each one known."""
+  """The variants of a workload config's argument ('tiny,ensemble'), each one known."""
   variants = set(filter(None, arg.split(",")))
   if variants - set(known):
     raise ValueError(f"unknown variant(s) {sorted(variants - set(known))} of {config_name}; "
@@ -449,7 +452,7 @@ def _validate_schedule(config) -> None:
     _need(value > 0, field, value, "must be > 0.")
   for field in ("train.num_steps", "train.num_epochs", "train.stop_at_step",
                 "eval.every_steps", "eval.num_examples", "checkpoint.every_steps",
-                "optim.learning_rate", "optim.weight_decay", "optim.warmup_epochs",
+                "checkpoint.every_minutes", "optim.learning_rate", "optim.weight_decay", "optim.warmup_epochs",
                 "optim.warmup_steps", "data.train_examples", "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")
@@ -474,9 +477,14 @@ def _validate_cost(config) -> None:
 
 
 def _validate_durations_and_target(config) -> None:
-  _need((config.train.num_steps > 0) != (config.train.num_epochs > 0), "train.num_steps",
-        (config.train.num_steps, config.train.num_epochs),
-        "set exactly one of train.num_steps and train.num_epochs to a value > 0.")
+  steps, epochs = config.train.num_steps, config.train.num_epochs
+  _need(steps > 0 or epochs > 0, "train.num_steps", (steps, epochs),
+        "set one of train.num_steps and train.num_epochs to a value > 0, e.g. "
+        "--config.train.num_steps=1000.")
+  _need(not (steps > 0 and epochs > 0), "train.num_steps", (steps, epochs),
+        f"set exactly one of train.num_steps and train.num_epochs: add "
+        f"--config.train.num_epochs=0 to train {steps} steps (or --config.train.num_steps=0 "
+        f"for {epochs} epochs).")
   _need(len(config.data.mean) == len(config.data.std), "data.mean", config.data.mean,
         f"must have as many channels as data.std={config.data.std!r}.")
   metric = config.eval.target_metric
@@ -593,6 +601,17 @@ def _validate_mesh(config) -> None:
   _need(config.method.name == "data_parallel" or "worker" in names, "mesh", mesh,
         f"{config.method.name} steps its workers over a 'worker' axis: e.g. "
         "'worker:-1,data:1'.")
+
+
+def check_batch_fits(config, num_train_examples: int) -> None:
+  """One model's batch must fit in the training set; say what to choose if it does not."""
+  b = config.train.batch_size
+  if b > num_train_examples:
+    fits = 2 ** int(math.log2(max(1, num_train_examples // 4)))
+    raise ConfigError(
+        f"config.train.batch_size={b} is larger than the training set ({num_train_examples} "
+        f"examples): choose at most {num_train_examples}, e.g. "
+        f"--config.train.batch_size={fits} --config.optim.base_batch_size={fits}.")
 
 
 def num_train_steps(config, num_train_examples: int) -> int:

@@ -3,9 +3,9 @@
 Override any field: `--config.train.batch_size=256 --config.method.fsdp=True`.
 """
 import ast
+import contextlib
 import difflib
 import glob
-import logging
 import os
 import sys
 
@@ -13,8 +13,9 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed, sharding
+from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding
 from ensemble_jax import run as run_lib
+from ensemble_jax import train
 from ensemble_jax.data import fetch
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -41,22 +42,17 @@ def config_files_help(config_dir: str = CONFIG_DIR) -> str:
 
 
 HELP_TAIL = """
-Config files (variants combine with commas: `fashion_mnist.py:ensemble,smoke`):
+Config files (variants combine with commas: `fashion_mnist.py:smoke,ensemble`):
 {}
 
 Every field, its default and what it means: ensemble_jax/config_lib.py:base_config(); the
-fields of results.json: README.md, section "results.json".
+fields of results.json: docs/results_json.md.
 """
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and results go.")
 flags.mark_flags_as_required(["config", "workdir"])
-
-
-def _quiet_orbax(record: logging.LogRecord) -> bool:
-  """Orbax logs every save phase at INFO; keep its warnings and errors only."""
-  return record.levelno >= logging.WARNING or "/orbax/" not in record.pathname
 
 
 USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
@@ -77,12 +73,17 @@ def run(config, workdir: str) -> int:
           flush=True)
     results = run_lib.finished_results(config, workdir)
     if results is None:
-      results = run_lib.train_and_evaluate(config, workdir)
+      with contextlib.closing(train.PreemptionWatch()):  # Ctrl-C from here on: a clean stop
+        results = run_lib.train_and_evaluate(config, workdir)
     else:
       print("already finished with this config: results.json left as it was", flush=True)
   except USAGE_ERRORS as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
+  except KeyboardInterrupt:  # a second Ctrl-C, or one before training started
+    print(f"interrupted: what trained since the last checkpoint in {workdir}/checkpoints is "
+          "lost; rerun the same command to resume from it.", file=sys.stderr)
+    return 130
   target = results["target"]
   metric = target["metric"]
   reached = (f"reached at step {target['reached_step']}" if target["reached"] else
@@ -134,8 +135,13 @@ def main(argv):
     print(f"error: unexpected arguments {argv[1:]}: the command takes --config=FILE[:variant], "
           "--workdir=DIR and --config.<field>=<value> overrides only.", file=sys.stderr)
     sys.exit(2)
-  logging.getLogger("absl").addFilter(_quiet_orbax)
-  sys.exit(run(_CONFIG.value, _WORKDIR.value))
+  logs.quiet()
+  code = run(_CONFIG.value, _WORKDIR.value)
+  if code == 130:  # aborted mid-step: skip the interpreter's teardown of XLA's threads
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  sys.exit(code)
 
 
 

@@ -1,6 +1,9 @@
 """Cost vs time to a target, from results.json files: Markdown tables and PNGs.
 
-  python -m ensemble_jax.report RESULTS_DIR [--out=RESULTS_DIR]
+  python -m ensemble_jax.report DIR [--out=DIR]
+
+DIR is one run's workdir (its summary), a folder holding run workdirs at any depth (the
+runs side by side), or a sweep's tree (the tables and figures below).
 
 The ratios compare each method with the strongest-baseline frontier: at every budget the
 best of all single-model curves (`baseline_curves`), at each method point's own budget
@@ -453,6 +456,64 @@ def write(results_dir: str, out: str) -> str:
   return text
 
 
+def _plural(n: int, noun: str) -> str:
+  return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def find_runs(folder: str) -> list[str]:
+  """The run workdirs below `folder` (any depth): each directory holding a results.json,
+  tuning runs (`tune/`) left out."""
+  found = []
+  for root, dirs, files in os.walk(folder):
+    dirs[:] = sorted(d for d in dirs if d not in ("tune", "checkpoints"))
+    if "results.json" in files:
+      found.append(root)
+  return found
+
+
+def _ending(results: dict) -> str:
+  """How a run ended: at its target, at its budget, or earlier on purpose."""
+  steps, budget = results["steps"], results.get("step_budget", results["steps"])
+  if steps >= budget:
+    return "full budget"
+  if results["target"]["reached"] and results["target"]["reached_step"] == steps:
+    return "stopped at target"
+  return f"stopped at step {steps}"
+
+
+def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
+  """The runs below `folder` side by side, whatever their layout: each run's method and
+  config say what it is. Runs stopped at their target and runs trained to their budget are
+  told apart, since their final metrics are not comparable."""
+  rows = []
+  for workdir in find_runs(folder):
+    with open(os.path.join(workdir, "results.json")) as f:
+      r = json.load(f)
+    t, cost, method = r["target"], r["cost"], r["config"]["method"]
+    who = (f"N={method['num_workers']}" if r["method"] in ("ensemble", "diloco")
+           else f"D={cost['modelled']['devices']}")
+    time_s = cost["modelled"]["critical_path_s"]
+    time_s = time_s.get(preset, next(iter(time_s.values())))
+    rows.append(
+        f"| {os.path.relpath(workdir, folder)} | {r['method']} {who} | {r['config']['seed']} "
+        f"| {r['steps']} / {r.get('step_budget')} | {_ending(r)} | "
+        f"{t['reached_step'] if t['reached'] else 'not reached'} | "
+        f"{r['final'].get(t['metric'], float('nan')):.4g} | "
+        + (f"{cost['measured']['flops_to_target'] / 1e12:.3g} | {time_s:.1f} |"
+           if t["reached"] else "- | - |"))
+  if not rows:
+    return ""
+  metric = t["metric"]
+  ended = {row.split(" | ")[4] for row in rows}
+  note = ("\nSome runs stopped at their target and others trained to their budget: compare "
+          "their steps to the target, not their final " + metric + ".\n"
+          if "stopped at target" in ended and "full budget" in ended else "")
+  head = ["| run | method | seed | steps / budget | ended | target reached at step | "
+          f"final {metric} | TFLOPs to target | time to target (s, {preset}, modelled) |",
+          "|---|---|---|---|---|---|---|---|---|"]
+  return f"Target: {metric} {t['value']}.{note}\n" + "\n".join(head + rows)
+
+
 def run_summary(results: dict) -> str:
   """One run's results.json as Markdown: what ran, its target, cost and eval history."""
   t, cost = results["target"], results["cost"]
@@ -465,7 +526,7 @@ def run_summary(results: dict) -> str:
            f"{results['final'].get(metric)}",
            f"to target: {cost['measured']['steps_to_target']} steps, "
            f"{cost['measured']['flops_to_target'] / 1e12:.3g} TFLOPs; modelled time on "
-           f"{cost['modelled']['devices']} devices: "
+           f"{_plural(cost['modelled']['devices'], 'device')}: "
            + ", ".join(f"{k} {v:.1f} s" for k, v in
                        cost["modelled"]["critical_path_s"].items()),
            "", "| step | train time (s) | " + metric + " |", "|---|---|---|"]
@@ -485,7 +546,16 @@ def main(argv=None) -> int:
       with open(one_run) as f:
         print(run_summary(json.load(f)))
       return 0
-    print(write(args.results_dir, args.out or args.results_dir))
+    if load_runs(args.results_dir):
+      print(write(args.results_dir, args.out or args.results_dir))
+      return 0
+    compared = compare_runs(args.results_dir)
+    if not compared:
+      raise FileNotFoundError(
+          f"no results.json under {args.results_dir}. Give one run's workdir, a folder "
+          "holding run workdirs (at any depth), or a sweep's tree "
+          "<curve>/<point>/seed<k>/results.json.")
+    print(compared)
   except FileNotFoundError as e:
     print(f"error: {e}")
     return 2

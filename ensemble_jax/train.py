@@ -260,6 +260,7 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
     _resume_changes(checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS)), config,
                     workdir)
   data = data_lib.load(config)
+  config_lib.check_batch_fits(config, len(data.train))
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   model, tx = methods_lib.model_and_optimizer(config, data.num_classes, num_steps,
@@ -321,7 +322,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   state = s.method.init(init_rng)
   checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
                                              config.checkpoint.every_steps,
-                                             config.checkpoint.max_to_keep)
+                                             config.checkpoint.max_to_keep,
+                                             config.checkpoint.every_minutes)
   finished = finished_results(config, workdir)
   state, meta = _restore(config, workdir, s, state, checkpointer)
   if finished is None and meta["step"] >= s.num_steps:  # a longer budget field, same steps
@@ -335,7 +337,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
     state = s.method.prune(state, pipeline.to_global(train_batches.local_batch(0),
                                                      train_batches.layout),
                            config.model.sparsity)
-  writer = writers.MetricWriter(workdir, enabled=s.is_main)
+  writer = writers.MetricWriter(workdir, enabled=s.is_main, start_step=int(meta["step"]))
   progress = Progress(int(meta["step"]), TargetTracker(**meta["target"]), meta["history"],
                       Chrono(meta["train_time_s"], meta["eval_time_s"]), _as_json(config),
                       meta.get("config_changes", []))
@@ -454,7 +456,9 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
     _write_parameter_table(workdir, jax.eval_shape(s.method.trained_params, state))
   if meta["step"]:
     logging.info("Resumed from step %d in %s", meta["step"], workdir)
-  elif config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer
+  else:
+    logging.info("no checkpoint in %s: starting from step 0", workdir)
+  if not meta["step"] and config.train.init_from:  # weights (and BatchNorm statistics) only; a fresh optimizer
     source = checkpoint_lib.Checkpointer(s.warm_start, 0, 1)
     warm, _ = source.restore(state)
     source.close()
@@ -506,7 +510,10 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
   schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
                                    s.steps_per_epoch)  # the optimizer's, to log
   writer.write_hparams(config.to_dict(), [f"eval/{config.eval.target_metric}", "train/loss"])
-  preemption = PreemptionWatch()
+  # main.py installs a watch before set-up (a Ctrl-C while data loads or the step compiles
+  # stops after step 1); without one, this loop watches for its own length.
+  own_watch = PreemptionWatch.active is None
+  preemption = PreemptionWatch() if own_watch else PreemptionWatch.active
   step_fn = None
   # Steps-to-target runs keep the state at the last eval that missed the target, to
   # replay a crossing found too coarsely (`_refine`); from the start, if it is an eval's.
@@ -549,11 +556,9 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
         checkpointer.save(done, state, record,
                           force=done == num_steps or stop or reached or early)
       if stop and done < num_steps:
-        message = (f"stopped at step {done} of {num_steps} on a preemption notice (SIGTERM); "
-                   f"checkpoint saved in {workdir}/checkpoints. Rerun the same command to "
-                   "resume.")
-        logging.warning(message)
-        raise Preempted(message)
+        preempted = preemption.stop(done, num_steps, workdir)
+        logging.warning(preempted.message)
+        raise preempted
       if reached:
         logging.info("target %s %s reached at step %d: stopping (train.stop_at_target)",
                      p.tracker.metric, p.tracker.value, done)
@@ -562,11 +567,12 @@ def _train(config, workdir: str, s: Setup, state, step_rng, train_batches, eval_
         logging.info("stopping at step %d, the first eval at or past train.stop_at_step=%d",
                      done, stop_at_step)
         break
-  finally:  # also on preemption or divergence: finish pending saves, restore SIGTERM
+  finally:  # also on preemption or divergence: finish pending saves, restore the signals
     bar.close()
     checkpointer.close()
     writer.close()
-    preemption.close()
+    if own_watch:
+      preemption.close()
   return state
 
 
@@ -801,10 +807,10 @@ def _communication(config, s: Setup, train_batches, eval_batches) -> costs.Commu
 
 
 class Preempted(SystemExit):
-  """Raised after the checkpoint that a preemption notice asked for; exit status 143."""
+  """Raised after the checkpoint that a stop request asked for (exit 143 or 130)."""
 
-  def __init__(self, message: str):
-    super().__init__(143)
+  def __init__(self, message: str, code: int = 143):
+    super().__init__(code)
     self.message = message
 
   def __str__(self) -> str:
@@ -812,31 +818,51 @@ class Preempted(SystemExit):
 
 
 class PreemptionWatch:
-  """SIGTERM (a preemption notice) asks the loop to checkpoint and stop at the next step.
+  """SIGTERM (a preemption notice) or Ctrl-C: checkpoint at the end of the step, then stop.
 
-  With several processes, JAX's preemption sync point makes them agree on the step.
+  A second Ctrl-C aborts at once. With several processes, JAX's preemption sync point makes
+  them agree on the step (SIGTERM only; Ctrl-C keeps its default there).
   """
+  SIGNALS = {signal.SIGTERM: ("a preemption notice (SIGTERM)", 143),
+             signal.SIGINT: ("Ctrl-C", 130)}
+
+  active: "PreemptionWatch | None" = None  # the installed one: signals are per process
 
   def __init__(self):
-    self.notified = False
-    self._previous = None
+    self.received = None  # the first stop signal's number
+    self._previous = {}
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._notify)
+      for signum in self.SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._notify)
+      PreemptionWatch.active = self
 
   def _notify(self, signum, frame):
-    del signum, frame
-    logging.warning("SIGTERM: checkpointing at the end of this step, then stopping")
-    self.notified = True
+    del frame
+    if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt: abort now
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.warning("%s: checkpointing at the end of this step, then stopping%s",
+                    self.SIGNALS[signum][0],
+                    " (Ctrl-C again aborts at once)" if signum == signal.SIGINT else "")
+    self.received = self.received or signum
 
   def requested(self, step: int) -> bool:
     if jax.process_count() > 1:
-      return bool(multihost_utils.reached_preemption_sync_point(step))
-    return self.notified
+      if multihost_utils.reached_preemption_sync_point(step):
+        self.received = signal.SIGTERM
+    return self.received is not None
+
+  def stop(self, step: int, num_steps: int, workdir: str) -> Preempted:
+    """The exception that ends the run after its checkpoint, with its one-line message."""
+    what, code = self.SIGNALS[self.received]
+    return Preempted(f"stopped at step {step} of {num_steps} on {what}; checkpoint saved in "
+                     f"{workdir}/checkpoints. Rerun the same command to resume.", code)
 
   def close(self) -> None:
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
-      self._previous = None
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+    self._previous = {}
+    if PreemptionWatch.active is self:
+      PreemptionWatch.active = None
 
 
 def _fetch(tree):

@@ -5,6 +5,7 @@ this project must not require; tensorboardX writes the same TensorBoard event fi
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -31,15 +32,41 @@ def _summary_writer_class():
   return SummaryWriter
 
 
+def _truncate_after(path: str, step: int) -> None:
+  """Keeps the rows of the JSON-lines log `path` up to `step` (replaced whole, atomically)."""
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    lines = f.readlines()
+  kept = []
+  for line in lines:
+    try:
+      if json.loads(line)["step"] <= step:
+        kept.append(line if line.endswith("\n") else line + "\n")
+    except (ValueError, KeyError, TypeError):  # a line cut short by a kill: dropped
+      continue
+  if kept != lines:
+    with open(path + ".tmp", "w") as f:
+      f.writelines(kept)
+    os.replace(path + ".tmp", path)
+
+
 class MetricWriter:
   """`write_scalars(step, {name: value})` to `events.out.tfevents.*` and `metrics.jsonl`."""
 
-  def __init__(self, workdir: str, enabled: bool = True):
+  def __init__(self, workdir: str, enabled: bool = True, start_step: int = 0):
+    """`start_step`: where the run (re)starts. What an earlier attempt logged after it (the
+    steps since its last checkpoint, about to be trained again) is dropped, so each step is
+    logged once: metrics.jsonl is cut there, and TensorBoard purges the events after it."""
     self.enabled = enabled
     self._tb = self._jsonl = None
     if enabled:
-      self._tb = _summary_writer_class()(workdir)
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a")
+      path = os.path.join(workdir, "metrics.jsonl")
+      _truncate_after(path, start_step)
+      logged_before = glob.glob(os.path.join(workdir, "events.out.tfevents.*"))
+      self._tb = _summary_writer_class()(
+          workdir, purge_step=start_step + 1 if logged_before else None)
+      self._jsonl = open(path, "a")
 
   def write_scalars(self, step: int, scalars: dict[str, float]) -> None:
     if not self.enabled:

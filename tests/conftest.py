@@ -17,10 +17,10 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture
-def smoke_config():
+def tiny_config():
   from experiments.configs import fashion_mnist
 
-  return fashion_mnist.get_config("smoke")
+  return fashion_mnist.get_config("tiny")
 
 
 # Identical programs recur across tests (the smoke model in several methods and runs):

@@ -9,12 +9,12 @@ from ensemble_jax import communication, costs, train
 from ensemble_jax.data import samplers
 
 
-def test_a_child_process_reads_the_same_collectives_as_this_one(smoke_config, tmp_path):
-  smoke_config.cost.devices = 2  # trained on 8 devices, priced as a 2-device cluster
-  s = train.set_up(smoke_config, str(tmp_path))
+def test_a_child_process_reads_the_same_collectives_as_this_one(tiny_config, tmp_path):
+  tiny_config.cost.devices = 2  # trained on 8 devices, priced as a 2-device cluster
+  s = train.set_up(tiny_config, str(tmp_path))
   pool = samplers.Pool(s.method.sampler(len(s.data.train), 0), None)
-  train_batches, eval_batches = train._streams(smoke_config, s, pool)
-  req = communication.request(smoke_config, s.method, num_classes=s.data.num_classes,
+  train_batches, eval_batches = train._streams(tiny_config, s, pool)
+  req = communication.request(tiny_config, s.method, num_classes=s.data.num_classes,
                               init_input=s.data.init_input, num_steps=s.num_steps,
                               steps_per_epoch=s.steps_per_epoch, train_batches=train_batches,
                               eval_batches=eval_batches)
@@ -37,15 +37,15 @@ def test_a_child_process_reads_the_same_collectives_as_this_one(smoke_config, tm
   assert other.key() != req.key()
 
 
-def test_a_request_keeps_the_mesh_in_the_form_the_config_holds(smoke_config, tmp_path):
+def test_a_request_keeps_the_mesh_in_the_form_the_config_holds(tiny_config, tmp_path):
   """Config files may hold the mesh as a list, the command line as a string: both are
   requests (a list-form config once fell back to the legacy model: type-safe field)."""
-  s = train.set_up(smoke_config, str(tmp_path))
+  s = train.set_up(tiny_config, str(tmp_path))
   pool = samplers.Pool(s.method.sampler(len(s.data.train), 0), None)
-  train_batches, eval_batches = train._streams(smoke_config, s, pool)
+  train_batches, eval_batches = train._streams(tiny_config, s, pool)
   for mesh in ("data:-1", [("data", -1)]):
-    smoke_config.mesh = mesh
-    req = communication.request(smoke_config, s.method, num_classes=s.data.num_classes,
+    tiny_config.mesh = mesh
+    req = communication.request(tiny_config, s.method, num_classes=s.data.num_classes,
                                 init_input=s.data.init_input, num_steps=s.num_steps,
                                 steps_per_epoch=s.steps_per_epoch,
                                 train_batches=train_batches, eval_batches=eval_batches)

@@ -45,9 +45,9 @@ def _set(config, dotted, value):
     ("model.stage_sizes", (2, 0), r"config.model.stage_sizes=\(2, 0\): give ResNet blocks"),
     ("model.stage_sizes", (1.5,), r"config.model.stage_sizes=\(1.5,\): give ResNet blocks"),
 ])
-def test_bad_values_are_named(smoke_config, field, value, message):
+def test_bad_values_are_named(tiny_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.validate(_set(smoke_config, field, value))
+    config_lib.validate(_set(tiny_config, field, value))
 
 
 def test_mesh_string_and_list_forms_are_one_mesh():
@@ -59,19 +59,19 @@ def test_mesh_string_and_list_forms_are_one_mesh():
     assert config_lib.mesh_string(pairs) == string.replace(" ", "")
 
 
-def test_ensemble_without_a_worker_axis_is_named(smoke_config):
-  config = _set(_set(smoke_config, "method.name", "ensemble"), "mesh", "data:-1")
+def test_ensemble_without_a_worker_axis_is_named(tiny_config):
+  config = _set(_set(tiny_config, "method.name", "ensemble"), "mesh", "data:-1")
   with pytest.raises(ConfigError, match=r"config.mesh='data:-1': ensemble steps its workers "
                      r"over a 'worker' axis"):
     config_lib.validate(config)
 
 
-def test_unknown_key_suggests_the_known_one(smoke_config):
-  with smoke_config.unlocked():
-    smoke_config.train.batchsize = 64
+def test_unknown_key_suggests_the_known_one(tiny_config):
+  with tiny_config.unlocked():
+    tiny_config.train.batchsize = 64
   with pytest.raises(config_lib.ConfigError, match=r"config.train.batchsize: unknown key. "
                      r"Did you mean config.train.batch_size\?"):
-    config_lib.validate(smoke_config)
+    config_lib.validate(tiny_config)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -80,9 +80,9 @@ def test_unknown_key_suggests_the_known_one(smoke_config):
     ("mesh", [("data", 16)], r"needs 16 devices but only 8 are present"),
     ("mesh", [("data", 3), ("worker", -1)], r"does not divide the 8 devices"),
 ])
-def test_shape_errors_before_compilation(smoke_config, tmp_path, field, value, message):
+def test_shape_errors_before_compilation(tiny_config, tmp_path, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    run.train_and_evaluate(_set(smoke_config, field, value), str(tmp_path / "wd"))
+    run.train_and_evaluate(_set(tiny_config, field, value), str(tmp_path / "wd"))
   assert not (tmp_path / "wd").exists() or not os.listdir(tmp_path / "wd")
 
 
@@ -132,16 +132,16 @@ def _lm(config, key, value):
   del config
   from experiments.configs import pydocs_gpt2
 
-  return _set(_set(pydocs_gpt2.get_config("smoke"), "data.tokenizer", "gpt2"), key, value)
+  return _set(_set(pydocs_gpt2.get_config("tiny"), "data.tokenizer", "gpt2"), key, value)
 
 
 @pytest.mark.parametrize("what,edit,message", MALFORMED, ids=[m[0] for m in MALFORMED])
-def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_path, capsys,
+def test_malformed_config_exits_2_with_one_line_and_no_trace(tiny_config, tmp_path, capsys,
                                                             what, edit, message):
   from ensemble_jax import main
 
   workdir = tmp_path / "wd"
-  assert main.run(edit(smoke_config), str(workdir)) == 2
+  assert main.run(edit(tiny_config), str(workdir)) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert err and err[0].startswith("error: ") and message in "\n".join(err), (what, err)
   if not what.startswith("missing"):  # data errors carry a how-to-get-it block
@@ -160,7 +160,7 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(smoke_config, tmp_p
 ])
 def test_cli_exits_2_on_bad_override(tmp_path, override, message):
   cmd = [sys.executable, "-m", "ensemble_jax.main",
-         "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
+         "--config=experiments/configs/fashion_mnist.py:tiny", f"--workdir={tmp_path}",
          override]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2, proc.stderr[-2000:]
@@ -181,11 +181,11 @@ def test_choice_lists_are_the_registries():
       "routed", "probs")
 
 
-def test_a_remote_workdir_is_refused_before_any_work(smoke_config, tmp_path, monkeypatch):
+def test_a_remote_workdir_is_refused_before_any_work(tiny_config, tmp_path, monkeypatch):
   """It once trained ~30 s, wrote a local ./gs:/bucket/... tree, then failed."""
   monkeypatch.chdir(tmp_path)
   with pytest.raises(ConfigError, match="remote workdirs are not supported"):
-    run.train_and_evaluate(smoke_config, "gs://bucket/runs/x")
+    run.train_and_evaluate(tiny_config, "gs://bucket/runs/x")
   assert os.listdir(tmp_path) == []
 
 
@@ -201,11 +201,11 @@ def test_model_choice_lists_agree_with_the_model_zoo():
     ("data.dataset", "mnist", "serves only 'fashion_mnist'"),
     ("eval.target_metric", "perplexity", "reports"),
 ])
-def test_bad_image_choices_are_one_line_errors_before_any_data(smoke_config, field, value,
+def test_bad_image_choices_are_one_line_errors_before_any_data(tiny_config, field, value,
                                                                message):
-  config_lib.set_dotted(smoke_config, field, value)
+  config_lib.set_dotted(tiny_config, field, value)
   with pytest.raises(ConfigError, match=message):
-    config_lib.validate(smoke_config)
+    config_lib.validate(tiny_config)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -216,7 +216,7 @@ def test_bad_image_choices_are_one_line_errors_before_any_data(smoke_config, fie
 def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
   from experiments.configs import pydocs_gpt2
 
-  config = pydocs_gpt2.get_config("smoke")
+  config = pydocs_gpt2.get_config("tiny")
   for field, value in overrides.items():
     config_lib.set_dotted(config, field, value)
   with pytest.raises(ConfigError, match=message):
@@ -248,7 +248,7 @@ def bad_inputs(tmp_path_factory):
   (root / "corpus").mkdir()
   for i in range(100):  # both splits get documents at val_fraction 0.05
     (root / "corpus" / f"{i}.txt").write_text(f"document {i}, " * 10)
-  config = pydocs_gpt2.get_config("smoke")
+  config = pydocs_gpt2.get_config("tiny")
   config.data.path, config.data.data_dir = str(root / "corpus"), str(root / "tokens")
   cache_dir = text.load(config.data).stats["cache_dir"]
   with open(os.path.join(cache_dir, "train.npy"), "r+b") as f:
@@ -257,11 +257,11 @@ def bad_inputs(tmp_path_factory):
   return root
 
 
-LM = "--config=experiments/configs/pydocs_gpt2.py:smoke"
+LM = "--config=experiments/configs/pydocs_gpt2.py:tiny"
 BAD_INPUTS = [  # (what, arguments ({root}: the fixture's files), what the one line says)
     ("mesh not axis:size", ["--config.mesh=data:all"], "config.mesh='data:all': write it as"),
     ("ensemble without a worker axis",
-     ["--config=experiments/configs/fashion_mnist.py:ensemble,smoke", "--config.mesh=data:-1"],
+     ["--config=experiments/configs/fashion_mnist.py:ensemble,tiny", "--config.mesh=data:-1"],
      "config.mesh='data:-1': ensemble steps its workers over a 'worker' axis"),
     ("malformed jsonl line", [LM, "--config.data.path={root}/bad.jsonl",
                               "--config.data.data_dir={root}/tokens"],
@@ -282,7 +282,7 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
   workdir = tmp_path / "wd"
   args = [a.format(root=bad_inputs) for a in args]
   config = [a for a in args if a.startswith("--config=")] or [
-      "--config=experiments/configs/fashion_mnist.py:smoke"]
+      "--config=experiments/configs/fashion_mnist.py:tiny"]
   cmd = [sys.executable, "-m", "ensemble_jax.main", *config, f"--workdir={workdir}",
          *[a for a in args if not a.startswith("--config=")]]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -297,8 +297,8 @@ def test_help_names_the_config_files_their_variants_and_the_schema():
   result = subprocess.run([sys.executable, "-m", "ensemble_jax.main", "--help"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
   assert result.returncode == 0
-  for line in ("experiments/configs/fashion_mnist.py[:smoke,ensemble,diloco,sweep]",
-               "experiments/configs/pydocs_gpt2.py[:smoke,ensemble,diloco,sweep]",
+  for line in ("experiments/configs/fashion_mnist.py[:smoke,tiny,ensemble,diloco,sweep]",
+               "experiments/configs/pydocs_gpt2.py[:smoke,tiny,ensemble,diloco,sweep]",
                "experiments/configs/imagenet_resnet50.py",
                "ensemble_jax/config_lib.py:base_config()"):
     assert line in result.stdout

@@ -49,7 +49,7 @@ def _layout(shape, spec):
 def fashion(request):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("smoke")
+  config = fashion_mnist.get_config("tiny")
   return config, images.load(config.data, "test")
 
 
@@ -167,11 +167,11 @@ def test_tfds_imagenet_inception_crop_under_mock_data():
       assert out.shape == (32, 32, 3) and out.dtype == np.uint8
 
 
-def test_train_and_evaluate_on_tfds_mock(smoke_config, tmp_path):
-  smoke_config.data.source = "tfds"
-  smoke_config.train.num_steps = 2
+def test_train_and_evaluate_on_tfds_mock(tiny_config, tmp_path):
+  tiny_config.data.source = "tfds"
+  tiny_config.train.num_steps = 2
   with tfds.testing.mock_data(num_examples=256, policy=tfds.testing.MockPolicy.USE_CODE):
-    r = run.train_and_evaluate(smoke_config, str(tmp_path))
+    r = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert r["steps"] == 2 and r["final"]["num_examples"] == 128
 
 
@@ -188,14 +188,14 @@ def _image_folder(root, split, per_class, size=12, mode="RGB"):
       Image.fromarray(pixels).convert(mode).save(root / split / name / f"{j}.png")
 
 
-def test_own_images_in_class_folders_train_end_to_end(smoke_config, tmp_path):
+def test_own_images_in_class_folders_train_end_to_end(tiny_config, tmp_path):
   """data.source='folder': a user's own dataset without TensorFlow, through the same
   pipeline, transforms and loop as every other image source."""
   root = tmp_path / "pets"
   _image_folder(root, "train", 16)
   _image_folder(root, "test", 4)
   (root / "train" / "README.txt").write_text("not a class")  # files beside classes: ignored
-  config = smoke_config
+  config = tiny_config
   config.data.source, config.data.dataset, config.data.data_dir = "folder", "pets", str(root)
   config.data.image_size, config.data.mean, config.data.std = 12, (0.5,) * 3, (0.25,) * 3
   config.eval.num_examples = 12

@@ -37,7 +37,7 @@ def two_methods():
 
   out = {}
   for fsdp in (False, True):
-    config = fashion_mnist.get_config("smoke")
+    config = fashion_mnist.get_config("tiny")
     out[fsdp] = (_method(config, fsdp), config)
   return out
 

@@ -18,7 +18,7 @@ INIT_INPUT = jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32)
 def _config(method, mesh, batch):
   from experiments.configs import pydocs_gpt2
 
-  c = pydocs_gpt2.get_config("smoke")
+  c = pydocs_gpt2.get_config("tiny")
   c.method.name, c.mesh = method, mesh
   c.method.aggregation = "global" if method == "diloco" else "logits"
   c.method.num_workers, c.method.sync_every = 4, 1
@@ -97,7 +97,7 @@ def _resnet_diloco(sync_every):
 
   from experiments.configs import fashion_mnist
 
-  c = fashion_mnist.get_config("diloco,smoke")
+  c = fashion_mnist.get_config("diloco,tiny")
   c.mesh, c.method.num_workers, c.method.sync_every = [("worker", 4), ("data", 1)], 4, sync_every
   c.train.batch_size, c.data.image_size = 8, IMAGE_SHAPE[0]
   model = resnet.ResNet(stage_sizes=(1, 1), block="basic", num_classes=10, width=4,

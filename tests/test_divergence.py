@@ -19,7 +19,7 @@ def test_a_worker_diverging_in_the_last_step_is_excluded_from_the_final_eval(tmp
                                                                              monkeypatch):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("ensemble,smoke")  # 8 workers, one per device, L = 4
+  config = fashion_mnist.get_config("ensemble,tiny")  # 8 workers, one per device, L = 4
   config.checkpoint.every_steps = 0
   last = config.method.steps_per_worker
   clean_step = step_lib.train_step

@@ -21,7 +21,7 @@ INIT_INPUT = jax.ShapeDtypeStruct((1, *IMAGE_SHAPE), jnp.float32)
 def _config(num_workers, mesh, strategy="unroll", batch=4):
   from experiments.configs import fashion_mnist
 
-  c = fashion_mnist.get_config("ensemble,smoke")
+  c = fashion_mnist.get_config("ensemble,tiny")
   c.mesh = mesh
   c.method.num_workers = num_workers
   c.method.local_strategy = strategy

@@ -72,7 +72,7 @@ def test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds
   from ensemble_jax import run
 
   def config(every, target, stop):
-    c = fashion_mnist.get_config("diloco,smoke")  # an outer step every 2 steps
+    c = fashion_mnist.get_config("diloco,tiny")  # an outer step every 2 steps
     c.eval.every_steps, c.eval.target_metric, c.eval.target_value = every, "nll", target
     c.eval.target_resolution, c.eval.near_target_margin = 0.05, 0.0
     c.eval.near_target_lookahead, c.train.stop_at_target = 0.0, stop

@@ -28,7 +28,7 @@ import pytest
 
 from ensemble_jax import train
 
-VARIANTS = {"data_parallel": "smoke", "ensemble": "ensemble,smoke", "diloco": "diloco,smoke"}
+VARIANTS = {"data_parallel": "tiny", "ensemble": "ensemble,tiny", "diloco": "diloco,tiny"}
 
 REL = float(os.environ.get("GOLDEN_REL", "1e-6"))
 GOLDEN = {  # made on the two-stage smoke model (see the docstring)

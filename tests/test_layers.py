@@ -22,8 +22,8 @@ LAYERS = {
     "data": 2, "models": 2,
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
-    "hlo": 1, "metrics": 1, "noise_scale": 1, "optim": 1, "report": 1, "sharding": 1,
-    "writers": 1,
+    "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1, "report": 1,
+    "sharding": 1, "writers": 1,
 }
 
 

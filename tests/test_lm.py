@@ -17,7 +17,7 @@ def _config(arg):
 
 
 def test_data_parallel_lm_few_steps(tmp_path):
-  config = _config("smoke")
+  config = _config("tiny")
   r = run.train_and_evaluate(config, str(tmp_path))
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
@@ -34,7 +34,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
 
 
 def test_ensemble_lm_reports_both_aggregations(tmp_path):
-  config = _config("ensemble,smoke")
+  config = _config("ensemble,tiny")
   config.method.num_workers = 8
   r = run.train_and_evaluate(config, str(tmp_path))
   assert r["num_workers"] == 8 and r["steps_per_worker"] == 4

@@ -70,7 +70,7 @@ def test_noise_metrics_come_from_the_microbatch_and_batch_gradients():
 def _dp_lm(k, batch_size=32):
   from experiments.configs import pydocs_gpt2
 
-  config = pydocs_gpt2.get_config("smoke")
+  config = pydocs_gpt2.get_config("tiny")
   config.train.batch_size, config.train.microbatches = batch_size, k
   config.data.context = CONTEXT
   model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
@@ -114,7 +114,7 @@ def test_data_parallel_accumulates_per_device_and_all_reduces_once():
 def test_microbatch_sizes_are_checked_before_compiling():
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("smoke")
+  config = fashion_mnist.get_config("tiny")
   config.train.microbatches = 3
   with pytest.raises(config_lib.ConfigError, match=r"^config.train.microbatches=3: must divide "
                      r"config.train.batch_size=32"):
@@ -162,7 +162,7 @@ def test_batchnorm_is_per_microbatch_with_one_running_update_per_step():
 def test_resnet_trains_with_microbatches_through_the_loop(tmp_path):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("smoke")
+  config = fashion_mnist.get_config("tiny")
   config.train.microbatches, config.train.noise_scale = 2, True
   fit = train.fit(config, str(tmp_path))
   r = fit.results
@@ -181,7 +181,7 @@ def test_gpt2_through_the_loop_equals_the_unsplit_run(tmp_path):
 
   fits = {}
   for k in (1, 4):
-    config = pydocs_gpt2.get_config("smoke")
+    config = pydocs_gpt2.get_config("tiny")
     config.train.batch_size, config.train.microbatches = 32, k
     fits[k] = train.fit(config, str(tmp_path / f"k{k}"))
   for a, b in zip(jax.tree.leaves(fits[1].state.params), jax.tree.leaves(fits[4].state.params)):
@@ -200,7 +200,7 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
 
   out = {}
   for k in (1, 2):
-    config = pydocs_gpt2.get_config("ensemble,smoke")
+    config = pydocs_gpt2.get_config("ensemble,tiny")
     config.mesh, config.method.num_workers = [("worker", 4), ("data", 2)], 4
     config.method.local_strategy, config.train.microbatches = strategy, k
     config.data.context = CONTEXT

@@ -109,8 +109,8 @@ def _assert_match(multi: dict, single: dict, keys: tuple[str, ...]):
 
 
 @pytest.mark.parametrize("variant,method,mesh,extra_keys", [
-    ("smoke", "data_parallel", {"data": 8}, ("num_params",)),
-    ("ensemble,smoke", "ensemble", {"worker": 8, "data": 1},
+    ("tiny", "data_parallel", {"data": 8}, ("num_params",)),
+    ("ensemble,tiny", "ensemble", {"worker": 8, "data": 1},
      ("per_worker", "ensemble", "num_params_per_worker")),
 ])
 def test_two_processes_match_one(tmp_path, variant, method, mesh, extra_keys):

@@ -17,7 +17,7 @@ from ensemble_jax.models import resnet
 def _config(method, cache_dir, **distill):
   from experiments.configs import fashion_mnist
 
-  c = fashion_mnist.get_config("ensemble,smoke")
+  c = fashion_mnist.get_config("ensemble,tiny")
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers = 2
   c.data.train_examples = 256
@@ -125,7 +125,7 @@ def test_pixel_pca_finds_the_planted_directions():
 def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
   from experiments.configs import pydocs_gpt2
 
-  c = pydocs_gpt2.get_config("ensemble,smoke")
+  c = pydocs_gpt2.get_config("ensemble,tiny")
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers, c.method.aggregation = 2, "routed,probs"
   c.data.train_examples = 256

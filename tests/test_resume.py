@@ -26,7 +26,7 @@ _STEP_DIR = re.compile(r"\d+")
 _RESUMED = re.compile(r"Resumed from step (\d+) in ")
 
 
-def _cmd(workdir, variant="smoke"):
+def _cmd(workdir, variant="tiny"):
   return [sys.executable, "-m", "ensemble_jax.main",
           f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
           f"--config.train.num_steps={STEPS}", f"--config.checkpoint.every_steps={EVERY}",
@@ -37,7 +37,7 @@ def _env():
   return subprocess_env(2)
 
 
-def _run(workdir, variant="smoke") -> str:
+def _run(workdir, variant="tiny") -> str:
   """Runs to the end; returns the log (stderr)."""
   proc = subprocess.run(_cmd(workdir, variant), cwd=REPO, env=_env(), capture_output=True,
                         text=True, timeout=600)
@@ -105,7 +105,7 @@ def _wait_for_checkpoint(workdir, proc, step=1, timeout=300):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   out = {}
-  for variant in ("smoke", "ensemble,smoke"):
+  for variant in ("tiny", "ensemble,tiny"):
     workdir = str(tmp_path_factory.mktemp("reference"))
     _run(workdir, variant)
     out[variant] = workdir
@@ -113,7 +113,7 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["smoke", "ensemble,smoke"])
+@pytest.mark.parametrize("variant", ["tiny", "ensemble,tiny"])
 def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path, variant):
   # Killed at a random moment after a random one of the first checkpoints (step 3 or 6 of
   # 12): anywhere in a step, an eval or a checkpoint write, with half the run still to go.
@@ -150,13 +150,13 @@ def test_sigterm_checkpoints_and_exits_143_then_resumes(reference, tmp_path):
   assert f"stopped at step {max(stopped)} " in err  # the checkpoint is at the stopping step
   log = _run(workdir)
   assert _resumed_step(log) == max(stopped) > 0, log[-2000:]
-  _assert_identical(workdir, reference["smoke"])
+  _assert_identical(workdir, reference["tiny"])
 
 
-def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_path):
-  smoke_config.train.num_steps = 6
-  smoke_config.checkpoint.max_to_keep = 3
-  a = run.train_and_evaluate(smoke_config, str(tmp_path / "a"))
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tiny_config, tmp_path):
+  tiny_config.train.num_steps = 6
+  tiny_config.checkpoint.max_to_keep = 3
+  a = run.train_and_evaluate(tiny_config, str(tmp_path / "a"))
   # b: as if killed after step 4 was saved, with step 4's files then truncated
   shutil.copytree(tmp_path / "a", tmp_path / "b")
   shutil.rmtree(tmp_path / "b" / "checkpoints" / "6")
@@ -165,25 +165,25 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(smoke_config, tmp_
                      recursive=True):
     with open(f, "r+b") as fh:
       fh.truncate(8)
-  b = run.train_and_evaluate(smoke_config, str(tmp_path / "b"))  # resumes from step 2
+  b = run.train_and_evaluate(tiny_config, str(tmp_path / "b"))  # resumes from step 2
   assert os.path.isdir(tmp_path / "b" / "checkpoints" / "4.damaged")
   assert a["final"] == b["final"]
   assert [h["step"] for h in b["history"]] == [2, 4, 6]
 
 
-def test_no_good_checkpoint_says_what_to_delete(smoke_config, tmp_path):
-  smoke_config.train.num_steps = 2
-  run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_no_good_checkpoint_says_what_to_delete(tiny_config, tmp_path):
+  tiny_config.train.num_steps = 2
+  run.train_and_evaluate(tiny_config, str(tmp_path))
   os.remove(tmp_path / "results.json")  # as if killed before the end (else it is finished)
   for f in glob.glob(str(tmp_path / "checkpoints" / "*" / "meta" / "metadata")):
     os.remove(f)
   with pytest.raises(checkpoint.CheckpointError, match="Delete the damaged step directories"):
-    run.train_and_evaluate(smoke_config, str(tmp_path))
+    run.train_and_evaluate(tiny_config, str(tmp_path))
 
 
-def test_same_seed_same_results(smoke_config, tmp_path):
-  a = run.train_and_evaluate(smoke_config, str(tmp_path / "a"))
-  b = run.train_and_evaluate(smoke_config, str(tmp_path / "b"))
+def test_same_seed_same_results(tiny_config, tmp_path):
+  a = run.train_and_evaluate(tiny_config, str(tmp_path / "a"))
+  b = run.train_and_evaluate(tiny_config, str(tmp_path / "b"))
   assert a["final"] == b["final"]
   assert [{k: v for k, v in h.items() if k != "train_time_s"} for h in a["history"]] == \
       [{k: v for k, v in h.items() if k != "train_time_s"} for h in b["history"]]
@@ -199,45 +199,45 @@ def _files(workdir) -> dict:
   return out
 
 
-def test_rerunning_a_finished_run_leaves_its_results_untouched(smoke_config, tmp_path, capsys):
+def test_rerunning_a_finished_run_leaves_its_results_untouched(tiny_config, tmp_path, capsys):
   from ensemble_jax import main, train
 
-  smoke_config.train.num_steps = 2
-  first = run.train_and_evaluate(smoke_config, str(tmp_path))
+  tiny_config.train.num_steps = 2
+  first = run.train_and_evaluate(tiny_config, str(tmp_path))
   before = _files(tmp_path)
   capsys.readouterr()
-  assert main.run(smoke_config, str(tmp_path)) == 0  # the README's resume command, again
+  assert main.run(tiny_config, str(tmp_path)) == 0  # the README's resume command, again
   out = capsys.readouterr().out.strip().splitlines()
   assert "already finished with this config: results.json left as it was" in out
   assert out[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
   # The old code rewrote results.json (flops_per_step null, compile_time_s 0, a new wall time).
   assert _files(tmp_path) == before
   # Changes that alter nothing trained leave it finished too; so does the loop itself.
-  smoke_config.eval.every_steps, smoke_config.train.log_every_steps = 1, 1
-  assert run.train_and_evaluate(smoke_config, str(tmp_path)) == json.loads(
+  tiny_config.eval.every_steps, tiny_config.train.log_every_steps = 1, 1
+  assert run.train_and_evaluate(tiny_config, str(tmp_path)) == json.loads(
       before["results.json"])
-  fit = train.fit(smoke_config, str(tmp_path))
+  fit = train.fit(tiny_config, str(tmp_path))
   assert fit.results["flops_per_step"] == first["flops_per_step"] > 0
   assert _files(tmp_path) == before
 
 
 @pytest.mark.parametrize("killed", [False, True], ids=["finished", "killed"])
-def test_resuming_with_another_config_is_one_line_listing_the_fields(smoke_config, tmp_path,
+def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config, tmp_path,
                                                                      capsys, monkeypatch,
                                                                      killed):
   from ensemble_jax import main, train
 
-  smoke_config.train.num_steps = 2
-  run.train_and_evaluate(smoke_config, str(tmp_path))
+  tiny_config.train.num_steps = 2
+  run.train_and_evaluate(tiny_config, str(tmp_path))
   if killed:  # checkpoints only: the config kept with them is what is compared
     os.remove(tmp_path / "results.json")
   before = _files(tmp_path)
-  smoke_config.train.batch_size, smoke_config.optim.learning_rate = 64, 0.01
-  smoke_config.model.width = 8  # once reported as damaged checkpoints to delete
-  smoke_config.eval.every_steps = 1  # free to change: not listed as a difference
+  tiny_config.train.batch_size, tiny_config.optim.learning_rate = 64, 0.01
+  tiny_config.model.width = 8  # once reported as damaged checkpoints to delete
+  tiny_config.eval.every_steps = 1  # free to change: not listed as a difference
   monkeypatch.setattr(train.data_lib, "load", lambda config: pytest.fail("data was loaded"))
   capsys.readouterr()
-  assert main.run(smoke_config, str(tmp_path)) == 2
+  assert main.run(tiny_config, str(tmp_path)) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1, err
   assert err[0].startswith(f"error: --workdir='{tmp_path}' holds a run trained 2 steps with "
@@ -250,38 +250,38 @@ def test_resuming_with_another_config_is_one_line_listing_the_fields(smoke_confi
   assert _files(tmp_path) == before
 
 
-def test_free_changes_and_a_longer_budget_resume_and_are_recorded(smoke_config, tmp_path):
-  smoke_config.train.num_steps = 2
-  run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_free_changes_and_a_longer_budget_resume_and_are_recorded(tiny_config, tmp_path):
+  tiny_config.train.num_steps = 2
+  run.train_and_evaluate(tiny_config, str(tmp_path))
   os.remove(tmp_path / "results.json")  # killed after its last checkpoint
-  smoke_config.train.num_steps, smoke_config.eval.every_steps = 4, 1
-  smoke_config.mesh = "data:4"  # layout, not trajectory
-  r = run.train_and_evaluate(smoke_config, str(tmp_path))
+  tiny_config.train.num_steps, tiny_config.eval.every_steps = 4, 1
+  tiny_config.mesh = "data:4"  # layout, not trajectory
+  r = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert [h["step"] for h in r["history"]] == [2, 3, 4] and r["mesh"] == {"data": 4}
   assert r["config_changes"] == [{"step": 2, "changes": {
       "mesh": ["data:-1", "data:4"], "train.num_steps": [2, 4], "eval.every_steps": [2, 1]}}]
-  smoke_config.train.num_steps = 3  # shorter than the checkpoints' budget: not an extension
+  tiny_config.train.num_steps = 3  # shorter than the checkpoints' budget: not an extension
   with pytest.raises(config_lib.ConfigError, match=r"train.num_steps 4 -> 3"):
-    run.train_and_evaluate(smoke_config, str(tmp_path))
+    run.train_and_evaluate(tiny_config, str(tmp_path))
 
 
-def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(smoke_config, tmp_path):
-  smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
-  smoke_config.train.stop_at_target = True
-  first = run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(tiny_config, tmp_path):
+  tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
+  tiny_config.train.stop_at_target = True
+  first = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert first["steps"] == 2 and first["step_budget"] == 4
   with open(tmp_path / "results.json") as f:
-    assert run.finished_results(smoke_config, str(tmp_path)) == json.load(f)
-  smoke_config.train.stop_at_target = False  # the whole budget now: train on from step 2
-  assert run.finished_results(smoke_config, str(tmp_path)) is None
-  second = run.train_and_evaluate(smoke_config, str(tmp_path))
+    assert run.finished_results(tiny_config, str(tmp_path)) == json.load(f)
+  tiny_config.train.stop_at_target = False  # the whole budget now: train on from step 2
+  assert run.finished_results(tiny_config, str(tmp_path)) is None
+  second = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert second["steps"] == 4 and [h["step"] for h in second["history"]] == [2, 4]
 
 
 def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_path):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("ensemble,smoke")  # L = method.steps_per_worker = 4
+  config = fashion_mnist.get_config("ensemble,tiny")  # L = method.steps_per_worker = 4
   run.train_and_evaluate(config, str(tmp_path))
   before = _files(tmp_path)
   config.train.num_steps = 8  # grows, but the ensemble's budget is still L

@@ -12,9 +12,9 @@ import pytest
 from ensemble_jax import run
 
 
-def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(smoke_config,
+def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(tiny_config,
                                                                          tmp_path):
-  config = smoke_config
+  config = tiny_config
   config.model.sparsity = 0.5
   config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0  # every step moves weights
   config.checkpoint.every_steps = 0

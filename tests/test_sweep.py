@@ -65,15 +65,15 @@ def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path
   rates and warm-ups, time one program once; the config-keyed cache timed them apart."""
   from experiments.configs import fashion_mnist
 
-  dp = fashion_mnist.get_config("smoke")
+  dp = fashion_mnist.get_config("tiny")
   dp.train.batch_size, dp.cost.devices = 64, 2
-  worker = fashion_mnist.get_config("ensemble,smoke")
+  worker = fashion_mnist.get_config("ensemble,tiny")
   worker.optim.learning_rate *= 4
   worker.optim.warmup_fraction = 0.5
   calibration = str(tmp_path / "calibration")
   assert cost_vs_time.calibrate(dp, calibration) == cost_vs_time.calibrate(worker, calibration)
   assert len([d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]) == 1
-  wider = fashion_mnist.get_config("smoke")
+  wider = fashion_mnist.get_config("tiny")
   wider.model.width = 8  # another program: another fingerprint
   keys = {cost_vs_time._program_key(cost_vs_time.device_config(c), calibration)
           for c in (dp, worker, wider)}
@@ -165,7 +165,7 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   from ensemble_jax import run as run_lib
   from experiments.configs import pydocs_gpt2
 
-  c = pydocs_gpt2.get_config("ensemble,smoke")
+  c = pydocs_gpt2.get_config("ensemble,tiny")
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers, c.method.aggregation = 2, "routed,probs"
   c.data.train_examples = 256

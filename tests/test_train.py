@@ -17,8 +17,8 @@ TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s",
                "resolution_steps", "resolution", "refined_from"}
 
 
-def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
-  results = run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_data_parallel_few_steps_writes_results(tiny_config, tmp_path):
+  results = run.train_and_evaluate(tiny_config, str(tmp_path))
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
@@ -27,13 +27,13 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert on_disk["method"] == "data_parallel"
   assert on_disk["num_devices"] == 8 and on_disk["mesh"] == {"data": 8}
   assert on_disk["host"]["jax"] == jax.__version__ and "cpu_features" in on_disk["host"]
-  assert on_disk["steps"] == smoke_config.train.num_steps == 4
-  assert on_disk["config"]["train"]["batch_size"] == smoke_config.train.batch_size
+  assert on_disk["steps"] == tiny_config.train.num_steps == 4
+  assert on_disk["config"]["train"]["batch_size"] == tiny_config.train.batch_size
   assert on_disk["flops_per_step"] > 1e6  # XLA's count for a real conv net step
   assert on_disk["step_time_s"] > 0 and on_disk["wall_time_s"] >= on_disk["train_time_s"]
   final = on_disk["final"]
   assert 0.0 <= final["accuracy"] <= 1.0 and np.isfinite(final["nll"])
-  assert final["num_examples"] == smoke_config.eval.num_examples
+  assert final["num_examples"] == tiny_config.eval.num_examples
   assert [h["step"] for h in on_disk["history"]] == [2, 4]
   assert results["final"] == pytest.approx(final)
   cost = on_disk["cost"]
@@ -66,7 +66,7 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert (tmp_path / "metrics.jsonl").read_text().count("\n") >= 4
   logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   train = [m for m in logged if "train/loss" in m]
-  schedule = optim.create_schedule(smoke_config.optim, smoke_config.train.batch_size, 4, 1)
+  schedule = optim.create_schedule(tiny_config.optim, tiny_config.train.batch_size, 4, 1)
   for m in train:  # the rate the step used (its step index is the logged count - 1)
     assert m["train/learning_rate"] == pytest.approx(float(schedule(m["step"] - 1)))
     assert m["train/steps_per_s"] > 0
@@ -82,12 +82,12 @@ def test_data_parallel_few_steps_writes_results(smoke_config, tmp_path):
   assert b"optim.learning_rate" in hparams and b"train.batch_size" in hparams
 
 
-def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
-  smoke_config.train.num_steps = 1
-  first = run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_one_step_then_resume_from_checkpoint(tiny_config, tmp_path):
+  tiny_config.train.num_steps = 1
+  first = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert first["steps"] == 1 and first["history"][-1]["step"] == 1
-  smoke_config.train.num_steps = 3  # a longer budget extends the finished run
-  second = run.train_and_evaluate(smoke_config, str(tmp_path))
+  tiny_config.train.num_steps = 3  # a longer budget extends the finished run
+  second = run.train_and_evaluate(tiny_config, str(tmp_path))
   # Restored at step 1 and trained two more steps: the history continues.
   assert [h["step"] for h in second["history"]] == [1, 2, 3]
   assert sorted(int(p) for p in os.listdir(tmp_path / "checkpoints")) == [2, 3]
@@ -96,20 +96,20 @@ def test_one_step_then_resume_from_checkpoint(smoke_config, tmp_path):
   assert second["config"]["train"]["num_steps"] == 3
 
 
-def test_target_tracking(smoke_config, tmp_path):
-  smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
-  r = run.train_and_evaluate(smoke_config, str(tmp_path / "easy"))
+def test_target_tracking(tiny_config, tmp_path):
+  tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
+  r = run.train_and_evaluate(tiny_config, str(tmp_path / "easy"))
   assert r["target"]["reached"] and r["target"]["reached_step"] == 2
   assert 0 < r["target"]["reached_time_s"] <= r["train_time_s"]
-  smoke_config.eval.target_value = 1e-6
-  r = run.train_and_evaluate(smoke_config, str(tmp_path / "hard"))
+  tiny_config.eval.target_value = 1e-6
+  r = run.train_and_evaluate(tiny_config, str(tmp_path / "hard"))
   assert not r["target"]["reached"] and r["target"]["reached_step"] is None
 
 
 def test_main_subprocess(tmp_path):
   env = subprocess_env(2)
   cmd = [sys.executable, "-m", "ensemble_jax.main",
-         "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
+         "--config=experiments/configs/fashion_mnist.py:tiny", f"--workdir={tmp_path}",
          "--config.train.num_steps=2", "--config.eval.every_steps=2", "--config.mesh=data:1"]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -143,7 +143,7 @@ def test_metric_writer_does_not_import_torch(tmp_path):
 def test_ensemble_few_steps_with_soup(tmp_path):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("ensemble,smoke")
+  config = fashion_mnist.get_config("ensemble,tiny")
   config.method.shared_init = True
   config.method.aggregation = "logits,probs,soup"
   config.method.soup_bn_batches = 2
@@ -170,7 +170,7 @@ def test_ensemble_few_steps_with_soup(tmp_path):
 def test_diloco_few_steps(tmp_path):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("diloco,smoke")
+  config = fashion_mnist.get_config("diloco,tiny")
   config.method.sync_every = 3  # L = 4 is not a multiple of H: the run still ends synced
   config.eval.target_value = 0.99  # not reached: the communication of all 4 steps
   r = run.train_and_evaluate(config, str(tmp_path))
@@ -192,39 +192,39 @@ def test_diloco_few_steps(tmp_path):
                and c["group_size"] == 8 for c in modelled["collectives"])
 
 
-def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(smoke_config, tmp_path):
-  smoke_config.train.stop_at_target = True
-  smoke_config.eval.target_metric, smoke_config.eval.target_value = "nll", 100.0
-  r = run.train_and_evaluate(smoke_config, str(tmp_path))
+def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(tiny_config, tmp_path):
+  tiny_config.train.stop_at_target = True
+  tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
+  r = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert r["target"]["reached_step"] == 2 and r["steps"] == 2 and r["step_budget"] == 4
   assert r["cost"]["measured"]["flops"] == r["flops_per_step"] * 2
-  again = run.train_and_evaluate(smoke_config, str(tmp_path))  # resumes: nothing left to do
+  again = run.train_and_evaluate(tiny_config, str(tmp_path))  # resumes: nothing left to do
   assert again["steps"] == 2 and again["final"] == r["final"]
 
 
-def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(smoke_config, tmp_path):
+def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(tiny_config, tmp_path):
   """A tuning run that can no longer be chosen stops early (tune.stop_losers) at its first
   eval at or past train.stop_at_step: up to there it is the full run (its schedule spans the
   whole budget, its evals are the same), and a rerun of the same config reads it back."""
-  full = run.train_and_evaluate(smoke_config, str(tmp_path / "full"))
-  smoke_config.train.stop_at_step = 1  # evals every 2 steps: it stops at step 2's, adding none
-  r = run.train_and_evaluate(smoke_config, str(tmp_path / "stopped"))
+  full = run.train_and_evaluate(tiny_config, str(tmp_path / "full"))
+  tiny_config.train.stop_at_step = 1  # evals every 2 steps: it stops at step 2's, adding none
+  r = run.train_and_evaluate(tiny_config, str(tmp_path / "stopped"))
   assert r["steps"] == 2 and r["step_budget"] == 4
   metrics = lambda h: {k: v for k, v in h.items() if not k.endswith("time_s")}
   assert [h["step"] for h in r["history"]] == [2]
   assert metrics(r["history"][0]) == metrics(full["history"][0])
   assert r["final"]["nll"] == r["history"][-1]["nll"] != full["final"]["nll"]
-  again = run.train_and_evaluate(smoke_config, str(tmp_path / "stopped"))
+  again = run.train_and_evaluate(tiny_config, str(tmp_path / "stopped"))
   assert again["steps"] == 2 and again["train_time_s"] == r["train_time_s"]  # read back
 
 
-def test_init_from_starts_from_another_runs_weights(tmp_path, smoke_config):
+def test_init_from_starts_from_another_runs_weights(tmp_path, tiny_config):
   import jax
   import numpy as np
   from ensemble_jax import config_lib
 
-  first = run.fit(smoke_config, str(tmp_path / "a"))
-  warm = smoke_config.copy_and_resolve_references()
+  first = run.fit(tiny_config, str(tmp_path / "a"))
+  warm = tiny_config.copy_and_resolve_references()
   warm.train.init_from = str(tmp_path / "a")
   warm.optim.learning_rate = 0.0  # nothing moves: the final weights are the loaded ones
   second = run.fit(warm, str(tmp_path / "b"))
