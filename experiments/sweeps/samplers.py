@@ -75,7 +75,7 @@ def get_config(sampler: str, seed: int, workdir: str, grid: str, workload: str =
   """
   text = workload == "pydocs"
   module = pydocs_gpt2 if text else fashion_mnist
-  c = module.get_config("ensemble,smoke" if grid == "smoke" else "ensemble,sweep")
+  c = module.get_config("ensemble,tiny" if grid == "smoke" else "ensemble,sweep")
   c.seed = seed
   c.method.num_workers, c.method.steps_per_worker = 4, 400 if text else 200
   c.eval.every_steps, c.eval.num_examples = 0, 0  # once, at the end, the whole eval split
