@@ -34,6 +34,12 @@ def parse(flag_values: flags.FlagValues, argv: list[str], doc: str = "") -> None
     sys.exit(2)
 
 
+def _global_defaults(argv: list[str]) -> list[str]:
+  """app.run's flag parser: absl's global flags at their defaults, all of argv to main."""
+  flags.FLAGS(argv[:1])
+  return argv
+
+
 def run(main) -> None:
-  """`app.run(main)`, `main` parsing its own flags; absl's global flags keep their defaults."""
-  app.run(main, flags_parser=lambda argv: (flags.FLAGS(argv[:1]), argv)[1])
+  """`app.run(main)` for a script whose `main(argv)` parses its own flags (`parse`)."""
+  app.run(main, flags_parser=_global_defaults)
