@@ -302,3 +302,18 @@ def test_help_names_the_config_files_their_variants_and_the_schema():
                "experiments/configs/imagenet_resnet50.py",
                "ensemble_jax/config_lib.py:base_config()"):
     assert line in result.stdout
+
+
+def test_a_batch_larger_than_the_training_set_names_the_fix(tiny_config, tmp_path):
+  """60 images and a batch of 128 once trained one step toward a 0.91 target."""
+  tiny_config.data.train_examples, tiny_config.train.batch_size = 60, 128
+  with pytest.raises(config_lib.ConfigError, match=r"config.train.batch_size=128 is larger "
+                     r"than the training set \(60 examples\).*--config.train.batch_size=8"):
+    run.train_and_evaluate(tiny_config, str(tmp_path / "wd"))
+  assert not (tmp_path / "wd").exists()
+
+
+def test_steps_and_epochs_both_set_names_the_flag_that_fixes_it(tiny_config):
+  tiny_config.train.num_steps, tiny_config.train.num_epochs = 30, 2.0
+  with pytest.raises(config_lib.ConfigError, match="--config.train.num_epochs=0 to train 30"):
+    config_lib.validate(tiny_config)

@@ -181,3 +181,41 @@ def test_many_workers_table_reads_the_docs_sweep_in_perplexity():
   assert lines[2] == ("| 8 | missed (14.01), 250, 260 | 16.00 | 11.5 | 2.00 "
                       "| 200 | 4.0 | 10.0 | 2.00 |")
   assert lines[3] == "| 16 | 240 | 16.00 | 10.0 | 2.00 | not run yet | - | - | - |"
+
+
+def _plain_run(workdir, method, steps, budget, reached_step, seed=0):
+  """A run's results.json, in a workdir named however its user liked."""
+  workdir.mkdir(parents=True)
+  r = {"method": method, "steps": steps, "step_budget": budget,
+       "config": {"seed": seed, "method": {"num_workers": 4}},
+       "final": {"accuracy": 0.7},
+       "target": {"metric": "accuracy", "value": 0.65, "reached": reached_step is not None,
+                  "reached_step": reached_step},
+       "cost": {"measured": {"steps_to_target": reached_step or steps, "flops_to_target": 1e12},
+                "modelled": {"devices": 1, "critical_path_s": {"ib_xdr800": 3.0}}}}
+  (workdir / "results.json").write_text(json.dumps(r))
+
+
+def test_a_folder_of_plain_run_workdirs_is_compared(tmp_path, capsys):
+  """Two runs in workdirs of the user's own naming, side by side; one stopped at its target
+  and one trained to its budget are told apart. Fails on 1e4c37a ('no results.json under',
+  exit 2): the report wanted <curve>/<point>/seed<k>/results.json."""
+  _plain_run(tmp_path / "dp", "data_parallel", 150, 300, 150)
+  _plain_run(tmp_path / "mine" / "ens", "ensemble", 300, 300, 250)
+  assert report.main([str(tmp_path)]) == 0
+  out = capsys.readouterr().out
+  assert "| dp | data_parallel D=1 | 0 | 150 / 300 | stopped at target | 150 |" in out
+  assert "| mine/ens | ensemble N=4 | 0 | 300 / 300 | full budget | 250 |" in out
+  assert "compare their steps to the target, not their final accuracy" in out
+
+
+def test_no_runs_says_what_it_looked_for(tmp_path, capsys):
+  assert report.main([str(tmp_path)]) == 2
+  out = capsys.readouterr().out
+  assert "one run's workdir, a folder holding run workdirs" in out
+  assert "<curve>/<point>/seed<k>/results.json" in out
+
+
+def test_one_device_is_singular():
+  assert report._plural(1, "device") == "1 device"
+  assert report._plural(8, "device") == "8 devices"
