@@ -193,21 +193,25 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
   `curve`'s fastest time at compute <= c_p (time ratio at fixed compute); at each baseline
   point's time t_p: the baselines' cheapest compute at time <= t_p over `curve`'s (compute
   ratio at fixed time). The best of each over the baseline points is reported with the
-  budget's point ("up to"). Above 1, `curve` is better; None where no point of `curve` is
+  baseline point it compares (the frontier's point at that budget, which need not be the
+  point whose budget it is). Above 1, `curve` is better; None where no point of `curve` is
   within the budget.
   """
   base = _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset)
   mine = _reached(pts, [curve], preset)
   time_at, compute_at = frontier(pts, preset, baselines)
   time_ratio = compute_ratio = None
-  for t_p, c_p, name in base:
+  for t_p, c_p, _ in base:
     faster = [t for t, c, _ in mine if c <= c_p]
-    if faster and (time_ratio is None or time_at(c_p)[0] / min(faster) > time_ratio[0]):
-      time_ratio = (time_at(c_p)[0] / min(faster), name)
+    if faster:
+      best_t, compared = time_at(c_p)
+      if time_ratio is None or best_t / min(faster) > time_ratio[0]:
+        time_ratio = (best_t / min(faster), compared)
     cheaper = [c for t, c, _ in mine if t <= t_p]
-    if cheaper and (compute_ratio is None
-                    or compute_at(t_p)[0] / min(cheaper) > compute_ratio[0]):
-      compute_ratio = (compute_at(t_p)[0] / min(cheaper), name)
+    if cheaper:
+      best_c, compared = compute_at(t_p)
+      if compute_ratio is None or best_c / min(cheaper) > compute_ratio[0]:
+        compute_ratio = (best_c / min(cheaper), compared)
   return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
           "fastest_s": min((t for t, _, _ in mine), default=None),
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
@@ -325,7 +329,7 @@ def table(runs: list[dict]) -> str:
     lines += _ratio_table(pts, curves, None,
                           "Summary against the same frontier: the best ratio over the "
                           "baselines' budgets (a second number, not the matched one), the "
-                          "budget's point named:")
+                          "baseline point compared named:")
   lines += _tuning_table(pts)
   if baselines and curves:
     for b in baselines:

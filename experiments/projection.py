@@ -8,10 +8,11 @@ and XLA FLOPs per device step, its pool build time, and the collectives its comp
 programs hold (results.json `cost.modelled.collectives`, read from the optimized HLO: kind,
 operand bytes, replica-group size, executions per step / eval / outer step / run) with the
 evals and outer steps it took to the target. Beyond the grid's largest data-parallel D,
-the critical-batch sweep's DP steps to target at B = b x D (`--critical_batch`, its
-summary.json: the median over seeds where every seed reached the target); past its largest
-B, DP is held at its best measured point: exact past its critical batch, and in DP's
-disfavour if its steps would still fall. Other cost-vs-time sweeps on the same workload
+the critical-batch sweep's DP steps to target at each global batch B (`--critical_batch`,
+its summary.json: the median over seeds where every seed reached the target), run at the
+grid's per-device batch b: D = B / b devices (the steps to target at global batch B do not
+depend on how B is split); past its largest B, DP is held at its best measured point:
+exact past its critical batch, and in DP's disfavour if its steps would still fall. Other cost-vs-time sweeps on the same workload
 (`--also`, e.g. the many-worker ensembles) add their points to the curves of the same name;
 a point the grid already has (same curve and name, the same config) is read from the grid.
 
@@ -21,14 +22,19 @@ Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.
     measured device count; it is never assumed to take fewer steps on more devices.
   * a single-model curve at D: its fastest point on at most D devices. The strongest
     baseline at D is the fastest single-model curve.
-  * a critical-batch DP point at D: the grid's DP per-device step (scaled by the per-device
-    batch if the two sweeps' differ) and one ring all-reduce of the fp32 gradient per step
-    over its D devices: its runs normalise BatchNorm per device (ghost batch norm), so the
-    grid's BatchNorm-statistic all-reduces are not charged; its evals are charged the grid
-    DP step's eval collectives on D devices.
+  * a critical-batch DP point at global batch B: D = B / b devices at the grid DP's
+    per-device batch b and device step (the sweep's own split, with the step scaled by
+    its per-device batch, only where b does not divide B), and one ring all-reduce of the
+    fp32 gradient per step over its D devices: its runs normalise BatchNorm per device
+    (ghost batch norm), so the grid's BatchNorm-statistic all-reduces are not charged; its
+    evals are charged the grid DP step's eval collectives on D devices.
   * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
-Ratios > 1: the method is better (baseline time / method time; baseline compute / method
-compute, each side at its fastest configuration on D devices).
+Ratios at matched budgets, as the grid tables' (`ensemble_jax.report.matched`): the
+method's point at D against every single-model point on at most D devices; time ratio =
+the baselines' fastest time within the point's compute / the point's time, compute ratio
+= the baselines' cheapest compute within the point's time / the point's compute, each
+naming the baseline point compared. > 1: the method's point is better at its own budget;
+None: no baseline point is that cheap (time) or that fast (compute), a win too.
 
 What-ifs (`--what_if=resnet50|gpt2_small`): the same measured step counts and collective
 counts, with the device step, FLOPs per step and parameter bytes of ResNet-50 (batch 256 x
@@ -150,11 +156,16 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
                  default=None)
   if template is None:
     return []
-  per_device = summary["per_device"]
-  scale = per_device / (template.batch_per_device or per_device)  # linear in the batch
+  per_device = template.batch_per_device or summary["per_device"]
   points = []
   for row in summary["rows"]:
-    d = row["devices"]
+    # The steps to target at global batch B do not depend on how B is split: run B at the
+    # grid's per-device batch (its step, measured); the sweep's own split, its step scaled
+    # linearly in the batch, only where the grid's per-device batch does not divide B.
+    if row["batch"] % per_device == 0:
+      d, scale = row["batch"] // per_device, 1.0
+    else:
+      d, scale = row["devices"], summary["per_device"] / per_device
     if d <= template.devices or row["median_steps"] is None:
       continue
     grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
@@ -166,25 +177,46 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
         curve="data_parallel", name=f"B{row['batch']}", method="data_parallel", devices=d,
         steps=steps, device_step_s=template.device_step_s * scale,
         flops_per_device_step=template.flops_per_device_step * scale,
-        param_bytes=template.param_bytes, batch_per_device=per_device,
+        param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
         collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),),
         seeds=row["seeds_reached"]))
   return points
 
 
+def _row(p: Point, link: costs.Interconnect) -> dict:
+  return {"point": p.name, "curve": p.curve, "seeds": p.seeds, "devices": p.devices,
+          "steps": p.steps, "time_s": p.time_s(link), "flops": p.flops(),
+          "communication_s": p.communication_s(link)}
+
+
 def fastest(points: list[Point], devices: int, link: costs.Interconnect) -> dict | None:
   """A curve's fastest point on at most `devices` devices: the point, its devices and
   steps, its time, compute and communication."""
-  best = None
-  for p in points:
-    if p.devices > devices:
-      continue
-    row = {"point": p.name, "seeds": p.seeds, "devices": p.devices, "steps": p.steps,
-           "time_s": p.time_s(link),
-           "flops": p.flops(), "communication_s": p.communication_s(link)}
-    if best is None or row["time_s"] < best["time_s"]:
-      best = row
-  return best
+  rows = [_row(p, link) for p in points if p.devices <= devices]
+  return min(rows, key=lambda r: r["time_s"], default=None)
+
+
+def matched(point: dict, baselines: list[dict]) -> dict:
+  """`point` (a `fastest` row) against the baseline points (rows of every single-model
+  curve) at its own budget, as `ensemble_jax.report.matched` compares the grid's points:
+  the baselines' fastest time within the point's compute / the point's time, and their
+  cheapest compute within the point's time / the point's compute, each with the baseline
+  point compared ('curve point'); (None, None) where no baseline point is that cheap
+  (fast)."""
+  cheap = [b for b in baselines if b["flops"] <= point["flops"]]
+  fast = [b for b in baselines if b["time_s"] <= point["time_s"]]
+  t = min(cheap, key=lambda b: (b["time_s"], b["flops"]), default=None)
+  c = min(fast, key=lambda b: (b["flops"], b["time_s"]), default=None)
+  return {"time_ratio": None if t is None else t["time_s"] / point["time_s"],
+          "time_baseline": None if t is None else f"{t['curve']} {t['point']}",
+          "compute_ratio": None if c is None else c["flops"] / point["flops"],
+          "compute_baseline": None if c is None else f"{c['curve']} {c['point']}"}
+
+
+def wins(row: dict) -> bool:
+  """The method's point beats the strongest baseline at its own budget: no baseline point
+  is both as fast and as cheap (either ratio above 1, or no baseline that cheap / fast)."""
+  return any(row[k] is None or row[k] > 1 for k in ("time_ratio", "compute_ratio"))
 
 
 def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BENCH
@@ -217,49 +249,65 @@ def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BEN
 
 
 def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
-  """One row per (method curve, D, preset): the strongest baseline's and the method's time
-  and compute at D, and their ratios."""
+  """One row per (method curve, D, preset): the method's fastest point on at most D
+  devices against every single-model point on at most D devices at that point's budget
+  (`matched`), with the strongest baseline's fastest point at D beside it."""
   presets = presets or costs.INTERCONNECTS
   baselines = sorted({p.curve for p in points if p.method == "data_parallel"})
   methods = sorted({p.curve for p in points} - set(baselines))
   rows = []
   for name, link in presets.items():
     for d in devices:
-      base = [(b, fastest([p for p in points if p.curve == b], d, link)) for b in baselines]
-      base = [(b, r) for b, r in base if r is not None]
+      base = [_row(p, link) for p in points if p.curve in baselines and p.devices <= d]
       if not base:
         continue
-      b_name, b_row = min(base, key=lambda x: x[1]["time_s"])
+      b_row = min(base, key=lambda r: r["time_s"])
       for m in methods:
         m_row = fastest([p for p in points if p.curve == m], d, link)
         if m_row is None:
           continue
         rows.append({
             "preset": name, "devices": d, "method": m, "method_point": m_row["point"],
-            "method_seeds": m_row["seeds"], "baseline_seeds": b_row["seeds"],
+            "method_devices": m_row["devices"], "method_seeds": m_row["seeds"],
             "method_time_s": m_row["time_s"], "method_flops": m_row["flops"],
-            "baseline": f"{b_name} {b_row['point']}", "baseline_devices": b_row["devices"],
+            "baseline": f"{b_row['curve']} {b_row['point']}",
+            "baseline_devices": b_row["devices"], "baseline_seeds": b_row["seeds"],
             "baseline_time_s": b_row["time_s"], "baseline_flops": b_row["flops"],
-            "time_ratio": b_row["time_s"] / m_row["time_s"],
-            "compute_ratio": b_row["flops"] / m_row["flops"]})
+            **matched(m_row, base)})
   return rows
 
 
+def _ratio(value, against, none: str) -> str:
+  return none if value is None else f"{value:.2f}x (vs {against})"
+
+
 def table(rows: list[dict], title: str) -> str:
-  lines = [title, "", "| method | preset | D | baseline (devices used; seeds) | baseline time s | "
-           "method point (seeds) | method time s | time ratio | compute ratio |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  lines = [title, "",
+           "Each method's fastest point on at most D devices, against every single-model "
+           "point on at most D devices at the point's own budget: time ratio = the "
+           "baselines' fastest time within the point's compute / the point's time; compute "
+           "ratio = the baselines' cheapest compute within the point's time / the point's "
+           "compute; > 1: the method's point is better; the baseline point compared named. "
+           "The strongest baseline (the fastest single-model point on at most D devices) is "
+           "shown beside.", "",
+           "| method | preset | D | strongest baseline (devices used; seeds) | its time s | "
+           "method point (seeds) | method time s | method TFLOPs | time ratio at the "
+           "point's compute | compute ratio at the point's time |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     lines.append(f"| {r['method']} | {r['preset']} | {r['devices']} | {r['baseline']} "
                  f"({r['baseline_devices']}; {r['baseline_seeds']}) | "
                  f"{r['baseline_time_s']:.3g} | {r['method_point']} ({r['method_seeds']}) | "
-                 f"{r['method_time_s']:.3g} | {r['time_ratio']:.2f}x | "
-                 f"{r['compute_ratio']:.2f}x |")
-  wins = sorted({(r["method"], r["preset"]) for r in rows})
-  lines += ["", "Where each method beats the strongest baseline in time (smallest D, if any):", ""]
-  for m, preset in wins:
+                 f"{r['method_time_s']:.3g} | {r['method_flops'] / 1e12:.2f} | "
+                 f"{_ratio(r['time_ratio'], r['time_baseline'], 'no baseline as cheap')} | "
+                 f"{_ratio(r['compute_ratio'], r['compute_baseline'], 'no baseline as fast')} |")
+  pairs = sorted({(r["method"], r["preset"]) for r in rows})
+  lines += ["", "Where each method's point beats the strongest baseline at its own budget "
+            "(a ratio above 1: no baseline point both as fast and as cheap; smallest D, if "
+            "any):", ""]
+  for m, preset in pairs:
     ds = [r["devices"] for r in rows if r["method"] == m and r["preset"] == preset
-          and r["time_ratio"] > 1]
+          and wins(r)]
     lines.append(f"- {m}, {preset}: " + (f"from D = {min(ds)}" if ds else "never up to D = "
                                           f"{max(r['devices'] for r in rows)}"))
   return "\n".join(lines) + "\n"
@@ -282,23 +330,36 @@ def plot(rows: list[dict], path: str, title: str, labelled: str = "ib_xdr800") -
     style = {"color": f"C{sorted({r['method'] for r in rows}).index(m)}",
              "ls": ["-", "--", ":"][sorted({r['preset'] for r in rows}).index(preset) % 3]}
     for ax, key in zip(axes, ("time_ratio", "compute_ratio")):
-      ax.plot([r["devices"] for r in mine], [r[key] for r in mine], marker="o", ms=3,
+      # None: no baseline point that cheap (fast), a win off the scale: a triangle on top
+      ax.plot([r["devices"] for r in mine],
+              [math.nan if r[key] is None else r[key] for r in mine], marker="o", ms=3,
               label=f"{m}, {preset}", **style)
+      off = [r["devices"] for r in mine if r[key] is None]
+      if off:
+        ax.plot(off, [0.97] * len(off), marker="^", ls="none", color=style["color"],
+                transform=ax.get_xaxis_transform(), clip_on=False)
     if preset == labelled:
       labels += [(r["devices"], r["time_ratio"], r["method_point"], style["color"])
-                 for j, r in enumerate(mine)
-                 if j == 0 or r["method_point"] != mine[j - 1]["method_point"]]
-  for ax, what in zip(axes, ("time to target", "compute to target")):
+                 for j, r in enumerate(mine) if r["time_ratio"] is not None
+                 and (j == 0 or r["method_point"] != mine[j - 1]["method_point"])]
+  for ax, what, budget in zip(axes, ("time", "compute"), ("compute", "time")):
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     report.plain_log_ticks(ax)
     ax.set_xlabel("devices D")
-    ax.set_ylabel(f"strongest baseline / method, {what}")
+    ax.set_ylabel(f"{what} to target: baseline / method,\nat the method point's {budget}",
+                  fontsize=8)
   axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-  if labels:
-    axes[0].set_title(f"labels: the method's point on {labelled}", fontsize=8)
-  fig.suptitle(title + " (MODELLED from measured steps; > 1: the method wins)", fontsize=9)
+  notes = [[f"labels: the method's point on {labelled}"] if labels else [], []]
+  for ax, key, note, what in zip(axes, ("time_ratio", "compute_ratio"), notes,
+                                 ("cheap", "fast")):
+    if any(r[key] is None for r in rows):
+      note.append(f"triangles on top: no baseline that {what}")
+    ax.set_title("; ".join(note), fontsize=8)
+  fig.suptitle(title + "\nMODELLED from measured steps: each method's fastest point on <= D "
+               "devices against every single-model point on <= D devices, at the point's "
+               "own budget; > 1: the method wins", fontsize=9)
   fig.tight_layout()
   report.label_points(axes[0], labels)
   fig.savefig(path, dpi=110)

@@ -48,12 +48,17 @@ def test_projection_by_hand():
   # over 4 (1.5 ms + 6 ms each); 4 * 100 * 1 GFLOP.
   n4 = 2.0 + 10.0 + 5 * 2 * 7.5e-3
   assert by["ensemble", 4]["method_time_s"] == pytest.approx(n4)
+  # Matched budgets: within its 400 GFLOP the fastest baseline is DP D1; no baseline is as
+  # fast as its 12 s, so it has no compute ratio (a win, said as such in the table).
   assert by["ensemble", 4]["time_ratio"] == pytest.approx(40.0 / n4)
-  assert by["ensemble", 4]["compute_ratio"] == pytest.approx(400e9 / 400e9)
+  assert by["ensemble", 4]["time_baseline"] == "data_parallel D1"
+  assert by["ensemble", 4]["compute_ratio"] is None
+  assert projection.wins(by["ensemble", 4])
   # D=16 adds the N=16 point: 50 * 0.1 = 5 s on 16 * 50 GFLOP.
   assert by["ensemble", 16]["method_point"] == "N16_L50"
   assert by["ensemble", 16]["time_ratio"] == pytest.approx(8.0)
-  assert by["ensemble", 16]["compute_ratio"] == pytest.approx(400e9 / 800e9)
+  assert by["ensemble", 16]["compute_ratio"] is None
+  assert "no baseline as fast" in projection.table(rows, "t")
   # D=2: no ensemble point fits; DiLoCo neither.
   assert ("ensemble", 2) not in by and ("diloco", 2) not in by
   # DiLoCo: 9 outer steps before its target and the deployable one (per run): 10
@@ -63,24 +68,61 @@ def test_projection_by_hand():
   assert with_dp == []  # no method curve: nothing to compare
 
 
-def test_critical_batch_points_extend_dp_beyond_the_grid():
+def test_critical_batch_points_extend_dp_beyond_the_grid_at_its_per_device_batch():
+  """The sweep ran 128 examples a device, the grid 64: each global batch B runs at the
+  grid's 64 a device on B / 64 devices, with the grid's measured step (the steps to target
+  at B do not depend on how B is split). Fails on a projection that kept the sweep's split
+  and scaled the step by 2 (B = 512 then sat on 4 devices, inside the grid)."""
   grid = _points()
   summary = {"per_device": 128, "rows": [
-      {"batch": 512, "devices": 4, "median_steps": 100, "evals_to_target": 9,
-       "seeds_reached": 3},  # in the grid
+      {"batch": 256, "devices": 2, "median_steps": 150, "evals_to_target": 9,
+       "seeds_reached": 3},  # 4 devices of 64: in the grid
+      {"batch": 512, "devices": 4, "median_steps": 100, "evals_to_target": 8,
+       "seeds_reached": 3},
+      {"batch": 1000, "devices": 10, "median_steps": 80, "evals_to_target": 7,
+       "seeds_reached": 3},  # 64 does not divide it: the sweep's split, its step scaled
       {"batch": 2048, "devices": 16, "median_steps": 60, "evals_to_target": 6,
        "seeds_reached": 2},
       {"batch": 4096, "devices": 32, "median_steps": None, "evals_to_target": None,
        "seeds_reached": 0}]}  # missed
-  (b2048,) = projection.critical_batch_points(summary, grid)
-  assert (b2048.name, b2048.devices, b2048.steps, b2048.seeds) == ("B2048", 16, 60, 2)
-  assert b2048.device_step_s == pytest.approx(0.2)  # 128 per device vs the grid's 64
+  b512, b1000, b2048 = projection.critical_batch_points(summary, grid)
+  assert (b512.name, b512.devices, b512.steps, b512.batch_per_device) == ("B512", 8, 100, 64)
+  assert (b2048.name, b2048.devices, b2048.steps, b2048.seeds) == ("B2048", 32, 60, 2)
+  assert b2048.device_step_s == pytest.approx(0.1)  # the grid's step at 64 a device
+  assert (b1000.devices, b1000.device_step_s) == (10, pytest.approx(0.2))
   # Ghost BatchNorm: only the gradient all-reduce per step, not the 30 statistic ones; the
-  # grid DP step's eval collectives on 16 devices.
-  grad = 2 * 15 / 16 * 0.4 + 30e-3
-  evals = 6 * 2 * (2 * 15 / 16 * 192e-9 + 30e-3)
-  assert b2048.time_s(LINK) == pytest.approx(60 * (0.2 + grad) + evals)
-  assert b2048.flops() == pytest.approx(60 * 16 * 2e9)
+  # grid DP step's eval collectives on 32 devices.
+  grad = 2 * 31 / 32 * 0.4 + 62e-3
+  evals = 6 * 2 * (2 * 31 / 32 * 192e-9 + 62e-3)
+  assert b2048.time_s(LINK) == pytest.approx(60 * (0.1 + grad) + evals)
+  assert b2048.flops() == pytest.approx(60 * 2048 / 64 * 1e9)  # as on 16 devices of 128
+
+
+def test_compute_ratio_is_at_matched_time_not_fastest_against_fastest():
+  """DiLoCo's point is cheap (400 GFLOP) and slow (10 s): fastest against fastest it would
+  read data-parallel B4096's 16 TFLOP / 400 GFLOP = 40x "in compute" beside a 0.2x time
+  ratio. At its
+  own time the cheapest baseline is the small model on 2 devices (8 s, 200 GFLOP): 0.5x;
+  within its own compute the fastest baseline is that same point: 8 s / 10 s. Neither is a
+  win. Fails on the fastest-vs-fastest ratio (compute_ratio 40)."""
+  points = [
+      _point("data_parallel", "D1", "data_parallel", 1, 400, flops=1e9),  # 40 s, 400 GF
+      _point("data_parallel", "B4096", "data_parallel", 16, 20, flops=50e9),  # 2 s, 16 TF
+      _point("dp_small_model", "D2", "data_parallel", 2, 80, flops=1.25e9),  # 8 s, 200 GF
+      _point("diloco", "H10", "diloco", 4, 100, flops=1e9)]  # 10 s, 400 GF
+  rows = projection.project(points, devices=(16,), presets={"test": LINK})
+  [row] = rows
+  assert (row["baseline"], row["method_point"]) == ("data_parallel B4096", "H10")
+  assert row["baseline_time_s"] == pytest.approx(2.0)
+  assert row["baseline_flops"] / row["method_flops"] == pytest.approx(40.0)  # unmatched
+  assert row["compute_ratio"] == pytest.approx(200e9 / 400e9)
+  assert row["compute_baseline"] == "dp_small_model D2"
+  assert row["time_ratio"] == pytest.approx(8.0 / 10.0)
+  assert row["time_baseline"] == "dp_small_model D2"
+  assert not projection.wins(row)
+  text = projection.table(rows, "t")
+  assert "| 0.80x (vs dp_small_model D2) | 0.50x (vs dp_small_model D2) |" in text
+  assert "- diloco, test: never up to D = 16" in text
 
 
 def test_what_if_keeps_each_points_size_relative_to_the_full_model(tmp_path):

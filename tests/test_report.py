@@ -127,6 +127,29 @@ def test_frontier_picks_the_best_baseline_curve_at_each_budget(tmp_path):
   assert alone["time"] == (pytest.approx(4.0), "data_parallel D1")
 
 
+def test_summary_names_the_baseline_point_compared_not_the_budgets(tmp_path):
+  """The best-over-budgets summary names the baseline point each ratio compares with. At
+  data_parallel D4's compute (1.2 TFLOPs) the frontier's fastest point is the small model
+  on 8 devices (0.6 TFLOPs, 8.7 s): the ensemble's 25 s is compared with it, not with D4.
+  Fails on the label of the budget's point ('(vs data_parallel D4)', 'data_parallel D1')."""
+  for curve, point, flops, t in (("data_parallel", "D1", 0.76e12, 35.9),
+                                 ("data_parallel", "D4", 1.2e12, 14.0),
+                                 ("dp_small_model", "D8", 0.6e12, 8.7)):
+    _write(tmp_path, curve, point, 0, "data_parallel", True, 100, flops, t)
+  _write(tmp_path, "ensemble", "N2", 0, "ensemble", True, 200, 1.07e12, 25.0)
+  pts = report.points(report.load_runs(str(tmp_path)))
+  r = report.ratios(pts, "ensemble", "nvlink")
+  assert r["time_at_fixed_compute"] == (pytest.approx(8.7 / 25.0), "dp_small_model D8")
+  # at D1's time (35.9 s) the cheapest baseline within it is the small model's 0.6 TFLOPs
+  assert r["compute_at_fixed_time"] == (pytest.approx(0.6 / 1.07), "dp_small_model D8")
+  # Against data_parallel alone the compared point is data-parallel's own.
+  alone = report.ratios(pts, "ensemble", "nvlink", ["data_parallel"])
+  assert alone["time_at_fixed_compute"] == (pytest.approx(14.0 / 25.0), "data_parallel D4")
+  text = report.table(report.load_runs(str(tmp_path)))
+  assert ("| ensemble | nvlink | 25.0 | 1.07 | 0.35x (vs dp_small_model D8) | "
+          "0.56x (vs dp_small_model D8) |") in text
+
+
 def test_report_on_one_runs_workdir_summarises_that_run(capsys):
   workdir = os.path.join(REPO, "experiments", "results", "fashion_mnist", "data_parallel", "D1",
                          "seed0")
