@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
+import threading
 import time
 
 import jax
@@ -157,3 +159,62 @@ class Checkpointer:
   def close(self) -> None:
     self.manager.wait_until_finished()
     self.manager.close()
+
+
+class Preempted(SystemExit):
+  """Raised after the checkpoint that a stop request asked for (exit 143 or 130)."""
+
+  def __init__(self, message: str, code: int = 143):
+    super().__init__(code)
+    self.message = message
+
+  def __str__(self) -> str:
+    return self.message
+
+
+class PreemptionWatch:
+  """SIGTERM (a preemption notice) or Ctrl-C: checkpoint at the end of the step, then stop.
+
+  A second Ctrl-C aborts at once. With several processes, JAX's preemption sync point makes
+  them agree on the step (SIGTERM only; Ctrl-C keeps its default there).
+  """
+  SIGNALS = {signal.SIGTERM: ("a preemption notice (SIGTERM)", 143),
+             signal.SIGINT: ("Ctrl-C", 130)}
+
+  active: "PreemptionWatch | None" = None  # the installed one: signals are per process
+
+  def __init__(self):
+    self.received = None  # the first stop signal's number
+    self._previous = {}
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
+      for signum in self.SIGNALS:
+        self._previous[signum] = signal.signal(signum, self._notify)
+      PreemptionWatch.active = self
+
+  def _notify(self, signum, frame):
+    del frame
+    if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt: abort now
+      signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.warning("%s: checkpointing at the end of this step, then stopping%s",
+                    self.SIGNALS[signum][0],
+                    " (Ctrl-C again aborts at once)" if signum == signal.SIGINT else "")
+    self.received = self.received or signum
+
+  def requested(self, step: int) -> bool:
+    if jax.process_count() > 1:
+      if multihost_utils.reached_preemption_sync_point(step):
+        self.received = signal.SIGTERM
+    return self.received is not None
+
+  def stop(self, step: int, num_steps: int, workdir: str) -> Preempted:
+    """The exception that ends the run after its checkpoint, with its one-line message."""
+    what, code = self.SIGNALS[self.received]
+    return Preempted(f"stopped at step {step} of {num_steps} on {what}; checkpoint saved in "
+                     f"{workdir}/checkpoints. Rerun the same command to resume.", code)
+
+  def close(self) -> None:
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous)
+    self._previous = {}
+    if PreemptionWatch.active is self:
+      PreemptionWatch.active = None

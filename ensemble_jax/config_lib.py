@@ -7,7 +7,6 @@ anything is compiled, with a message naming the field, the value and the fix.
 from __future__ import annotations
 
 import difflib
-import json
 import math
 
 import ml_collections
@@ -238,48 +237,13 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
-def _flat(config, prefix=""):
+def flat(config, prefix=""):
+  """(dotted field, value) of every leaf of a config or its dict."""
   for k, v in config.items():
     if isinstance(v, (ml_collections.ConfigDict, dict)):
-      yield from _flat(v, f"{prefix}{k}.")
+      yield from flat(v, f"{prefix}{k}.")
     else:
       yield f"{prefix}{k}", v
-
-
-# What a resumed run may change: fields that alter neither the trained trajectory nor what
-# results.json measures ('x.' covers a group). Everything else must match the checkpoints.
-FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_strategy",
-                  "model.remat", "data.data_dir", "data.prefetch", "data.num_threads",
-                  "train.stop_at_target", "train.stop_at_step", "train.log_every_steps",
-                  "train.timing_warmup_steps", "eval.every_steps", "eval.batch_size",
-                  "distill.cache_dir", "checkpoint.", "distributed.", "cost.", "tune.")
-# Durations a resumed run may lengthen (extending the run). The steps before the extension
-# keep the learning-rate schedule of the shorter budget.
-EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
-
-
-def config_changes(stored: dict, config) -> dict[str, tuple]:
-  """{field: (stored, now)} for each field whose value differs between a run's saved config
-  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
-  stored = dict(_flat(stored))
-  changes = {}
-  for key, now in _flat(json.loads(json.dumps(config.to_dict()))):
-    if key not in stored:
-      continue
-    before = stored[key]
-    if key == "mesh":  # the string and the list form of one mesh are the same mesh
-      before, now = mesh_string(before), mesh_string(now)
-    if before != now:
-      changes[key] = (before, now)
-  return changes
-
-
-def may_change_on_resume(field: str, before, now) -> bool:
-  """Whether a resumed run may continue with `field` changed from `before` to `now`."""
-  if field in EXTENSIBLE:
-    numbers = all(isinstance(v, (int, float)) for v in (before, now))
-    return numbers and 0 < before < now
-  return any(field == f or (f.endswith(".") and field.startswith(f)) for f in FREE_ON_RESUME)
 
 
 def get(config, dotted: str):
@@ -340,8 +304,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 def _validate_keys_and_types(config) -> None:
   """Every key known to base_config(), present, and of its default's type."""
-  known = dict(_flat(base_config()))
-  for key, _ in _flat(config):
+  known = dict(flat(base_config()))
+  for key, _ in flat(config):
     if key not in known:
       close = difflib.get_close_matches(key, list(known), n=1)
       hint = f" Did you mean config.{close[0]}?" if close else ""
@@ -452,7 +416,8 @@ def _validate_schedule(config) -> None:
     _need(value > 0, field, value, "must be > 0.")
   for field in ("train.num_steps", "train.num_epochs", "train.stop_at_step",
                 "eval.every_steps", "eval.num_examples", "checkpoint.every_steps",
-                "checkpoint.every_minutes", "optim.learning_rate", "optim.weight_decay", "optim.warmup_epochs",
+                "checkpoint.every_minutes", "optim.learning_rate", "optim.weight_decay",
+                "optim.warmup_epochs",
                 "optim.warmup_steps", "data.train_examples", "data.crop_padding"):
     value = get(config, field)
     _need(value >= 0, field, value, "must be >= 0.")

@@ -15,7 +15,6 @@ from ml_collections import config_flags
 
 from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding
 from ensemble_jax import run as run_lib
-from ensemble_jax import train
 from ensemble_jax.data import fetch
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -73,7 +72,7 @@ def run(config, workdir: str) -> int:
           flush=True)
     results = run_lib.finished_results(config, workdir)
     if results is None:
-      with contextlib.closing(train.PreemptionWatch()):  # Ctrl-C from here on: a clean stop
+      with contextlib.closing(checkpoint.PreemptionWatch()):  # Ctrl-C from here on: a clean stop
         results = run_lib.train_and_evaluate(config, workdir)
     else:
       print("already finished with this config: results.json left as it was", flush=True)

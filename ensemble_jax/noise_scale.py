@@ -18,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 
 def step_estimates(small_sq, big_sq, b_small, b_big) -> dict:
   """One step's unbiased estimates of |G|^2 and tr(Sigma) from |G_small|^2 (the mean over
@@ -60,3 +62,36 @@ class NoiseScaleEMA:
   def to_dict(self) -> dict:
     """What a checkpoint record carries; `NoiseScaleEMA(**d)` restores it."""
     return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class NoiseScaleTracker:
+  """The gradient noise scale over training: each step's estimates (the step's metrics
+  `noise_grad_sq`, `noise_trace`; averaged over workers) into moving averages, and
+  B_simple read at every eval step (`history`)."""
+  ema: NoiseScaleEMA
+  history: list[dict] = dataclasses.field(default_factory=list)
+
+  @classmethod
+  def from_record(cls, record: dict | None, decay: float) -> "NoiseScaleTracker":
+    if not record:
+      return cls(NoiseScaleEMA(decay))
+    return cls(NoiseScaleEMA(**record["ema"]), list(record["history"]))
+
+  def record(self) -> dict:
+    return {"ema": self.ema.to_dict(), "history": self.history}
+
+  def update(self, step_metrics: dict) -> None:
+    self.ema.update(np.mean(step_metrics["noise_grad_sq"]),
+                    np.mean(step_metrics["noise_trace"]))
+
+  def read(self, step: int) -> None:
+    self.history.append({"step": step, **self.ema.estimates()})
+
+  def results(self, reached_step: int | None) -> dict:
+    """results.json `noise_scale`: the final averages, B_simple at the step the target was
+    reached (None if it was not), and its history."""
+    at = [h for h in self.history if h["step"] == reached_step]
+    return {**self.ema.estimates(), "ema_decay": self.ema.decay, "steps": self.ema.steps,
+            "b_simple_at_target": at[0]["b_simple"] if at else None,
+            "history": self.history}

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from ensemble_jax import train
+from ensemble_jax import record, resume, train
 from ensemble_jax.distill import pools
 
-RESULTS_FILE = train.RESULTS_FILE  # results.json, in every run's workdir
-finished_results = train.finished_results  # a finished run's results, read not rewritten
+RESULTS_FILE = record.RESULTS_FILE  # results.json, in every run's workdir
+finished_results = resume.finished_results  # a finished run's results, read not rewritten
 
 
 def _set_up_with_pool(config: ml_collections.ConfigDict, workdir: str,

@@ -108,3 +108,17 @@ class MetricWriter:
     if self.enabled:
       self._tb.close()
       self._jsonl.close()
+
+
+class _NoProgress:
+  def update(self, n): pass
+  def set_postfix(self, **kw): pass
+  def close(self): pass
+
+
+def progress_bar(start: int, total: int, enabled: bool):
+  if not enabled:
+    return _NoProgress()
+  from tqdm.auto import tqdm
+
+  return tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=2.0)

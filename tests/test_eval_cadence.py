@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ensemble_jax import config_lib, train
+from ensemble_jax import config_lib, eval_schedule
 
 
 def _eval_config(resolution=0.05, margin=0.05, lookahead=2.0):
@@ -15,7 +15,7 @@ def _eval_config(resolution=0.05, margin=0.05, lookahead=2.0):
 
 
 def _next(step, history, value=0.85, metric="accuracy", **kw):
-  return train.next_eval_step(step, history, metric, value, _eval_config(**kw), every=25)
+  return eval_schedule.next_eval_step(step, history, metric, value, _eval_config(**kw), every=25)
 
 
 def test_far_from_the_target_the_cadence_is_every_steps():

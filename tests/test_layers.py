@@ -17,13 +17,15 @@ LAYERS = {
     "run": 6,  # composes a run: the distilled pool, then the loop
     "distill": 5,  # proxies, scores, coresets, clusters -> pools
     "train": 4,  # the one loop
+    "resume": 4, "record": 4,  # the loop's resume policy and its results.json
+    "progress": 1,  # what the loop accumulates
     "methods": 3,  # the Method interface and its implementations
     "communication": 3,  # what the methods' compiled programs communicate (reads methods)
     "data": 2, "models": 2,
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
-    "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1, "report": 1,
-    "sharding": 1, "writers": 1,
+    "eval_schedule": 1, "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1,
+    "report": 1, "sharding": 1, "writers": 1,
 }
 
 

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from ensemble_jax import report, train
+from ensemble_jax import record, report
 from experiments import lipt_pipeline, many_workers_table
 from experiments.sweeps import critical_batch, samplers
 from tests.conftest import REPO
@@ -137,7 +137,7 @@ def _sampler_table(workload: str) -> list[str]:
   runs = {}
   for sampler in known:
     for path in sorted(glob.glob(os.path.join(RESULTS, os.path.relpath(
-        workdir, "experiments/results"), sampler, "seed*", train.RESULTS_FILE))):
+        workdir, "experiments/results"), sampler, "seed*", record.RESULTS_FILE))):
       with open(path) as f:
         runs.setdefault(sampler, []).append(samplers._row(json.load(f)))
   [generated] = _tables(samplers.summarize(runs)[1])

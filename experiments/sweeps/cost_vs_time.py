@@ -27,7 +27,7 @@ import shutil
 import jax
 from absl import flags
 
-from ensemble_jax import config_lib, costs, report, train
+from ensemble_jax import config_lib, costs, report, resume, train
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
 from experiments.sweeps import tuning
@@ -246,8 +246,8 @@ def _read_communication(results: dict, point_config, run_dir: str) -> costs.Comm
   config.seed = results["config"]["seed"]
   for field in config.tune.fields:
     config_lib.set_dotted(config, field, config_lib.get(results["config"], field))
-  changed = {k: v for k, v in config_lib.config_changes(results["config"], config).items()
-             if not config_lib.may_change_on_resume(k, *v)}
+  changed = {k: v for k, v in resume.config_changes(results["config"], config).items()
+             if not resume.may_change_on_resume(k, *v)}
   if changed:
     raise SystemExit(f"error: {run_dir} ran another config than its point's now ({changed}); "
                      "rerun it to read its programs")

@@ -1,0 +1,164 @@
+"""results.json: what a run trained, how long it took and what it cost, how good it is.
+
+`build` assembles it from the loop's progress at the end of `train.fit`; `write` puts it in
+the workdir whole or not at all, so a rerun that finds it knows the run finished.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import jax
+import numpy as np
+from absl import logging
+from clu import parameter_overview
+
+from ensemble_jax import communication, costs
+
+RESULTS_FILE = "results.json"
+
+
+def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
+  """results.json: what was trained, how long it took and cost, how good it is."""
+  method = s.method
+  target = p.tracker
+  results = {
+      "method": method.name,
+      "config": config.to_dict(),
+      "num_devices": jax.device_count(),
+      "host": host_info(),
+      "mesh": dict(s.mesh.shape),
+      "data": s.data.info,
+      "steps": p.step,  # trained; fewer than step_budget when stopped at the target
+      "step_budget": s.num_steps,
+      "examples_per_step": method.examples_per_step,
+      "wall_time_s": p.chrono.wall_s(),
+      "train_time_s": p.chrono.train_s,
+      "eval_time_s": p.chrono.paused_s["eval"],
+      "compile_time_s": p.chrono.paused_s["compile"],
+      # This session's blocking part of checkpoint saves.
+      "checkpoint_time_s": p.chrono.paused_s["checkpoint"],
+      "flops_per_step": p.flops_per_step,
+      "step_time_s": costs.median_step_time(p.durations, config.train.timing_warmup_steps),
+      "final": scalars(p.last_eval),
+      "target": {"metric": target.metric, "value": target.value, "reached": target.reached,
+                 "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
+                 "reached_wall_time_s": target.reached_wall_time_s,
+                 # the crossing is in (reached_step - resolution_steps, reached_step]
+                 "resolution_steps": target.resolution_steps,
+                 "resolution": (target.resolution_steps / target.reached_step
+                                if target.reached else None),
+                 # a too-coarse crossing replayed finely (`_refine`): what it replaced
+                 "refined_from": target.refined_from},
+      "history": p.history,
+      # Fields a resumed session changed ({"step", "changes": {field: [before, after]}});
+      # `config` is the last session's.
+      "config_changes": p.config_changes,
+      **method.final_results(state, p.last_eval, p.step, train_batches, eval_batches),
+  }
+  if pool.info is not None:
+    results["distill"] = pool.info
+  if p.noise is not None:
+    results["noise_scale"] = p.noise.results(target.reached_step)
+  devices = math.prod(method.cluster_mesh(config.cost.devices).values())
+  try:
+    comm = communication_of(config, s, train_batches, eval_batches)
+  except Exception as e:  # noqa: BLE001 -- results.json is still written, labelled
+    logging.warning("communication not read from HLO; the legacy model stands in: %s", e)
+    comm = costs.legacy_communication(results, devices, f"compiling failed: {e}")
+  results["cost"] = costs.summary(results, comm, devices, config.cost.overlap,
+                                  simulated=jax.devices()[0].platform == "cpu",
+                                  device_step_time_s=config.cost.device_step_time_s)
+  if config.task == "lm":
+    results["tokens_per_step"] = method.examples_per_step * config.data.context
+    results["tokens_per_s"] = results["tokens_per_step"] / results["step_time_s"]
+  return results
+
+
+def communication_of(config, s, train_batches, eval_batches) -> costs.Communication:
+  """The collectives of the method's programs on the cluster the run stands for."""
+  req = communication.request(config, s.method, num_classes=s.data.num_classes,
+                              init_input=s.data.init_input, num_steps=s.num_steps,
+                              steps_per_epoch=s.steps_per_epoch, train_batches=train_batches,
+                              eval_batches=eval_batches)
+  return communication.for_cluster(s.method, req)
+
+
+# XLA:CPU compiles for the host's instruction set, so the same run on another CPU (or
+# another jaxlib) can round differently, and a chaotic run can then take other steps to
+# its target. Runs on one host and jaxlib are bit-identical.
+_CPU_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+def host_info() -> dict:
+  """What a result's floating point depends on besides the config: jaxlib, the device kind
+  and, on CPU, the instruction-set features XLA compiles for."""
+  info = {"jax": jax.__version__, "jaxlib": jax.lib.__version__,
+          "device_kind": jax.devices()[0].device_kind}
+  if jax.devices()[0].platform == "cpu" and os.path.exists("/proc/cpuinfo"):
+    with open("/proc/cpuinfo") as f:
+      fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines()
+                    if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    info["cpu"] = fields.get("model name")
+    info["cpu_features"] = [f for f in _CPU_FEATURES if f in flags]
+  return info
+
+
+def read(workdir: str, steps: int | None = None) -> dict | None:
+  """The workdir's results.json (only if it covers `steps` steps, when given), else None."""
+  path = os.path.join(workdir, RESULTS_FILE)
+  try:
+    with open(path) as f:
+      results = json.load(f)
+  except FileNotFoundError:
+    return None
+  except (OSError, ValueError) as e:  # unreadable: the checkpoints decide what happens
+    logging.warning("%s cannot be read (%s); resuming from the checkpoints", path, e)
+    return None
+  return results if steps is None or results.get("steps") == steps else None
+
+
+def write(workdir: str, results: dict) -> None:
+  """results.json, written whole or not at all: a rerun reads it to know the run finished."""
+  path = os.path.join(workdir, RESULTS_FILE)
+  with open(path + ".tmp", "w") as f:
+    json.dump(jsonable(results), f, indent=2)
+  os.replace(path + ".tmp", path)
+
+
+def scalars(metrics: dict) -> dict:
+  return {k: v for k, v in metrics.items() if np.ndim(v) == 0}
+
+
+def as_json(config) -> dict:
+  """The config as results.json and the checkpoint record hold it (tuples as lists)."""
+  return json.loads(json.dumps(config.to_dict()))
+
+
+def jsonable(x):
+  if isinstance(x, dict):
+    return {str(k): jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [jsonable(v) for v in x]
+  if isinstance(x, (np.floating, float)):
+    return None if not math.isfinite(float(x)) else float(x)
+  if isinstance(x, np.integer):
+    return int(x)
+  return x
+
+
+PARAMETERS_FILE = "parameters.txt"  # the parameter table, in every run's workdir
+
+
+def write_parameter_table(workdir: str, params) -> None:
+  """The per-parameter table goes to the workdir; the log gets the one line with its total."""
+  path = os.path.join(workdir, PARAMETERS_FILE)
+  table = parameter_overview.get_parameter_overview(params, include_stats=False)
+  if not os.path.exists(path):  # a finished run's workdir stays as it was
+    with open(path, "w") as f:
+      f.write(table + "\n")
+  logging.info("parameters: %s (per-parameter table: %s)",
+               f"{sum(math.prod(x.shape) for x in jax.tree.leaves(params)):,}", path)

@@ -1,0 +1,128 @@
+"""The resume policy: what a rerun of the same command does with what the workdir holds.
+
+A finished run is read back, never rewritten. A half-finished one continues from its
+latest checkpoint, if the config changes only what `FREE_ON_RESUME` allows or lengthens an
+`EXTENSIBLE` duration. Anything else is one line listing the fields, before any data loads.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import ml_collections
+from absl import logging
+
+from ensemble_jax import config_lib, record
+
+# What a resumed run may change: fields that alter neither the trained trajectory nor what
+# results.json measures ('x.' covers a group). Everything else must match the checkpoints.
+FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_strategy",
+                  "model.remat", "data.data_dir", "data.prefetch", "data.num_threads",
+                  "train.stop_at_target", "train.stop_at_step", "train.log_every_steps",
+                  "train.timing_warmup_steps", "eval.every_steps", "eval.batch_size",
+                  "distill.cache_dir", "checkpoint.", "distributed.", "cost.", "tune.")
+# Durations a resumed run may lengthen (extending the run). The steps before the extension
+# keep the learning-rate schedule of the shorter budget.
+EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
+
+
+def config_changes(stored: dict, config) -> dict[str, tuple]:
+  """{field: (stored, now)} for each field whose value differs between a run's saved config
+  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
+  stored = dict(config_lib.flat(stored))
+  changes = {}
+  for key, now in config_lib.flat(json.loads(json.dumps(config.to_dict()))):
+    if key not in stored:
+      continue
+    before = stored[key]
+    if key == "mesh":  # the string and the list form of one mesh are the same mesh
+      before, now = config_lib.mesh_string(before), config_lib.mesh_string(now)
+    if before != now:
+      changes[key] = (before, now)
+  return changes
+
+
+def may_change_on_resume(field: str, before, now) -> bool:
+  """Whether a resumed run may continue with `field` changed from `before` to `now`."""
+  if field in EXTENSIBLE:
+    numbers = all(isinstance(v, (int, float)) for v in (before, now))
+    return numbers and 0 < before < now
+  return any(field == f or (f.endswith(".") and field.startswith(f)) for f in FREE_ON_RESUME)
+
+
+def check_workdir_is_a_path(workdir: str) -> None:
+  """results.json and metrics.jsonl are written with plain file I/O: a URL would become a
+  local directory named after it (`./gs:/bucket/...`), found out only at the end."""
+  if "://" in workdir:
+    raise config_lib.ConfigError(
+        f"--workdir={workdir!r}: remote workdirs are not supported; use a local path or a "
+        "mounted bucket (e.g. gcsfuse's /mnt/bucket/runs).")
+
+
+def prepare_workdir(workdir: str) -> None:
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise config_lib.ConfigError(f"--workdir={workdir!r} cannot be created ({e}); choose "
+                                 "another.") from None
+  if not os.access(workdir, os.W_OK):
+    raise config_lib.ConfigError(f"--workdir={workdir!r} is not writable; choose another.")
+
+
+def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
+  """The workdir's results.json if `config` would train that run no further (the same
+  command run again), else None. Never rewrites it; reads no data, so it is quick.
+
+  Raises ConfigError if the results are of a run `config` cannot continue (see
+  `changed_fields`). A longer duration, or stop_at_target turned off before the budget
+  was spent, continues the run from its checkpoints instead.
+  """
+  check_workdir_is_a_path(workdir)
+  config_lib.validate(config)
+  results = record.read(workdir)
+  if results is None:
+    return None
+  changes = changed_fields({"step": results.get("steps"), "config": results.get("config")},
+                           config, workdir)
+  if any(field in EXTENSIBLE for field in changes):
+    return None  # extended: train on
+  steps = results.get("steps", 0)
+  limit = results.get("step_budget", steps)
+  if config.train.stop_at_step:  # stopped early on purpose: as far as this config goes
+    limit = min(limit, config.train.stop_at_step)
+  spent = steps >= limit
+  if not (spent or config.train.stop_at_target and results.get("target", {}).get("reached")):
+    return None  # stopped at its target, and this config does not stop there: train on
+  if changes:
+    logging.info("%s is finished; changes that alter nothing trained are ignored: %s",
+                 workdir, listed(changes))
+  return results
+
+
+def changed_fields(saved: dict | None, config, workdir: str) -> dict[str, tuple]:
+  """{field: (before, now)}: what `config` changes in the run `saved` describes.
+
+  `saved` is a checkpoint's record or results.json; each change is one
+  `may_change_on_resume` allows.
+
+  Raises ConfigError listing the others: continuing would make one run of two configs, and
+  results.json would claim the new one for all of it.
+  """
+  if not saved or not isinstance(saved.get("config"), dict):
+    return {}  # a fresh workdir, or checkpoints from before configs were kept with them
+  changes = config_changes(saved["config"], config)
+  blocked = {k: v for k, v in changes.items() if not may_change_on_resume(k, *v)}
+  if blocked:
+    raise config_lib.ConfigError(
+        f"--workdir={workdir!r} holds a run trained {saved['step']} steps with other values: "
+        f"{listed(blocked)}. Continue it with its own values, or give the new config a new "
+        "--workdir. (A rerun may change logging, eval frequency and batch size, "
+        "stop_at_target, checkpointing, cost.*, the mesh, sharding and data location, and may "
+        "lengthen train.num_steps, train.num_epochs or method.steps_per_worker to extend the "
+        "run.)")
+  return changes
+
+
+def listed(changes: dict[str, tuple]) -> str:
+  """'field before -> now, ...' for a message."""
+  return ", ".join(f"{field} {before!r} -> {now!r}" for field, (before, now) in changes.items())
