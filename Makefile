@@ -6,7 +6,7 @@ WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
 .PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
-	projection lipt pile imagenet clean
+	projection lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
 
@@ -70,28 +70,66 @@ critical-batch: install data
 lipt: install data
 	$(PY) -m experiments.lipt_pipeline --workdir=experiments/results/lipt --seeds=0,1,2
 
+# The cost-vs-time study on the real workloads (experiments/sweeps/cost_vs_time.py, the
+# config's sweep_grid(GRID)), resumable, written to $(WORKDIR)/imagenet or /pile: runs,
+# table.md, cost_vs_time_<preset>.png. STUDY_FLAGS adds flags, e.g. --curves=data_parallel,
+# --distributed (every process of a multi-controller job) or --plan (one job per point).
+SEEDS ?= 0,1,2
+GRID ?= full
+STUDY_FLAGS ?=
+STUDY := $(PY) -m experiments.sweeps.cost_vs_time --seeds=$(SEEDS) --grid=$(GRID)
+
+define NEED_PILE
+  echo "make $@ needs PILE_DIR and TOKENIZER_DIR:"; \
+  echo "  PILE_DIR=/data/pile       shards *.jsonl.zst (or *.jsonl), one JSON object per line:"; \
+  echo "                            {\"text\": ..., \"meta\": {\"pile_set_name\": ...}}"; \
+  echo "  TOKENIZER_DIR=/data/gpt2  GPT-2 encoder.json + vocab.bpe, or a tokenizer.json"; \
+  echo "e.g. make $@ PILE_DIR=/data/pile TOKENIZER_DIR=/data/gpt2 [WORKDIR=/mnt/bucket/runs: a local or mounted path]"
+endef
+define NEED_IMAGENET
+  echo "make $@ needs DATA_DIR, a TFDS data_dir holding imagenet2012 as array_record."; \
+  echo "Prepare it once (the tar files come from image-net.org):"; \
+  echo "  tfds build imagenet2012 --manual_dir=/path/to/tars --data_dir=DATA_DIR --file_format=array_record"; \
+  echo "e.g. make $@ DATA_DIR=/data/tfds [WORKDIR=/mnt/bucket/runs: a local or mounted path]"
+endef
+
 # GPT-2 small on the Pile: PILE_DIR (shards *.jsonl.zst) and TOKENIZER_DIR (GPT-2 BPE files).
 pile: install
 	@if [ -z "$(PILE_DIR)" ] || [ -z "$(TOKENIZER_DIR)" ]; then \
-	  echo "make pile needs PILE_DIR and TOKENIZER_DIR:"; \
-	  echo "  PILE_DIR=/data/pile       shards *.jsonl.zst (or *.jsonl), one JSON object per line:"; \
-	  echo "                            {\"text\": ..., \"meta\": {\"pile_set_name\": ...}}"; \
-	  echo "  TOKENIZER_DIR=/data/gpt2  GPT-2 encoder.json + vocab.bpe, or a tokenizer.json"; \
-	  echo "e.g. make pile PILE_DIR=/data/pile TOKENIZER_DIR=/data/gpt2 [WORKDIR=/mnt/bucket/runs: a local or mounted path]"; \
-	  exit 2; fi
-	$(PY) -m ensemble_jax.main --config=experiments/configs/pile_gpt2.py --workdir=$(WORKDIR)/pile \
+	  echo "make pile runs the cost-vs-time study of GPT-2 small on the Pile (make pile-run: one run)."; \
+	  $(NEED_PILE); exit 2; fi
+	$(STUDY) --config=experiments/configs/pile_gpt2.py --workdir=$(WORKDIR)/pile \
+	  --set=data.path=$(PILE_DIR) --set=data.tokenizer_dir=$(TOKENIZER_DIR) $(STUDY_FLAGS)
+
+pile-run: install
+	@if [ -z "$(PILE_DIR)" ] || [ -z "$(TOKENIZER_DIR)" ]; then \
+	  echo "make pile-run trains GPT-2 small on the Pile once, the recipe's data-parallel run."; \
+	  $(NEED_PILE); exit 2; fi
+	$(PY) -m ensemble_jax.main --config=experiments/configs/pile_gpt2.py --workdir=$(WORKDIR)/pile-run \
 	  --config.data.path=$(PILE_DIR) --config.data.tokenizer_dir=$(TOKENIZER_DIR)
 
 # ResNet-50 on ImageNet from TFDS array_record files in DATA_DIR.
 imagenet: install
 	@if [ -z "$(DATA_DIR)" ]; then \
-	  echo "make imagenet needs DATA_DIR, a TFDS data_dir holding imagenet2012 as array_record."; \
-	  echo "Prepare it once (the tar files come from image-net.org):"; \
-	  echo "  tfds build imagenet2012 --manual_dir=/path/to/tars --data_dir=DATA_DIR --file_format=array_record"; \
-	  echo "e.g. make imagenet DATA_DIR=/data/tfds [WORKDIR=/mnt/bucket/runs: a local or mounted path]"; \
-	  exit 2; fi
+	  echo "make imagenet runs the cost-vs-time study of ResNet-50 on ImageNet (make imagenet-run: one run)."; \
+	  $(NEED_IMAGENET); exit 2; fi
+	$(STUDY) --config=experiments/configs/imagenet_resnet50.py --workdir=$(WORKDIR)/imagenet \
+	  --set=data.data_dir=$(DATA_DIR) $(STUDY_FLAGS)
+
+imagenet-run: install
+	@if [ -z "$(DATA_DIR)" ]; then \
+	  echo "make imagenet-run trains ResNet-50 on ImageNet once, the recipe's data-parallel run."; \
+	  $(NEED_IMAGENET); exit 2; fi
 	$(PY) -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py \
-	  --workdir=$(WORKDIR)/imagenet --config.data.data_dir=$(DATA_DIR)
+	  --workdir=$(WORKDIR)/imagenet-run --config.data.data_dir=$(DATA_DIR)
+
+# Any workload config with a sweep_grid(): the same study, in $(WORKDIR)/<config's name>.
+study: install
+	@if [ -z "$(CONFIG)" ]; then \
+	  echo "make study runs the cost-vs-time study of a config file with a sweep_grid(name):"; \
+	  echo "  make study CONFIG=path/to/config.py [GRID=full] [SEEDS=0,1,2] [STUDY_FLAGS=--set=data.data_dir=/data]"; \
+	  exit 2; fi
+	$(STUDY) --config=$(CONFIG) --workdir=$(WORKDIR)/$(notdir $(basename $(CONFIG))) $(STUDY_FLAGS)
 
 clean:
 	rm -rf $(WORKDIR)

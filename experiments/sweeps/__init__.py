@@ -32,6 +32,21 @@ def load_config_module(path: str) -> types.ModuleType:
   return module
 
 
+def is_writer() -> bool:
+  """Whether this process writes the sweep's shared files: process 0 of a multi-controller
+  run (`jax.distributed`), every process walking the same plan on a shared workdir."""
+  return jax.process_index() == 0
+
+
+def sync(tag: str) -> None:
+  """Waits until every process of a multi-controller sweep reaches `tag` (the same tags in
+  the same order), so that what process 0 wrote before it is there for all to read."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(tag)
+
+
 def define_flags(flag_values: flags.FlagValues) -> None:
   """The flags every sweep shares: `--compile_cache` (apply it with `use_compile_cache`)."""
   flags.DEFINE_string("compile_cache", COMPILE_CACHE, "keep compiled programs here for the "

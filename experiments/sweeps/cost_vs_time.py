@@ -4,6 +4,7 @@ r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N,
       --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke] \
       [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate]
+  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --plan   # a cluster's jobs
 
 The grid is the config file's `sweep_grid(name)`; any config file with one runs here. It
 writes, under --workdir: `calibration/` (one device-step timing per compiled program),
@@ -12,22 +13,33 @@ table.md and cost_vs_time_<preset>.png (`ensemble_jax.report`). Resumable: a fin
 is read back, a half-finished one resumes from its checkpoint. The full grids with 3 seeds
 trained ~8 h (Fashion-MNIST) and ~5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
 
+On a cluster, either every process of one multi-controller job runs this command with
+--distributed (the same plan in the same order; process 0 writes the shared workdir, every
+process reads it), or --plan prints one command per point for a scheduler (a quiet phase
+first, then the points, e.g. as a SLURM array, then --report_only collects them). On real
+accelerators each run's own step is measured (no calibration) and its wall-clock to the
+target is recorded beside the modelled time.
+
 The rules every point follows: docs/methodology.md.
 """
 from __future__ import annotations
 
+import ast
 import copy
 import glob
 import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
+import types
 
 import jax
+import ml_collections
 from absl import flags
 
-from ensemble_jax import config_lib, costs, report, resume, train
+from ensemble_jax import config_lib, costs, distributed, report, resume, train
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
 from experiments.sweeps import tuning
@@ -48,7 +60,55 @@ def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str
   config.distill.cache_dir = os.path.join(workdir, "pools")  # built in the quiet phase
   for key, value in overrides.items():
     config_lib.set_dotted(config, key, value)
+  _fit_workers_to_devices(config, jax.device_count())
   return config
+
+
+def with_settings(module, settings: dict | None):
+  """`module` whose get_config() also sets `settings` ({dotted key: value}, `--set`): where
+  the data is (data.data_dir, data.path, data.tokenizer_dir), on every point alike."""
+  if not settings:
+    return module
+
+  def get_config(arg: str = ""):
+    config = module.get_config(arg)
+    for key, value in settings.items():
+      config_lib.set_dotted(config, key, value)
+    return config
+
+  return types.SimpleNamespace(**{**vars(module), "get_config": get_config})
+
+
+def _mesh_text(mesh) -> str:
+  """'worker:-1,data:1' for the string and the list form of `config.mesh`."""
+  return mesh if isinstance(mesh, str) else ",".join(f"{a}:{n}" for a, n in mesh)
+
+
+def parse_settings(values: list[str]) -> dict:
+  """`--set=data.path=/data/pile` flags as {dotted key: value} (Python literals parsed,
+  anything else a string)."""
+  settings = {}
+  for item in values:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+      raise SystemExit(f"error: --set={item}: expected --set=<group>.<field>=<value>")
+    try:
+      settings[key] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      settings[key] = value
+  return settings
+
+
+def _fit_workers_to_devices(config, devices: int) -> None:
+  """N workers on more devices than N (a multiple of N): each worker spans devices / N of
+  them on `data` (per-worker data parallelism: the same updates, BatchNorm over the
+  worker's whole batch), where one worker per device (`worker:-1,data:1`) cannot hold N.
+  A layout field: it changes what runs where, not what is trained."""
+  n = config.method.num_workers
+  if (config.method.name == "data_parallel" or n % devices == 0 or devices % n
+      or _mesh_text(config.mesh) != "worker:-1,data:1"):
+    return
+  config.mesh = f"worker:{n},data:{devices // n}"
 
 
 def device_config(config):
@@ -102,6 +162,8 @@ def _program_key(c, calibration_dir: str) -> str:
       index = json.load(f)
   if config_key not in index:
     index[config_key] = program_fingerprint(train.compile_step(c).as_text())
+    if not sweeps.is_writer():
+      return index[config_key]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path + ".tmp", "w") as f:
       json.dump(index, f, indent=2)
@@ -116,8 +178,9 @@ def calibrate(config, calibration_dir: str) -> float:
   c = device_config(config)
   run_dir = os.path.join(calibration_dir, _program_key(c, calibration_dir))
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
+  sweeps.sync(f"calibrate {run_dir}")
   if not os.path.exists(path):
-    run_lib.train_and_evaluate(c, run_dir)
+    return run_lib.train_and_evaluate(c, run_dir)["step_time_s"]  # process 0 writes it
   with open(path) as f:
     return json.load(f)["step_time_s"]
 
@@ -156,9 +219,16 @@ def _grid_curves(module, grid: str, curves: list[str] | None) -> dict:
   return {curve: specs for curve, specs in grid_curves.items() if not curves or curve in curves}
 
 
+def simulated() -> bool:
+  """Whether this host simulates the cluster (CPU devices sharing its cores): then the time
+  axis is modelled from a calibrated device step; on accelerators each run is timed."""
+  return jax.devices()[0].platform == "cpu"
+
+
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
-        point_names: list[str] | None = None) -> dict[str, int]:
+        point_names: list[str] | None = None, quiet_only: bool = False,
+        write_report: bool = True, settings: dict | None = None) -> dict[str, int]:
   """Runs every (curve, point) of `curves` and `point_names` (default all), in three phases.
 
   1. Quiet, before anything trains: each point's device step (`calibrate`) and its pool
@@ -172,8 +242,16 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   (seed runs that are the chosen tuning run), `skipped` (finished before), `diverged`.
   The report covers every run under the workdir. `calibration_dir` (default
   `<workdir>/calibration`): another sweep's of the same workload shares its timings.
+  `settings`: {dotted key: value} set on every point (`with_settings`). `quiet_only`: phase 1 only (a scheduler's first job, `--plan`). On accelerators
+  (`simulated()` false) phase 1 builds the pools only: each run's own measured step is
+  its device step.
+
+  Under JAX's multi-controller runtime every process calls this with the same arguments:
+  all walk the same points in the same order and train each run together; process 0
+  writes the shared files (`sweeps.is_writer`), and every process waits for it
+  (`sweeps.sync`) before reading them.
   """
-  module = sweeps.load_config_module(config_path)
+  module = with_settings(sweeps.load_config_module(config_path), settings)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   grid_curves = _grid_curves(module, grid, curves)
   points = {(curve, point): spec for curve, specs in grid_curves.items()
@@ -193,12 +271,15 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   device_step = {}
   for key in points:
     config = point_config(key, 0)
-    device_step[key] = calibrate(config, calibration_dir)
+    device_step[key] = calibrate(config, calibration_dir) if simulated() else 0.0
     for seed in sorted({config.tune.seed, *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
+  sweeps.sync("quiet phase done")
+  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
+  if quiet_only:
+    return counts
 
   # 2. Tuning on seed tune.seed, every point before any other seed trains.
-  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
   tuned = {}
   for key in points:
     base = point_config(key, 0)
@@ -215,8 +296,42 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     for key, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, os.path.join(workdir, *key), seed, counts,
                       pool_config=point_config(key, seed))
-  print(report.write(workdir, workdir))
+  sweeps.sync("points done")
+  if write_report and sweeps.is_writer():
+    print(report.write(workdir, workdir))
   return counts
+
+
+def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
+         curves: list[str] | None = None, calibration_dir: str | None = None,
+         compile_cache: str | None = None, settings: dict | None = None) -> str:
+  """The sweep as jobs for a cluster's scheduler, one command a line: the quiet phase
+  (calibration and pools) first, alone; then one line per point, each on the devices its
+  comment names (a SLURM array runs line i as task i); when all have finished, the
+  report. Each line is this command, resumable: a job that is preempted and started
+  again continues."""
+  module = with_settings(sweeps.load_config_module(config_path), settings)
+  common = [f"--config={config_path}", f"--workdir={workdir}",
+            f"--seeds={','.join(map(str, seeds))}", f"--grid={grid}"]
+  common += [shlex.quote(f"--set={k}={v}") for k, v in (settings or {}).items()]
+  if calibration_dir:
+    common.append(f"--calibration={calibration_dir}")
+  if compile_cache is not None and compile_cache != sweeps.COMPILE_CACHE:
+    common.append(f"--compile_cache={compile_cache}")
+  command = "python -m experiments.sweeps.cost_vs_time " + " ".join(common)
+  lines = ["# 1. the quiet phase, one job before the points: calibration (CPU hosts) and pools",
+           f"{command} --curves={','.join(_grid_curves(module, grid, curves))} --quiet_only",
+           "# 2. one job per point, in any order or at once (line i: a SLURM array's task i)"]
+  for curve, specs in _grid_curves(module, grid, curves).items():
+    for point, (variant, overrides) in specs.items():
+      c = _point_config(module, variant, overrides, 0, workdir)
+      devices = (c.cost.devices or 1) if c.method.name == "data_parallel" else (
+          c.cost.devices or c.method.num_workers)
+      lines.append(f"{command} --curves={curve} --points={point} --noreport  "
+                   f"# {devices} device(s)")
+  lines += ["# 3. when every point has finished: table.md and the figures",
+            f"{command} --report_only"]
+  return "\n".join(lines) + "\n"
 
 
 def _recost_file(path: str, step_time: float, point_config=None) -> None:
@@ -327,6 +442,29 @@ flags.DEFINE_bool("recalibrate", False, "with --recost: re-time every calibratio
 flags.DEFINE_string("calibration", "", "the device-step timings' directory (default "
                     "<workdir>/calibration); another sweep's of the same workload shares its "
                     "timings", flag_values=FLAGS)
+flags.DEFINE_multi_string("set", [], "<group>.<field>=<value> set on every point's config, "
+                          "e.g. --set=data.data_dir=/data/tfds (where the data is)",
+                          flag_values=FLAGS)
+flags.DEFINE_bool("plan", False, "train nothing: print the sweep as one command per job for "
+                  "a cluster's scheduler (quiet phase, one line per point, report)",
+                  flag_values=FLAGS)
+flags.DEFINE_bool("quiet_only", False, "only the quiet phase: calibration and pools",
+                  flag_values=FLAGS)
+flags.DEFINE_bool("report", True, "write table.md and the figures when done (--noreport: "
+                  "a point's job of --plan)", flag_values=FLAGS)
+flags.DEFINE_bool("report_only", False, "train nothing: write table.md and the figures from "
+                  "the finished runs", flag_values=FLAGS)
+flags.DEFINE_bool("distributed", False, "join JAX's multi-controller runtime first "
+                  "(jax.distributed.initialize: TPU pods, SLURM and Open MPI detect the "
+                  "rest); every process runs this same command", flag_values=FLAGS)
+flags.DEFINE_string("coordinator_address", "", "with --distributed where nothing is detected: "
+                    "host:port of process 0", flag_values=FLAGS)
+flags.DEFINE_integer("num_processes", 0, "with --distributed: the number of processes "
+                     "(0: detected)", flag_values=FLAGS)
+flags.DEFINE_integer("process_id", -1, "with --distributed: this process's index (-1: "
+                     "detected)", flag_values=FLAGS)
+flags.DEFINE_integer("local_device_count", 0, "with --distributed on CPU: fake devices per "
+                     "process (tests)", flag_values=FLAGS)
 sweeps.define_flags(FLAGS)
 
 
@@ -336,6 +474,19 @@ def _names(value: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
   cli.parse(FLAGS, argv, __doc__)
+  if FLAGS.plan:
+    print(plan(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
+               _names(FLAGS.curves) or None, FLAGS.calibration or None, FLAGS.compile_cache,
+               parse_settings(FLAGS.set)), end="")
+    return 0
+  if FLAGS.report_only:
+    print(report.write(FLAGS.workdir, FLAGS.workdir))
+    return 0
+  if FLAGS.distributed:  # before anything asks JAX about devices
+    distributed.maybe_initialize(ml_collections.ConfigDict({
+        "initialize": True, "coordinator_address": FLAGS.coordinator_address,
+        "num_processes": FLAGS.num_processes, "process_id": FLAGS.process_id,
+        "local_device_count": FLAGS.local_device_count}))
   sweeps.use_compile_cache(FLAGS.compile_cache)
   calibration_dir = FLAGS.calibration or None
   if FLAGS.recost:
@@ -344,7 +495,8 @@ def main(argv: list[str]) -> int:
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
-               _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None)
+               _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None,
+               FLAGS.quiet_only, FLAGS.report, parse_settings(FLAGS.set))
   print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
         f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
         f"from tuning, {counts['skipped']} already finished")

@@ -29,6 +29,7 @@ import ml_collections
 
 from ensemble_jax import config_lib, costs, optim
 from ensemble_jax import run as run_lib
+from experiments import sweeps
 
 # (config, run_dir) -> the run's results.json, or None when it diverged.
 TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
@@ -215,14 +216,16 @@ def train_run(config, run_dir: str, counts: dict, what: str,
   when it diverged (recorded in `diverged.json`, so that a resumed sweep does not train it
   again; `counts['diverged']` += 1). A run stopped early (tune.stop_losers) before the step
   `config` stops at is continued: under a later bound it might yet win."""
+  sweeps.sync(f"train_run {run_dir}")  # every process reads what process 0 wrote
   finished, results = read_run(run_dir)
   if finished and not _stopped_before(results, config.train.stop_at_step):
     return results
   try:
     results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
   except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
-    with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
-      json.dump({"error": str(e)}, f)
+    if sweeps.is_writer():
+      with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
+        json.dump({"error": str(e)}, f)
     counts["diverged"] += 1
     results = None
   counts[what] += 1
@@ -247,6 +250,8 @@ def _stopped_before(results: dict | None, stop_at_step: int) -> bool:
 
 
 def write_record(point_dir: str, record: dict) -> None:
+  if not sweeps.is_writer():
+    return
   with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
     json.dump(record, f, indent=2)
 
@@ -262,18 +267,22 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
     return
   run_dir = os.path.join(point_dir, f"seed{seed}")
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
-  _set_aside_if_stale(run_dir, chosen)
+  writer = sweeps.is_writer()
+  if writer:
+    _set_aside_if_stale(run_dir, chosen)
+  sweeps.sync(f"run_seed {run_dir}")
   if os.path.exists(path):
     counts["skipped"] += 1
   elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
-    os.makedirs(run_dir, exist_ok=True)
-    shutil.copyfile(chosen_results, path)
+    if writer:
+      os.makedirs(run_dir, exist_ok=True)
+      shutil.copyfile(chosen_results, path)
     counts["from_tuning"] += 1
   else:
     config = copy.deepcopy(chosen)
     config.seed = seed
     train_run(config, run_dir, counts, "trained", pool_config)
-  if os.path.exists(path):
+  if writer and os.path.exists(path):
     attach(path, record)
 
 
