@@ -38,6 +38,8 @@ SKIP = {  # command prefix -> why it does not run here
     "python -m ensemble_jax.data.fetch": "fetches the datasets from Debian's archive; "
                                          "tests/test_fetch.py covers the fetcher",
     "make pile": "needs the Pile shards and a GPT-2 tokenizer (PILE_DIR, TOKENIZER_DIR)",
+    "make study": "a whole cost-vs-time study; tests/test_workload_study.py runs the real "
+                  "workloads' smoke grids through it",
     "tfds build imagenet2012": "needs the ImageNet tar files and TensorFlow",
     "python -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py":
         "needs ImageNet prepared as array_record",
