@@ -24,7 +24,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from ensemble_jax import config_lib, costs
+from ensemble_jax import config_lib, costs, sharding
 from ensemble_jax import methods as methods_lib
 from ensemble_jax.sharding import make_mesh
 
@@ -47,7 +47,7 @@ class Request:
 
   @property
   def mesh(self) -> dict[str, int]:
-    return dict(config_lib.mesh_axes(self.config["mesh"]))
+    return dict(sharding.mesh_axes(self.config["mesh"]))
 
   def key(self) -> str:
     """What the collectives depend on: all but the seed and the tuned fields (scalar
@@ -76,7 +76,7 @@ def cluster_config(config, run_mesh: dict[str, int], cluster_mesh: dict[str, int
   cluster = config.copy_and_resolve_references()
   # in the form the config holds (a string from the command line, a list in config files)
   mesh = list(cluster_mesh.items())
-  cluster.mesh = config_lib.mesh_string(mesh) if isinstance(config.mesh, str) else mesh
+  cluster.mesh = sharding.mesh_string(mesh) if isinstance(config.mesh, str) else mesh
   run_data, data = run_mesh.get("data", 1), cluster_mesh.get("data", 1)
   k = config.train.microbatches
   if k > 1 and data > run_data:

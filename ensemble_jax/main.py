@@ -13,7 +13,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding
+from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding, validation
 from ensemble_jax import run as run_lib
 from ensemble_jax.data import fetch
 
@@ -62,13 +62,13 @@ def run(config, workdir: str) -> int:
   """Trains; a config, dataset or checkpoint that cannot work is one line and status 2.
   The first line says what runs where, the last where the results are and what they say."""
   try:
-    config_lib.validate(config)
+    validation.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
     mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
-          f"{config_lib.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
+          f"{sharding.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
           flush=True)
     results = run_lib.finished_results(config, workdir)
     if results is None:

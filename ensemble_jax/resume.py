@@ -12,7 +12,7 @@ import os
 import ml_collections
 from absl import logging
 
-from ensemble_jax import config_lib, record
+from ensemble_jax import config_lib, record, sharding, validation
 
 # What a resumed run may change: fields that alter neither the trained trajectory nor what
 # results.json measures ('x.' covers a group). Everything else must match the checkpoints.
@@ -36,7 +36,7 @@ def config_changes(stored: dict, config) -> dict[str, tuple]:
       continue
     before = stored[key]
     if key == "mesh":  # the string and the list form of one mesh are the same mesh
-      before, now = config_lib.mesh_string(before), config_lib.mesh_string(now)
+      before, now = sharding.mesh_string(before), sharding.mesh_string(now)
     if before != now:
       changes[key] = (before, now)
   return changes
@@ -78,7 +78,7 @@ def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | 
   was spent, continues the run from its checkpoints instead.
   """
   check_workdir_is_a_path(workdir)
-  config_lib.validate(config)
+  validation.validate(config)
   results = record.read(workdir)
   if results is None:
     return None

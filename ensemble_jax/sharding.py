@@ -7,14 +7,42 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import config_lib
 from ensemble_jax.config_lib import ConfigError
+
+
+MESH_AXES = ("data", "worker")
+_MESH_FORMS = ("write it as 'axis:size,...' like 'data:-1' or 'worker:8,data:1' (a config "
+               "file may also give [('data', -1)]).")
+
+
+def mesh_axes(mesh) -> list[tuple[str, int]]:
+  """config.mesh as [(axis, size)], from its string form 'worker:8,data:1' (what the command
+  line sets) or its list form [('worker', 8), ('data', 1)] (config files); -1 = the rest.
+
+  The one parser of the field; raises ConfigError on a value that is neither.
+  """
+  try:
+    if isinstance(mesh, str):
+      pairs = [part.split(":") for part in mesh.split(",")]
+      axes = [(name.strip(), int(size)) for name, size in pairs]
+    else:
+      axes = [(str(name), int(size)) for name, size in mesh]
+  except (TypeError, ValueError):
+    raise ConfigError(f"config.mesh={mesh!r}: {_MESH_FORMS}") from None
+  if not axes or not all(name for name, _ in axes):
+    raise ConfigError(f"config.mesh={mesh!r}: {_MESH_FORMS}")
+  return axes
+
+
+def mesh_string(mesh) -> str:
+  """config.mesh in its string form: 'worker:8,data:1'."""
+  return ",".join(f"{name}:{size}" for name, size in mesh_axes(mesh))
 
 
 def mesh_shape(mesh_config, num_devices: int) -> list[tuple[str, int]]:
   """Resolves the one -1 axis; checks the mesh fits the devices."""
-  axes = config_lib.mesh_axes(mesh_config)
-  shown = config_lib.mesh_string(mesh_config)
+  axes = mesh_axes(mesh_config)
+  shown = mesh_string(mesh_config)
   fixed = math.prod(size for _, size in axes if size != -1)
   if any(size == -1 for _, size in axes):
     if num_devices % fixed:

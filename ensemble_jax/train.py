@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, distributed, eval_schedule, noise_scale, optim
-from ensemble_jax import record, resume, writers
+from ensemble_jax import record, resume, validation, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
@@ -79,14 +79,14 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
 def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> Setup:
   """The run's mesh, data and method, checked against the config (and against the
   checkpoints in `workdir`, if given); nothing written."""
-  config_lib.validate(config)
+  validation.validate(config)
   distributed.maybe_initialize(config.distributed)
   mesh = make_mesh(config.mesh)
   if workdir is not None:  # before any data: another config's checkpoints are an error
     saved = checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS))
     resume.changed_fields(saved, config, workdir)
   data = data_lib.load(config)
-  config_lib.check_batch_fits(config, len(data.train))
+  validation.check_batch_fits(config, len(data.train))
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   model, tx = methods_lib.model_and_optimizer(config, data.num_classes, num_steps,

@@ -7,7 +7,7 @@ import sys
 import ml_collections
 import pytest
 
-from ensemble_jax import config_lib, run
+from ensemble_jax import config_lib, run, sharding, validation
 from ensemble_jax.config_lib import ConfigError
 from tests.conftest import REPO
 
@@ -47,23 +47,23 @@ def _set(config, dotted, value):
 ])
 def test_bad_values_are_named(tiny_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
-    config_lib.validate(_set(tiny_config, field, value))
+    validation.validate(_set(tiny_config, field, value))
 
 
 def test_mesh_string_and_list_forms_are_one_mesh():
   for string, pairs in [("data:-1", [("data", -1)]),
                         ("worker:8,data:1", [("worker", 8), ("data", 1)]),
                         (" worker : 2 , data:-1 ", [("worker", 2), ("data", -1)])]:
-    assert config_lib.mesh_axes(string) == pairs
-    assert config_lib.mesh_axes(pairs) == pairs
-    assert config_lib.mesh_string(pairs) == string.replace(" ", "")
+    assert sharding.mesh_axes(string) == pairs
+    assert sharding.mesh_axes(pairs) == pairs
+    assert sharding.mesh_string(pairs) == string.replace(" ", "")
 
 
 def test_ensemble_without_a_worker_axis_is_named(tiny_config):
   config = _set(_set(tiny_config, "method.name", "ensemble"), "mesh", "data:-1")
   with pytest.raises(ConfigError, match=r"config.mesh='data:-1': ensemble steps its workers "
                      r"over a 'worker' axis"):
-    config_lib.validate(config)
+    validation.validate(config)
 
 
 def test_unknown_key_suggests_the_known_one(tiny_config):
@@ -71,7 +71,7 @@ def test_unknown_key_suggests_the_known_one(tiny_config):
     tiny_config.train.batchsize = 64
   with pytest.raises(config_lib.ConfigError, match=r"config.train.batchsize: unknown key. "
                      r"Did you mean config.train.batch_size\?"):
-    config_lib.validate(tiny_config)
+    validation.validate(tiny_config)
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -205,7 +205,7 @@ def test_bad_image_choices_are_one_line_errors_before_any_data(tiny_config, fiel
                                                                message):
   config_lib.set_dotted(tiny_config, field, value)
   with pytest.raises(ConfigError, match=message):
-    config_lib.validate(tiny_config)
+    validation.validate(tiny_config)
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -220,7 +220,7 @@ def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
   for field, value in overrides.items():
     config_lib.set_dotted(config, field, value)
   with pytest.raises(ConfigError, match=message):
-    config_lib.validate(config)
+    validation.validate(config)
 
 
 def test_cli_reports_a_config_files_syntax_error_as_file_and_line(tmp_path):
@@ -316,4 +316,4 @@ def test_a_batch_larger_than_the_training_set_names_the_fix(tiny_config, tmp_pat
 def test_steps_and_epochs_both_set_names_the_flag_that_fixes_it(tiny_config):
   tiny_config.train.num_steps, tiny_config.train.num_epochs = 30, 2.0
   with pytest.raises(config_lib.ConfigError, match="--config.train.num_epochs=0 to train 30"):
-    config_lib.validate(tiny_config)
+    validation.validate(tiny_config)

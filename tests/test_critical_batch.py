@@ -91,7 +91,7 @@ def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
   devices it stands for (its cost report compiles it there): B = 1,024 once stopped the
   Fashion-MNIST sweep (an eval batch of 1,000 on 16 devices), and B >= 8,192 would have
   split each device's 64 rows into D > 64 microbatches."""
-  from ensemble_jax import communication, config_lib
+  from ensemble_jax import communication, config_lib, validation
   from ensemble_jax.methods import data_parallel
 
   w = critical_batch.load_workload(os.path.join(REPO, workload) if "/" in workload else workload)
@@ -102,7 +102,7 @@ def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
     for field in ("train.batch_size", "eval.batch_size"):  # DataParallel.cluster_mesh's
       data_parallel.check_divisible(config_lib.get(config, field), field, devices, "D")
     cluster = communication.cluster_config(config, {"data": 1}, {"data": devices})
-    config_lib.validate(cluster)
+    validation.validate(cluster)
     data_parallel.check_batch_sizes(cluster, devices)
     microbatch = cluster.train.batch_size // (devices * cluster.train.microbatches)
     assert microbatch == w.per_device, (batch, microbatch)  # one simulated device's rows

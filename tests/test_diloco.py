@@ -78,7 +78,8 @@ def test_inner_step_is_worker_local_and_the_sync_is_the_collective(engines):
 
 
 def test_diloco_needs_a_sync_period():
-  from ensemble_jax.config_lib import ConfigError, validate
+  from ensemble_jax.config_lib import ConfigError
+  from ensemble_jax.validation import validate
 
   config = _config("diloco", [("worker", 4), ("data", 1)], 4)
   config.method.sync_every = 0

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ensemble_jax import aggregate, hlo, metrics, optim
-from ensemble_jax.config_lib import ConfigError, validate
+from ensemble_jax.config_lib import ConfigError
+from ensemble_jax.validation import validate
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.ensemble import Ensemble
 from ensemble_jax.models import resnet

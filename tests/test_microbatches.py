@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from ensemble_jax import config_lib, hlo, noise_scale, optim, train
+from ensemble_jax import config_lib, hlo, noise_scale, optim, train, validation
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.models import gpt2, resnet
@@ -118,10 +118,10 @@ def test_microbatch_sizes_are_checked_before_compiling():
   config.train.microbatches = 3
   with pytest.raises(config_lib.ConfigError, match=r"^config.train.microbatches=3: must divide "
                      r"config.train.batch_size=32"):
-    config_lib.validate(config)
+    validation.validate(config)
   config.train.microbatches, config.train.noise_scale = 1, True
   with pytest.raises(config_lib.ConfigError, match=r"^config.train.noise_scale=True: needs"):
-    config_lib.validate(config)
+    validation.validate(config)
   with pytest.raises(config_lib.ConfigError, match=r"microbatches of 4, not divisible by the "
                      r"mesh's data axis=8; choose k dividing 4"):
     _dp_lm(8)  # 32 rows over 8 devices: 4 each, which 8 microbatches cannot split

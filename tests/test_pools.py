@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from ensemble_jax import aggregate, config_lib, optim, run
+from ensemble_jax import aggregate, config_lib, optim, run, validation
 from ensemble_jax.data import samplers
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
@@ -140,7 +140,7 @@ def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
       "probs"]["num_tokens"]
   c.distill.method, c.method.aggregation = "el2n", "probs"
   with pytest.raises(config_lib.ConfigError, match="use 'kmeans' or 'none' for task 'lm'"):
-    config_lib.validate(c)
+    validation.validate(c)
 
 
 def test_routed_combine_uses_per_example_weights():
@@ -157,14 +157,14 @@ def test_routed_combine_uses_per_example_weights():
 def test_distill_config_errors():
   c = _config("coreset", "/tmp/x")
   with pytest.raises(config_lib.ConfigError, match="distill.method='coreset'"):
-    config_lib.validate(c)
+    validation.validate(c)
   c = _config("el2n", "/tmp/x")
   c.method.aggregation = "logits,routed"
   with pytest.raises(config_lib.ConfigError, match="'routed'"):
-    config_lib.validate(c)
+    validation.validate(c)
   c = _config("el2n", "/tmp/x", fraction=1.5)
   with pytest.raises(config_lib.ConfigError, match="distill.fraction=1.5"):
-    config_lib.validate(c)
+    validation.validate(c)
 
 
 # Unit tests of the step jit what they call: run op by op, a tiny ResNet's step compiles each

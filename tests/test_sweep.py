@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ensemble_jax import config_lib
+from ensemble_jax import validation
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
 
@@ -199,7 +199,7 @@ def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(work
       assert overrides["tune.factors"] == (1.0,)
       assert overrides["method.steps_per_worker"] == n8["method.steps_per_worker"], name
       # every point is a valid config
-      config_lib.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
+      validation.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
     _, full = configs.sweep_grid("full")[curve][n8_point]
     assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
 

@@ -1,8 +1,8 @@
 """Text corpora for language modelling: config -> documents -> token cache -> windows.
 
-The parts: `text_readers` (documents of files or TFDS), `token_cache` (the hashed split and
-the tokenized streams on disk), `windows` (examples over a stream). This module composes
-them from `config.data` (checked by `config_lib.validate`).
+The parts are `text_readers`, documents of files or TFDS; `token_cache`, the hashed split
+and the tokenized streams on disk; and `windows`, examples over a stream. This module
+composes them from `config.data`, which `validation.validate` checks.
 An example is {"tokens": int32 [context + 1]}.
 """
 from __future__ import annotations

@@ -22,7 +22,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
-from ensemble_jax.config_lib import ConfigError, aggregation_modes, mesh_string
+from ensemble_jax.config_lib import ConfigError, aggregation_modes
+from ensemble_jax.sharding import mesh_string
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib

@@ -30,7 +30,7 @@ import types
 import ml_collections
 from absl import flags
 
-from ensemble_jax import config_lib
+from ensemble_jax import config_lib, validation
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
@@ -109,7 +109,7 @@ def point_config(w: Workload, batch: int, seed: int):
   config.cost.devices = devices
   for key, value in w.overrides.items():
     config_lib.set_dotted(config, key, value)
-  config_lib.validate(config)
+  validation.validate(config)
   return config
 
 

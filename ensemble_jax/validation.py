@@ -1,0 +1,285 @@
+"""Config validation: every key known, every value one that can work, before any compile.
+
+Each check raises ConfigError naming the field, the value and the fix. `validate` runs
+before anything is loaded; `check_batch_fits` once the data's size is known.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+
+import ml_collections
+
+from ensemble_jax import sharding
+from ensemble_jax.config_lib import (AGGREGATION_MODES, ATTENTIONS, AUGMENTS, DILOCO_MODES,
+                                     DISTILL_METHODS, GPT2_SIZES, LR_SCALINGS, METHODS,
+                                     OPTIMIZERS, RESNETS, SAMPLERS, TARGET_METRICS,
+                                     TARGET_RANGES, TASKS, ConfigError, aggregation_modes,
+                                     base_config, flat, get)
+
+
+def _need(ok: bool, field: str, value, fix: str):
+  if not ok:
+    raise ConfigError(f"config.{field}={value!r}: {fix}")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ConfigError on the first key or value that cannot work."""
+  _validate_keys_and_types(config)
+  _validate_method(config)
+  _validate_model(config)
+  _validate_data(config)
+  _validate_schedule(config)
+  _validate_microbatches(config.train)
+  _validate_warm_start_and_sparsity(config)
+  _validate_distill(config)
+  _validate_tune(config)
+  _validate_cost(config)
+  _validate_durations_and_target(config)
+  _validate_mesh(config)
+
+
+def _validate_keys_and_types(config) -> None:
+  """Every key known to base_config(), present, and of its default's type."""
+  known = dict(flat(base_config()))
+  for key, _ in flat(config):
+    if key not in known:
+      close = difflib.get_close_matches(key, list(known), n=1)
+      hint = f" Did you mean config.{close[0]}?" if close else ""
+      raise ConfigError(f"config.{key}: unknown key.{hint} Known keys are listed in "
+                        "ensemble_jax/config_lib.py:base_config().")
+  for key, default in known.items():
+    if key == "mesh":  # a string or a list of pairs: _validate_mesh reads both
+      continue
+    try:
+      value = get(config, key)
+    except (AttributeError, KeyError):
+      raise ConfigError(f"config.{key}: missing. Start configs from "
+                        "ensemble_jax.config_lib.base_config().") from None
+    numeric = (int, float)
+    if isinstance(default, bool):
+      _need(isinstance(value, bool), key, value, "must be True or False.")
+    elif isinstance(default, numeric) and not isinstance(default, bool):
+      _need(isinstance(value, numeric) and not isinstance(value, bool), key, value,
+            f"must be a number like {default!r}.")
+    elif isinstance(default, str):
+      _need(isinstance(value, str), key, value, f"must be a string like {default!r}.")
+
+
+def _validate_method(config) -> None:
+  _need(config.method.name in METHODS, "method.name", config.method.name,
+        f"choose one of {METHODS}.")
+  _need(config.method.num_workers > 0, "method.num_workers", config.method.num_workers,
+        "must be > 0.")
+  _need(config.method.steps_per_worker >= 0, "method.steps_per_worker",
+        config.method.steps_per_worker, "must be >= 0 (0: use train.num_steps/num_epochs).")
+  _need(config.method.name != "diloco" or config.method.sync_every > 0, "method.sync_every",
+        config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
+        "method.name='ensemble').")
+  _need(config.method.sampler in SAMPLERS, "method.sampler", config.method.sampler,
+        f"choose one of {SAMPLERS}.")
+  modes = aggregation_modes(config)
+  if config.method.name == "diloco":
+    _need(modes == DILOCO_MODES, "method.aggregation", config.method.aggregation,
+          "DiLoCo trains one model, the global (outer) params, and reports only it: set "
+          "method.aggregation='global'.")
+    return
+  _need(bool(modes) and all(m in AGGREGATION_MODES for m in modes),
+        "method.aggregation", config.method.aggregation,
+        f"a comma-separated list of {', '.join(AGGREGATION_MODES)} (e.g. 'logits,probs').")
+  _need(modes[0] != "soup", "method.aggregation", config.method.aggregation,
+        "the first mode is evaluated during training; put 'logits' or 'probs' first.")
+  _need("routed" not in modes or config.distill.method == "kmeans", "method.aggregation",
+        config.method.aggregation, "'routed' weights each worker by the example's distance "
+        "to its k-means cluster: set config.distill.method='kmeans' or drop 'routed'.")
+  _need("soup" not in modes or config.method.shared_init, "method.aggregation",
+        config.method.aggregation, "'soup' averages weights, which is only meaningful from "
+        "one shared init: set config.method.shared_init=True or drop 'soup'.")
+
+
+def _validate_model(config) -> None:
+  _need(config.task in TASKS, "task", config.task, f"choose one of {TASKS}.")
+  models = ("gpt2",) if config.task == "lm" else RESNETS
+  _need(config.model.name in models, "model.name", config.model.name,
+        f"task {config.task!r} takes one of {models}.")
+  _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
+        config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
+  _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
+        f"choose one of {ATTENTIONS}.")
+  stages = config.model.stage_sizes
+  _need(all(isinstance(n, int) and n >= 1 for n in stages), "model.stage_sizes", stages,
+        "give ResNet blocks per stage as positive ints, e.g. (1, 1), or () for the preset's.")
+  _need(config.model.attention != "fused" or config.model.dropout == 0.0, "model.attention",
+        config.model.attention, f"the fused kernel has no attention dropout and "
+        f"model.dropout={config.model.dropout}: set model.attention='einsum' or dropout 0.")
+
+
+def _validate_data(config) -> None:
+  _need(config.data.train_augment in AUGMENTS, "data.train_augment",
+        config.data.train_augment, f"choose one of {AUGMENTS}.")
+  _need(config.data.source != "idx" or config.data.dataset == "fashion_mnist",
+        "data.dataset", config.data.dataset, "the built-in idx reader (data.source='idx') "
+        "serves only 'fashion_mnist'; for other datasets set data.source='tfds'.")
+  sources = ("files", "tfds") if config.task == "lm" else ("idx", "folder", "tfds")
+  _need(config.data.source in sources, "data.source", config.data.source,
+        f"for task {config.task!r} choose one of {sources}.")
+  _need(config.data.source != "folder" or bool(config.data.data_dir), "data.data_dir",
+        config.data.data_dir, "data.source='folder' reads data_dir/train/<class>/<images>: "
+        "set data.data_dir to that tree's root.")
+  _need(config.data.tokenizer in ("byte", "gpt2"), "data.tokenizer", config.data.tokenizer,
+        "choose 'byte' or 'gpt2'.")
+  _need(0.0 < config.data.val_fraction < 1.0, "data.val_fraction", config.data.val_fraction,
+        "must lie in (0, 1).")
+  _need(config.data.context > 0, "data.context", config.data.context, "must be > 0.")
+
+
+def _validate_schedule(config) -> None:
+  """The optimizer and its schedule, the eval cadence, the positive sizes and durations."""
+  _need(config.optim.name in OPTIMIZERS, "optim.name", config.optim.name,
+        f"choose one of {OPTIMIZERS}.")
+  _need(config.optim.lr_scaling in LR_SCALINGS, "optim.lr_scaling",
+        config.optim.lr_scaling, "choose 'linear', 'sqrt' or 'none'.")
+  _need(0.0 <= config.optim.warmup_fraction < 1.0, "optim.warmup_fraction",
+        config.optim.warmup_fraction, "is a fraction of the step budget, in [0, 1).")
+  for field in ("eval.target_resolution", "eval.near_target_margin",
+                "eval.near_target_lookahead"):
+    value = get(config, field)
+    _need(value >= 0, field, value, "must be >= 0.")
+  _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
+        config.optim.schedule, "choose 'cosine' or 'constant'.")
+  for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",
+                "optim.base_batch_size", "train.log_every_steps"):
+    value = get(config, field)
+    _need(value > 0, field, value, "must be > 0.")
+  for field in ("train.num_steps", "train.num_epochs", "train.stop_at_step",
+                "eval.every_steps", "eval.num_examples", "checkpoint.every_steps",
+                "checkpoint.every_minutes", "optim.learning_rate", "optim.weight_decay",
+                "optim.warmup_epochs",
+                "optim.warmup_steps", "data.train_examples", "data.crop_padding"):
+    value = get(config, field)
+    _need(value >= 0, field, value, "must be >= 0.")
+
+
+def _validate_warm_start_and_sparsity(config) -> None:
+  _need(not config.train.init_from or config.method.name != "diloco", "train.init_from",
+        config.train.init_from, "warm starts are supported for data_parallel and ensemble.")
+  _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
+        "is the pruned fraction of kernel weights, in [0, 1).")
+  _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
+        config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
+
+
+def _validate_cost(config) -> None:
+  _need(config.cost.devices >= 0, "cost.devices", config.cost.devices,
+        "must be >= 0 (0: one device per replica or worker).")
+  _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
+        config.cost.device_step_time_s, "must be >= 0 (0: the run's host step / devices).")
+  _need(0.0 <= config.cost.overlap <= 1.0, "cost.overlap", config.cost.overlap,
+        "is a fraction in [0, 1].")
+
+
+def _validate_durations_and_target(config) -> None:
+  steps, epochs = config.train.num_steps, config.train.num_epochs
+  _need(steps > 0 or epochs > 0, "train.num_steps", (steps, epochs),
+        "set one of train.num_steps and train.num_epochs to a value > 0, e.g. "
+        "--config.train.num_steps=1000.")
+  _need(not (steps > 0 and epochs > 0), "train.num_steps", (steps, epochs),
+        f"set exactly one of train.num_steps and train.num_epochs: add "
+        f"--config.train.num_epochs=0 to train {steps} steps (or --config.train.num_steps=0 "
+        f"for {epochs} epochs).")
+  _need(len(config.data.mean) == len(config.data.std), "data.mean", config.data.mean,
+        f"must have as many channels as data.std={config.data.std!r}.")
+  metric = config.eval.target_metric
+  _need(metric in TARGET_METRICS.get(config.task, ()), "eval.target_metric", metric,
+        f"task {config.task!r} reports {TARGET_METRICS.get(config.task, ())}: choose one.")
+  lo, hi = TARGET_RANGES[metric]
+  _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
+        f"{metric} lies in [{lo}, {hi}].")
+
+
+def _validate_microbatches(train) -> None:
+  k = train.microbatches
+  _need(isinstance(k, int) and k >= 1, "train.microbatches", k, "must be an integer >= 1.")
+  _need(train.batch_size % k == 0, "train.microbatches", k,
+        f"must divide config.train.batch_size={train.batch_size} (the per-model batch); "
+        f"choose a divisor of {train.batch_size}.")
+  _need(not train.noise_scale or k >= 2, "train.noise_scale", train.noise_scale,
+        "needs two batch sizes: set config.train.microbatches >= 2 (small = a microbatch).")
+  _need(0.0 <= train.noise_scale_ema < 1.0, "train.noise_scale_ema", train.noise_scale_ema,
+        "is a moving-average decay, in [0, 1).")
+
+
+def _validate_distill(config) -> None:
+  d = config.distill
+  _need(d.method in DISTILL_METHODS, "distill.method", d.method,
+        f"choose one of {DISTILL_METHODS}.")
+  if d.method == "none":
+    return
+  _need(config.method.name != "data_parallel" or d.method != "kmeans", "distill.method",
+        d.method, "k-means gives each worker its own cluster: use an ensemble or diloco.")
+  _need(config.task == "classification" or d.method == "kmeans", "distill.method", d.method,
+        "language-model pools are tf-idf clusters only: use 'kmeans' or 'none' for task "
+        "'lm'.")
+  _need(d.tfidf_dim >= 1, "distill.tfidf_dim", d.tfidf_dim, "must be >= 1.")
+  _need(d.embedding in ("proxy", "pca"), "distill.embedding", d.embedding,
+        "choose 'proxy' or 'pca'.")
+  _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
+  _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
+  _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
+        "choose 'hardest' or 'easiest'.")
+  _need(d.split in ("shared", "disjoint", "bagging"), "distill.split", d.split,
+        "choose 'shared', 'disjoint' or 'bagging'.")
+  _need(d.gradient in ("bias", "last_layer"), "distill.gradient", d.gradient,
+        "choose 'bias' or 'last_layer'.")
+  for field in ("proxy_models", "proxy_steps", "proxy_width"):
+    _need(d[field] > 0, f"distill.{field}", d[field], "must be > 0.")
+  _need(d.proxy in ("standard", "lipt"), "distill.proxy", d.proxy,
+        "choose 'standard' or 'lipt'.")
+  _need(0.0 <= d.lipt_sparsity < 1.0, "distill.lipt_sparsity", d.lipt_sparsity,
+        "is a pruned fraction, in [0, 1).")
+  _need(d.route_temperature > 0, "distill.route_temperature", d.route_temperature,
+        "must be > 0.")
+  _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")
+  _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
+        "must be >= 0.")
+
+
+def _validate_tune(config) -> None:
+  t = config.tune
+  for key in t.fields:
+    try:
+      value = get(config, key)
+    except (AttributeError, KeyError):
+      value = None
+    _need(isinstance(value, float), "tune.fields", t.fields,
+          f"{key!r} is not a float field of the config (e.g. 'optim.learning_rate').")
+  _need(len(t.factors) > 0 and all(f > 0 for f in t.factors), "tune.factors", t.factors,
+        "a non-empty list of positive multipliers, e.g. (0.5, 1.0, 2.0).")
+  _need(t.extend > 1.0, "tune.extend", t.extend, "must be > 1 (e.g. 2.0).")
+  _need(t.max_extensions >= 0, "tune.max_extensions", t.max_extensions, "must be >= 0.")
+
+
+def _validate_mesh(config) -> None:
+  mesh = config.mesh
+  axes = sharding.mesh_axes(mesh)
+  names = [n for n, _ in axes]
+  _need(len(set(names)) == len(names), "mesh", mesh, "axis names must be unique.")
+  _need(sum(s == -1 for _, s in axes) <= 1, "mesh", mesh, "at most one axis may be -1.")
+  _need(all(s == -1 or s > 0 for _, s in axes), "mesh", mesh,
+        "sizes must be positive or -1 (all remaining devices).")
+  _need(all(n in sharding.MESH_AXES for n in names), "mesh", mesh,
+        "axis names must be 'data' or 'worker'.")
+  _need(config.method.name == "data_parallel" or "worker" in names, "mesh", mesh,
+        f"{config.method.name} steps its workers over a 'worker' axis: e.g. "
+        "'worker:-1,data:1'.")
+
+
+def check_batch_fits(config, num_train_examples: int) -> None:
+  """One model's batch must fit in the training set; say what to choose if it does not."""
+  b = config.train.batch_size
+  if b > num_train_examples:
+    fits = 2 ** int(math.log2(max(1, num_train_examples // 4)))
+    raise ConfigError(
+        f"config.train.batch_size={b} is larger than the training set ({num_train_examples} "
+        f"examples): choose at most {num_train_examples}, e.g. "
+        f"--config.train.batch_size={fits} --config.optim.base_batch_size={fits}.")
