@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+.PHONY: install data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
 	projection lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
@@ -20,8 +20,12 @@ $(VENV)/.installed: setup.py
 data: install
 	$(PY) -m ensemble_jax.data.fetch
 
+# The whole suite; test-fast is its unit tier (tests/conftest.py's table), for the edit-run loop.
 test: install data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
+
+test-fast: install data
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=10 -m "unit and not slow" tests
 
 demo: install data
 	$(PY) -m experiments.demo --workdir=$(WORKDIR)/demo
