@@ -1,11 +1,12 @@
 """What training costs: FLOPs from XLA, step time measured, communication modelled.
 
-One CPU host simulating many devices cannot show interconnect time, but it can show what
-is communicated: every collective of every program a method runs (`Method.programs`: the
-train step, evaluations, DiLoCo's outer step, a final aggregation), read off the compiled
-HLO (`ensemble_jax/hlo.py`) with its kind, operand bytes and group size. Each is charged
-an alpha-beta time on a named interconnect preset (`collective_time`); everything else is
-measured. Reports label each number `measured` or `modelled`.
+One CPU host simulating many devices cannot show interconnect time. It can show what is
+communicated: every collective of every program a method runs (`Method.programs`), such as
+the train step, evaluations, DiLoCo's outer step and a final aggregation. Each collective
+is read off the compiled HLO (`ensemble_jax/hlo.py`) with its kind, operand bytes and
+group size, and charged an alpha-beta time on a named interconnect preset
+(`collective_time`). Everything else is measured. Reports label each number `measured` or
+`modelled`.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ def flops(compiled) -> float:
   """FLOPs of one call of a compiled (SPMD) executable, as XLA's cost analysis counts them.
 
   Matches the analytic count on CPU. On GPU it misses the GEMMs and convolutions XLA
-  hands to cuBLAS / cuDNN: on an H100 it read 0.11 of ResNet-50's 6.28 TFLOP per step and
-  2.6-5.1 of GPT-2 small's 14.0 (`experiments/bench/throughput.py`), so GPU runs' FLOPs
-  axes are not to be trusted until they are counted another way.
+  hands to cuBLAS / cuDNN. On an H100 it read 0.11 of ResNet-50's 6.28 TFLOP per step, and
+  2.6-5.1 of GPT-2 small's 14.0 (`experiments/bench/throughput.py`). GPU runs' FLOPs axes
+  are not to be trusted until they are counted another way.
   """
   analysis = compiled.cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older jax returned one dict per program
@@ -37,8 +38,10 @@ def median_step_time(durations: list[float], warmup: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Interconnect:
-  """A link preset: per-device bandwidth each way (bytes/s) and the latency of one message
-  (s), paid once per ring hop."""
+  """A link preset: bandwidth and per-message latency.
+
+  Bandwidth is per device and each way, in bytes/s. Latency is in seconds, paid once per
+  ring hop."""
   name: str
   bandwidth: float
   latency: float
@@ -61,8 +64,9 @@ RENAMED_PRESETS = {"ib800": "ib_xdr800"}  # the same numbers: 800 Gb/s is XDR, n
 
 def collective_time(kind: str, operand_bytes: float, group_size: int,
                     link: Interconnect) -> float:
-  """Alpha-beta time of one collective over a ring of g = `group_size` devices, from the
-  bytes one device puts in (its operands; for all-gather, one shard of the g gathered):
+  """Alpha-beta time of one collective over a ring of g = `group_size` devices.
+
+  `bytes` is what one device puts in: its operands, or for all-gather one of the g shards.
 
     all-reduce             2(g-1)/g * bytes / bandwidth + 2(g-1) * latency
     reduce-scatter          (g-1)/g * bytes / bandwidth +  (g-1) * latency
@@ -96,8 +100,10 @@ UNITS = ("step", "eval", "unsynced_eval", "sync", "run")
 
 @dataclasses.dataclass(frozen=True)
 class ProgramCollective:
-  """One collective of a compiled program a method runs: an entry of results.json's
-  `cost.modelled.collectives` (identical ones merged, `count` summed)."""
+  """One collective of a method's compiled program.
+
+  An entry of results.json's `cost.modelled.collectives`. Identical ones are merged and
+  their `count` summed."""
   program: str  # the method's name for the program: train_step, eval, sync, ...
   per: str  # the unit `count` is per (UNITS): every step, eval, outer step, or once a run
   kind: str  # all-reduce, all-gather, ... (hlo.COLLECTIVE_OPS)
@@ -121,8 +127,9 @@ class ProgramCollective:
 
 def program_collectives(program: str, per: str, calls: int, hlo_text: str,
                         num_devices: int) -> list[ProgramCollective]:
-  """The collectives of one compiled program (its optimized HLO on `num_devices`), called
-  `calls` times per `per`; identical collectives merged."""
+  """The collectives of one compiled program, identical ones merged.
+
+  Read from its optimized HLO on `num_devices`; the program runs `calls` times per `per`."""
   if per not in UNITS:
     raise ValueError(f"program {program!r}: per={per!r} is not one of {UNITS}")
   found = [ProgramCollective(program, per, c.op, c.operand_bytes,
@@ -148,18 +155,20 @@ class Communication:
 
 
 def legacy_devices(results: dict) -> int:
-  """D for results that do not record it: one device per data-parallel replica of the
-  mesh, or one per worker."""
+  """The device count D for results that do not record it.
+
+  One device per data-parallel replica of the mesh, or one per worker."""
   if results["method"] == "data_parallel":
     return results["mesh"].get("data", math.prod(results["mesh"].values()))
   return results.get("num_workers", 1)
 
 
 def legacy_communication(results: dict, devices: int, why: str) -> Communication:
-  """The model every results.json was priced with before collectives were read from HLO,
-  for results without them (`why`): a gradient all-reduce per data-parallel step; for
-  DiLoCo a weight all-reduce per outer step before the model and one for the model itself
-  (the outer step a run stopping there takes); nothing for the ensemble."""
+  """The single-all-reduce model, for results without collectives read from HLO.
+
+  `why` says why they lack them. Data-parallel pays a gradient all-reduce per step. DiLoCo
+  pays a weight all-reduce per outer step before the model, and one for the model itself:
+  the outer step a run stopping there takes. The ensemble pays nothing."""
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
 
   def allreduce(per):
@@ -187,10 +196,12 @@ def recorded_communication(results: dict) -> Communication | None:
 
 
 def units_to(steps: int, results: dict) -> dict[str, int]:
-  """How many of each unit the model at `steps` needed: its steps; the evals up to and at
-  `steps` (each decides whether to stop), and those of them at a step without an outer
-  step before it; the outer steps before `steps` (the one at `steps` comes after that
-  step's eval, which scored the model without it: an unsynced eval); the run, once."""
+  """How many of each cost unit the model at `steps` needed.
+
+  The units are its steps; the evals up to and at `steps`, since each decides whether to
+  stop; those evals at a step without an outer step before it; the outer steps before
+  `steps`; and the run, once. The outer step at `steps` comes after that step's eval, which
+  scored the model without it, so it counts as an unsynced eval."""
   synced = {s for s in results.get("syncs", []) if s < steps}
   evals = [h["step"] for h in results.get("history", []) if h["step"] <= steps]
   return {"step": steps, "eval": len(evals),
@@ -227,26 +238,37 @@ class Modelled:
   device_seconds: dict[str, float]
 
 
+def _device_step(step_time_s: float, parallel: int, devices: int,
+                 device_step_time_s: float) -> tuple[float, str]:
+  """One device's step time on the modelled cluster, and how it was modelled.
+
+  On a simulated mesh (`parallel` 1) one host did the work of all D devices one after
+  another, so a device's step is the host's step / D. On real accelerators the measured
+  step is already one device's, so it scales by mesh size / D. A `device_step_time_s` > 0
+  replaces that estimate: the sweep's calibration times one model at the per-device batch
+  on a quiet host, immune to whatever else shared the host during this run.
+  """
+  if device_step_time_s > 0:
+    return device_step_time_s, ("calibrated: median step of one model at the per-device "
+                                "batch, timed apart")
+  return (step_time_s * parallel / devices,
+          f"measured host step x {parallel} / {devices} devices")
+
+
 def summary(results: dict, communication: Communication | None = None, devices: int = 0,
             overlap: float = 0.0, simulated: bool = True,
             device_step_time_s: float = 0.0) -> dict:
   """The `cost` block of results.json: what was measured here and what is modelled.
 
-  `communication`: the collectives of the run's programs on its cluster; None: those the
-  results' cost block already records, else `legacy_communication` (labelled as such).
-  `devices` (D) is the cluster the run stands for; 0: the one its cost block records,
-  else `legacy_devices`. When the mesh is `simulated` on one host (CPU), the host did
-  the work of all D devices one after another, so one device's step is modelled as host
-  step / D; on real accelerators the measured step is already one device's (times mesh
-  size / D). A `device_step_time_s` > 0, measured apart (one model at the per-device
-  batch, on a quiet host: the sweep's calibration), replaces that estimate: it is immune
-  to whatever else shared the host during this run.
+  `communication` holds the collectives of the run's programs on its cluster. If None,
+  those the results' cost block records are used, else `legacy_communication`, labelled
+  as such. `devices` (D) is the cluster the run stands for; 0 means the one the cost block
+  records, else `legacy_devices`. `_device_step` says how one device's step is modelled.
 
-  The critical path to the target, the same for every method: pool building (a distilled
-  sequence's, results['distill']) + steps x device step + every collective x its count
-  per unit x the units the model at the target needed (`units_to`) x its time, times
-  (1 - overlap). Communication is charged only when simulated; on real devices it is in
-  the measured step.
+  The critical path to the target is the same for every method. It is the pool's build
+  time, plus steps x device step, plus each collective's time x its count per unit x the
+  units the model at the target needed (`units_to`), times (1 - overlap). Communication is
+  charged only when simulated; on real devices the measured step holds it.
   """
   recorded = results.get("cost", {}).get("modelled", {})
   devices = devices or recorded.get("devices") or legacy_devices(results)
@@ -264,13 +286,8 @@ def summary(results: dict, communication: Communication | None = None, devices: 
       flops_to_target=results["flops_per_step"] * steps + pool_flops,
       pool_build_time_s=pool_time, host_devices=mesh_devices,
       where="one host: the simulated devices share its cores" if simulated else "real devices")
-  parallel = 1 if simulated else mesh_devices
-  if device_step_time_s > 0:
-    device_step = device_step_time_s
-    how = "calibrated: median step of one model at the per-device batch, timed apart"
-  else:
-    device_step = results["step_time_s"] * parallel / devices
-    how = f"measured host step x {parallel} / {devices} devices"
+  device_step, how = _device_step(results["step_time_s"], 1 if simulated else mesh_devices,
+                                  devices, device_step_time_s)
   units = units_to(steps, results)
   communication_s = {
       name: (1.0 - overlap) * sum(c.count * units[c.per] * c.seconds(link)

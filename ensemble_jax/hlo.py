@@ -44,7 +44,7 @@ class Collective:
 
 
 def dtype_bytes(dtype: str) -> float:
-  """Bytes of one element of an HLO element type: `f32` 4, `bf16` 2, `pred` 1, `s4` 0.5."""
+  """Bytes of one element of an HLO type (`f32` 4, `bf16` 2, `s4` 0.5)."""
   if dtype == "pred":
     return 1
   if dtype == "token":
@@ -64,7 +64,7 @@ def shape_bytes(type_text: str) -> int:
 
 
 def _result_type(rest: str) -> str:
-  """The type at the start of an instruction's text: up to its balanced `)` if a tuple."""
+  """The type an instruction's text starts with; a tuple's runs to its balanced `)`."""
   if not rest.startswith("("):
     return rest.split(" ", 1)[0]
   depth = 0
@@ -113,9 +113,10 @@ def _groups(line: str) -> list[list[int]]:
 
 
 def _executions(lines: list[str]) -> tuple[list[str | None], dict[str, int]]:
-  """Each line's computation, and how often each computation runs per call of the module:
-  ENTRY once; a while body `known_trip_count` times its caller (once if unknown); called
-  computations (fusions, calls, branches) as often as their caller."""
+  """Each line's computation, and how often each computation runs per module call.
+
+  ENTRY runs once. A while body runs `known_trip_count` times its caller, or once if the
+  count is unknown. Fusions, calls and branches run as often as their caller."""
   owner, calls, entry, current = [], {}, None, None
   for line in lines:
     if m := _COMPUTATION.match(line):
@@ -147,9 +148,10 @@ def _executions(lines: list[str]) -> tuple[list[str | None], dict[str, int]]:
 
 
 def collectives(hlo_text: str) -> list[Collective]:
-  """Every collective op in an HLO module's text (async `-start` forms included), with its
-  operand bytes (looked up from the operands' defining instructions, or from types written
-  in the operand list) and how often it executes per call of the module."""
+  """Every collective op in an HLO module's text, async `-start` forms included.
+
+  Each comes with its operand bytes and how often it runs per module call. The bytes come
+  from the operands' defining instructions, or from types written in the operand list."""
   lines = hlo_text.splitlines()
   types = {m.group(1): _result_type(m.group(2)) for line in lines
            if (m := _INSTRUCTION.match(line))}

@@ -5,16 +5,20 @@ import optax
 
 
 def peak_learning_rate(optim_config, batch_size: int) -> float:
-  """learning_rate at base_batch_size, scaled by the ratio (linear), its root (sqrt, the
-  usual rule for Adam), or not at all (none)."""
+  """The peak learning rate: learning_rate at base_batch_size, scaled to the batch.
+
+  `linear` scales by the batch ratio, `sqrt` by its root (the usual rule for Adam), `none`
+  not at all."""
   ratio = batch_size / optim_config.base_batch_size
   factor = {"linear": ratio, "sqrt": ratio**0.5, "none": 1.0}[optim_config.lr_scaling]
   return optim_config.learning_rate * factor
 
 
 def warmup_steps(optim_config, total_steps: int, steps_per_epoch: int) -> int:
-  """Linear warm-up length: `warmup_fraction` of the run's own step budget when > 0 (one
-  rule for every method and budget), else `warmup_steps`, else `warmup_epochs`."""
+  """The linear warm-up's length in steps.
+
+  `warmup_fraction` of the run's own step budget when > 0, one rule for every method and
+  budget; else `warmup_steps`; else `warmup_epochs`."""
   if optim_config.warmup_fraction > 0:
     warmup = int(round(optim_config.warmup_fraction * total_steps))
   elif optim_config.warmup_steps > 0:

@@ -6,11 +6,10 @@ Usage:
   python -m ensemble_jax.data.fetch fashion_mnist   # just one
   python -m ensemble_jax.data.fetch --data_dir /some/dir pydocs
 
-Each dataset ships in a Debian package. We download the `.deb` with
-`apt-get download` using a *private* apt state (package lists and cache in a
-temporary directory, no locking), unpack it with `dpkg -x` (no installation)
-and move the wanted files into `<data_dir>/<name>/` atomically. Nothing on
-the system is changed and no root is needed.
+Each dataset ships in a Debian package. `apt-get download` fetches the `.deb` with a
+private apt state: package lists and cache in a temporary directory, no locking. `dpkg -x`
+unpacks it without installing, and the wanted files move into `<data_dir>/<name>/`
+atomically. Nothing on the system is changed and no root is needed.
 
 Data loaders must call `require`, which never downloads; nothing in this
 package downloads at import time.
@@ -42,8 +41,9 @@ class DatasetUnavailableError(FileNotFoundError):
 
 
 class DataError(ValueError):
-  """Data that is present but cannot be read (a malformed line, a truncated file): the message
-  names the file (and line) and the command or setting that fixes it."""
+  """Data that is present but unreadable, such as a malformed line or truncated file.
+
+  The message names the file, the line if any, and the command or setting that fixes it."""
 
 
 def fetch_command(name: str, data_dir: PathLike | None = None, force: bool = False) -> str:
@@ -246,7 +246,7 @@ def fetch(name: str, data_dir: PathLike | None = None, force: bool = False) -> p
   without touching the network. `force` fetches them again (a truncated or corrupt file),
   replacing the directory only once the new copy is complete.
   """
-  spec = _spec(name)
+  _spec(name)  # an unknown name fails here, before any work
   final = dataset_dir(name, data_dir)
   if not force and _is_complete(name, final):
     return final
@@ -260,64 +260,80 @@ def fetch(name: str, data_dir: PathLike | None = None, force: bool = False) -> p
       "needed to fetch this dataset automatically)",
     )
 
-  pkg = spec["package"]
   final.parent.mkdir(parents=True, exist_ok=True)
   # Work inside the data dir so the final moves are same-filesystem renames.
   with tempfile.TemporaryDirectory(prefix=f".fetch-{name}-", dir=final.parent) as tmp_s:
-    tmp = pathlib.Path(tmp_s)
-    (tmp / "lists" / "partial").mkdir(parents=True)
-    (tmp / "cache" / "archives" / "partial").mkdir(parents=True)
-    apt_opts = [
-      "-o", f"Dir::State::Lists={tmp / 'lists'}",
-      "-o", f"Dir::Cache={tmp / 'cache'}",
-      "-o", "Debug::NoLocking=1",
-    ]
-    dl = tmp / "dl"
-    dl.mkdir()
-    _run(["apt-get", *apt_opts, "update"], tmp, name, final, "apt-get update")
-    _run(["apt-get", *apt_opts, "download", pkg], dl, name, final, f"apt-get download {pkg}")
-    debs = sorted(dl.glob("*.deb"))
-    if not debs:
-      raise _fail(name, final, f"apt-get download {pkg} produced no .deb file")
-    x = tmp / "x"
-    _run(["dpkg", "-x", str(debs[0]), str(x)], tmp, name, final, f"dpkg -x {debs[0].name}")
-
-    src = x / spec["src"]
-    if not src.is_dir():
-      raise _fail(name, final, f"package {pkg} does not contain {spec['src']}")
-    if "files" in spec:
-      wanted = [src / f for f in spec["files"]]
-      absent = [str(p.relative_to(src)) for p in wanted if not p.is_file()]
-      if absent:
-        raise _fail(name, final, f"package {pkg} lacks {', '.join(absent)} in {spec['src']}")
-    else:
-      wanted = sorted(p for p in src.glob(spec["glob"]) if p.is_file())
-      if not wanted:
-        raise _fail(name, final, f"package {pkg} has no {spec['glob']} under {spec['src']}")
-
-    staging = final.with_name(final.name + ".tmp")
-    if staging.exists() or staging.is_symlink():
-      if staging.is_dir() and not staging.is_symlink():
-        shutil.rmtree(staging)
-      else:
-        staging.unlink()
-    staging.mkdir()
-    try:
-      for p in wanted:
-        dst = staging / p.relative_to(src)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_symlink():  # e.g. dh_link'ed files: copy the content
-          shutil.copyfile(p, dst)
-        else:
-          shutil.move(str(p), str(dst))
-      _replace_dir(staging, final)
-    except BaseException:
-      shutil.rmtree(staging, ignore_errors=True)
-      raise
+    src = _download_and_extract(name, final, pathlib.Path(tmp_s))
+    _install(_wanted_files(name, final, src), src, final)
 
   if not _is_complete(name, final):  # pragma: no cover - defensive
     raise _fail(name, final, "files missing after extraction")
   return final
+
+
+def _download_and_extract(name: str, final: pathlib.Path, tmp: pathlib.Path) -> pathlib.Path:
+  """Downloads `name`'s Debian package into `tmp` and unpacks it; returns its data dir."""
+  spec = _spec(name)
+  pkg = spec["package"]
+  (tmp / "lists" / "partial").mkdir(parents=True)
+  (tmp / "cache" / "archives" / "partial").mkdir(parents=True)
+  apt_opts = [
+    "-o", f"Dir::State::Lists={tmp / 'lists'}",
+    "-o", f"Dir::Cache={tmp / 'cache'}",
+    "-o", "Debug::NoLocking=1",
+  ]
+  dl = tmp / "dl"
+  dl.mkdir()
+  _run(["apt-get", *apt_opts, "update"], tmp, name, final, "apt-get update")
+  _run(["apt-get", *apt_opts, "download", pkg], dl, name, final, f"apt-get download {pkg}")
+  debs = sorted(dl.glob("*.deb"))
+  if not debs:
+    raise _fail(name, final, f"apt-get download {pkg} produced no .deb file")
+  x = tmp / "x"
+  _run(["dpkg", "-x", str(debs[0]), str(x)], tmp, name, final, f"dpkg -x {debs[0].name}")
+  src = x / spec["src"]
+  if not src.is_dir():
+    raise _fail(name, final, f"package {pkg} does not contain {spec['src']}")
+  return src
+
+
+def _wanted_files(name: str, final: pathlib.Path, src: pathlib.Path) -> list[pathlib.Path]:
+  """The files of `name` under the unpacked `src`; fails naming any that are absent."""
+  spec = _spec(name)
+  pkg = spec["package"]
+  if "files" in spec:
+    wanted = [src / f for f in spec["files"]]
+    absent = [str(p.relative_to(src)) for p in wanted if not p.is_file()]
+    if absent:
+      raise _fail(name, final, f"package {pkg} lacks {', '.join(absent)} in {spec['src']}")
+  else:
+    wanted = sorted(p for p in src.glob(spec["glob"]) if p.is_file())
+    if not wanted:
+      raise _fail(name, final, f"package {pkg} has no {spec['glob']} under {spec['src']}")
+  return wanted
+
+
+def _install(wanted: list[pathlib.Path], src: pathlib.Path, final: pathlib.Path) -> None:
+  """Moves `wanted` into a staging dir beside `final`, then swaps it in whole."""
+  staging = final.with_name(final.name + ".tmp")
+  if staging.exists() or staging.is_symlink():
+    if staging.is_dir() and not staging.is_symlink():
+      shutil.rmtree(staging)
+    else:
+      staging.unlink()
+  staging.mkdir()
+  try:
+    for p in wanted:
+      dst = staging / p.relative_to(src)
+      dst.parent.mkdir(parents=True, exist_ok=True)
+      if p.is_symlink():  # e.g. dh_link'ed files: copy the content
+        shutil.copyfile(p, dst)
+      else:
+        shutil.move(str(p), str(dst))
+    _replace_dir(staging, final)
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
 
 
 # ---------------------------------------------------------------------------

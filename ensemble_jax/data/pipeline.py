@@ -1,14 +1,14 @@
 """Per-process batches assembled into global, sharded jax.Arrays.
 
-A training batch is either `[B, ...]` (one consumer, data-parallel) or `[N, b, ...]`
-(N consumers, the stacked engine). Each process reads only the block of that global
-batch its devices hold (read off the sharding), so multi-host runs load 1/P of the data.
-grain runs the loading in background threads; every batch is a pure function of
-(seed, step), so resuming at step k needs nothing but k.
+A training batch is either `[B, ...]`, one consumer (data-parallel), or `[N, b, ...]`,
+N consumers (the stacked engine). Each process reads only the block of the global batch
+its devices hold, as the sharding says, so multi-host runs load 1/P of the data. grain
+runs the loading in background threads. Every batch is a pure function of (seed, step),
+so resuming at step k needs nothing but k.
 
-A source is anything with `__len__` and `get(index) -> dict[str, np.ndarray]` (one
-example); a transform maps `(example, uniforms) -> example` (uniforms: NUM_UNIFORMS
-floats in [0, 1) per example, for augmentation). Examples are stacked key by key.
+A source is anything with `__len__` and `get(index) -> dict[str, np.ndarray]`, one
+example. A transform maps `(example, uniforms) -> example`; the uniforms are NUM_UNIFORMS
+floats in [0, 1) per example, for augmentation. Examples are stacked key by key.
 """
 from __future__ import annotations
 
@@ -106,8 +106,9 @@ class EvalBatches:
 
   def __init__(self, source, transform, layout: BatchLayout, num_examples: int = 0,
                per_example: dict[str, np.ndarray] | None = None):
-    """per_example: extra arrays [len(source), ...] whose rows ride along in each batch
-    (e.g. routing weights precomputed for every eval example)."""
+    """`per_example` holds extra arrays [len(source), ...] whose rows ride along.
+
+    Routing weights precomputed for every eval example travel this way."""
     if layout.stacked:
       raise ValueError("eval batches are shared by all workers: use a (B,) layout")
     self.source, self.transform, self.layout = source, transform, layout

@@ -87,7 +87,7 @@ def create_sampler(name: str, num_examples: int, num_consumers: int, seed: int) 
 
 
 class PoolSampler(Sampler):
-  """Explicit pools, one per consumer: cluster i for worker i, or one coreset shared by all.
+  """Explicit pools, one per consumer (a cluster each, or one shared coreset).
 
   The pool builders (`scores`, `coresets`, `clusters`) only choose indices; this puts them
   into the same deterministic, resumable stream as the built-in samplers.
@@ -144,8 +144,9 @@ def split_pool(indices, num_consumers: int, seed: int, disjoint: bool = True
 
 @dataclasses.dataclass
 class Pool:
-  """What a run's workers read when it is not the method's own sampler: a distilled pool
-  (built by `ensemble_jax/distill/pools.py`, above the loop, and handed to it)."""
+  """A distilled pool: what a run's workers read instead of the method's own sampler.
+
+  `ensemble_jax/distill/pools.py` builds it above the loop and hands it to the loop."""
   sampler: Sampler
   info: dict | None  # results.json `distill`; None without a distilled sequence
   # 'routed' weights: [eval examples, N] (images), [eval windows, T, N] (text, per position)

@@ -1,6 +1,6 @@
 """Where documents come from: generators of (doc_id, text) over files or a TFDS dataset.
 
-doc_id names a document stably (relative path, `file:line`, `name/split:index`): the
+doc_id names a document stably: a relative path, `file:line` or `name/split:index`. The
 train/eval split hashes it, so it must not depend on file order or on the machine.
 """
 from __future__ import annotations
@@ -46,13 +46,15 @@ SKIP_HINT = ("fix or delete the line, or set config.data.skip_bad_lines=True to 
 def read_jsonl(path: str | os.PathLike, pile_subsets: Iterable[str] = (),
                text_key: str = "text", name: str = "", skipped: dict | None = None
                ) -> Iterator[Document]:
-  """One document per JSON line (the Pile's layout); `.zst` shards are decompressed as a stream.
+  """One document per JSON line, the Pile's layout.
 
-  doc_id is f"{name}:{line_number}" (name defaults to the file name; line numbers from 1).
-  `pile_subsets` keeps only records whose meta.pile_set_name is listed (empty: all).
+  `.zst` shards are decompressed as a stream. doc_id is f"{name}:{line_number}", with name
+  defaulting to the file name and lines counted from 1. `pile_subsets` keeps only records
+  whose meta.pile_set_name is listed; empty keeps all.
+
   A line that is not a JSON object with a string `text_key` raises DataError naming
-  file:line; with `skipped` (a dict) it is skipped and counted there instead
-  (`skipped_lines`, and `first_skipped_line`: file:line).
+  file:line. Given a `skipped` dict, such a line is skipped and counted there instead, in
+  `skipped_lines` and `first_skipped_line` (file:line).
   """
   path = pathlib.Path(path)
   name = name or path.name
@@ -118,8 +120,10 @@ def list_corpus_files(path: str | os.PathLike, suffixes=TEXT_SUFFIXES + JSONL_SU
 
 def read_files(root: str | os.PathLike, relpaths: Iterable[str], pile_subsets=(),
                text_key: str = "text", skipped: dict | None = None) -> Iterator[Document]:
-  """Documents of each file in order: a `.txt` file is one, a `.jsonl[.zst]` one per line
-  (bad lines skipped and counted in `skipped` if given, see `read_jsonl`)."""
+  """Documents of each file in order.
+
+  A `.txt` file is one document, a `.jsonl[.zst]` file one per line. If `skipped` is given,
+  bad lines are skipped and counted in it (see `read_jsonl`)."""
   root = pathlib.Path(root)
   for rel in relpaths:
     if rel.endswith(JSONL_SUFFIXES):
@@ -165,8 +169,10 @@ def missing_path_message(dataset: str, path: str) -> str:
 
 def files_corpus(path: str, pile_subsets=(), text_key: str = "text", dataset: str = "",
                  skip_bad_lines: bool = False) -> Corpus:
-  """Documents from a directory, file or glob of `.txt` / `.jsonl[.zst]` files; with
-  `skip_bad_lines`, malformed `.jsonl` lines are skipped and counted (Corpus.counts)."""
+  """Documents from a directory, file or glob of `.txt` / `.jsonl[.zst]` files.
+
+  With `skip_bad_lines`, malformed `.jsonl` lines are skipped and counted in
+  Corpus.counts."""
   try:
     root, relpaths = list_corpus_files(path)
   except FileNotFoundError:

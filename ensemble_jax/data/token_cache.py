@@ -42,10 +42,10 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 class _NpyWriter:
-  """Appends to a 1-D .npy whose length is known only at the end, without holding it in memory.
+  """Appends to a 1-D .npy file without holding it in memory.
 
-  A fixed-size header is reserved and rewritten on close (the .npy format pads its header with
-  spaces, so any length fits).
+  Its length is known only at the end. A fixed-size header is reserved and rewritten on
+  close; the .npy format pads its header with spaces, so any length fits.
   """
   _HEADER_BYTES = 128
   _FLUSH_TOKENS = 1 << 22
@@ -131,9 +131,9 @@ def build(documents: Iterable[Document], tokenizer, val_fraction: float,
           ) -> dict:
   """Tokenizes `documents` into cache_dir/{train,eval}.npy + stats.json, unless already there.
 
-  Returns the stats (documents and tokens per split; "cached": whether it was reused), with
-  `reader_counts` (what the documents' reader counted while they were read) among them.
-  The directory is built under a temporary name and renamed, so it is complete or absent.
+  Returns the stats: documents and tokens per split, "cached" saying whether it was
+  reused, and `reader_counts`, what the documents' reader counted while reading. The
+  directory is built under a temporary name and renamed, so it is complete or absent.
   """
   cache_dir = pathlib.Path(cache_dir)
   stats_path = cache_dir / "stats.json"

@@ -1,8 +1,8 @@
 """Training windows over a packed token stream.
 
-Window i = stream[i*context : i*context + context + 1], so the targets (tokens[1:]) of
-consecutive windows tile the stream exactly once; the tail too short for a full window is
-dropped (and counted, see `dropped_tokens`).
+Window i = stream[i*context : i*context + context + 1]. The targets, tokens[1:], of
+consecutive windows tile the stream exactly once. The tail too short for a full window is
+dropped and counted (`dropped_tokens`).
 """
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ def dropped_tokens(num_tokens: int, context: int) -> int:
 
 
 class PackedTokens:
-  """A pipeline source over a 1-D token stream: example i is window i of context + 1 tokens."""
+  """A pipeline source over a 1-D token stream, one window per example.
+
+  Example i is window i, of context + 1 tokens."""
 
   def __init__(self, stream: np.ndarray, context: int, name: str = ""):
     if stream.ndim != 1:

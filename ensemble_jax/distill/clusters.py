@@ -1,7 +1,9 @@
-"""k-means in a proxy's embedding space: worker i trains on cluster i (c-BTM style), and
-at aggregation each input is routed to the experts of its nearest centroids. A text window
-is routed position by position, each on the tf-idf of its running prefix (the context the
-model sees, `TfIdf.transform_prefixes`), never on the tokens it predicts.
+"""k-means clusters of the training set: worker i trains on cluster i (c-BTM style).
+
+The clusters live in a proxy's embedding space. At aggregation each input is routed to the
+experts of its nearest centroids. A text window is routed position by position, each on the
+tf-idf of its running prefix, the context the model sees (`TfIdf.transform_prefixes`); never
+on the tokens it predicts.
 
 The balanced variant caps every cluster near E/k, so no worker gets a tiny shard (and an
 ensemble step of stacked workers does not wait on the biggest one).
@@ -46,8 +48,10 @@ def _plus_plus(x_ExD: jax.Array, k: int, rng: jax.Array) -> jax.Array:
 
 
 def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
-  """Greedy over (point, cluster) pairs, nearest first, under capacities that sum to E:
-  every cluster holds floor(E/k) or ceil(E/k) points (at most E mod k hold the ceil).
+  """Balanced assignment: every cluster holds floor(E/k) or ceil(E/k) points.
+
+  A greedy pass over (point, cluster) pairs, nearest first, under capacities that sum to E;
+  at most E mod k clusters hold the ceil.
 
   On the host: the greedy is sequential, and a Python pass over the sorted pairs (stopping
   once every point is placed) is ~40x faster on CPU than the same pass as an XLA scan.
@@ -121,10 +125,10 @@ def _routing(x_BxD, c_KxD, temperature, top_k: int):
 
 def routing_weights(x_BxD, centroids_KxD, temperature: float = 1.0, top_k: int | None = None
                     ) -> jax.Array:
-  """c-BTM routing: softmax(-d^2 / T) over centroids, only the top_k kept and renormalised.
+  """c-BTM routing weights [B, K]: softmax(-d^2 / T) over the top_k centroids.
 
-  [B, K], rows sum to 1; feed a row as `weights_N` of `aggregate.combine` (zeros are
-  routed away).
+  The top_k are renormalised, so rows sum to 1. A row is `aggregate.combine`'s `weights_N`;
+  zeros are routed away.
   """
   k = np.shape(centroids_KxD)[0]
   top_k = k if top_k is None else top_k
@@ -141,18 +145,18 @@ def routing_weights(x_BxD, centroids_KxD, temperature: float = 1.0, top_k: int |
 class PixelPCA:
   """The top `dim` principal components of standardised pixels: a proxy-free embedding.
 
-  Images are read through `transform` (the eval transform: the model's input size), cast
-  to float, standardised per channel with `mean` / `std` (as the model sees them) and
-  flattened to P = H * W * C values. `fit` centres them, eigendecomposes the P x P
-  covariance (accumulated in float64 over chunks: memory O(P^2), whatever E) and returns
-  the projections [E, dim]; `transform` projects any split the same way.
+  Images are read through `transform`, the eval transform at the model's input size. They
+  are cast to float, standardised per channel with `mean` / `std` as the model sees them,
+  and flattened to P = H * W * I values. `fit` centres them, eigendecomposes the P x P
+  covariance and returns the projections [E, dim]. The covariance is accumulated in float64
+  over chunks, so memory is O(P^2) whatever E. `transform` projects any split the same way.
   """
 
   def __init__(self, dim: int, mean, std, transform, chunk: int = 4096):
     if dim < 1:
       raise ValueError(f"dim must be >= 1, got {dim}")
     self.dim, self.chunk, self.transform_fn = int(dim), int(chunk), transform
-    self.mean_C, self.std_C = np.asarray(mean, np.float32), np.asarray(std, np.float32)
+    self.mean_I, self.std_I = np.asarray(mean, np.float32), np.asarray(std, np.float32)
     self.center_P = self.components_PxD = None
     self.flops = 0.0  # multiply-adds x 2 of the covariance and the projections
 
@@ -161,7 +165,7 @@ class PixelPCA:
     for begin in range(0, len(source), self.chunk):
       rows = range(begin, min(begin + self.chunk, len(source)))
       images = np.stack([self.transform_fn(source.get(i), zeros)["image"] for i in rows])
-      x = (images.astype(np.float32) / 255.0 - self.mean_C) / self.std_C
+      x = (images.astype(np.float32) / 255.0 - self.mean_I) / self.std_I
       yield x.reshape(len(x), -1)
 
   def fit(self, source) -> np.ndarray:
@@ -193,8 +197,9 @@ class PixelPCA:
 class TfIdf:
   """tf-idf of token windows, reduced to `dim` directions by a truncated SVD and L2-normed.
 
-  Fit on the training windows (`fit`), then embeds any windows (`transform`), or every
-  running prefix of their model inputs (`transform_prefixes`: routing without the targets).
+  `fit` fits it on the training windows. `transform` embeds any windows;
+  `transform_prefixes` embeds every running prefix of their model inputs, for routing
+  without the targets.
   Counts are built in chunks of sparse rows, so a corpus of many windows never materialises
   a dense [E, vocab] matrix.
   """
@@ -249,11 +254,13 @@ class TfIdf:
     return self._project(self._normalised_tfidf(self.counts(source)))
 
   def transform_prefixes(self, source, budget: int = 1 << 22) -> np.ndarray:
-    """[E, T, dim]: row t embeds window[:t + 1] of each window's inputs (window[:-1]), i.e.
-    `transform` of the window truncated to the context of prediction t, never its target.
+    """Embeddings [E, T, dim] of each window's running prefixes, never its targets.
+
+    Row t embeds window[:t + 1] of the window's inputs, window[:-1]. That is `transform` of
+    the window truncated to the context of prediction t.
 
     Both the projection and the tf-idf norm are sums over tokens, so they are running sums
-    over positions of per-token terms: memory is O(T * dim) per window, whatever the vocab,
+    over positions of per-token terms. Memory is O(T * dim) per window, whatever the vocab,
     over chunks of windows holding about `budget` floats.
     """
     if self.idf_V is None:

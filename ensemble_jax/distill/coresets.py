@@ -23,8 +23,8 @@ CHUNK = 512
 @jax.jit
 def _gradients_kernel(embeddings_BxD, logits_BxC, labels_B):
   r_BxC = _residual(logits_BxC, labels_B)
-  w_BxDC = (embeddings_BxD.astype(jnp.float32)[:, :, None] * r_BxC[:, None, :])
-  return jnp.concatenate([w_BxDC.reshape(r_BxC.shape[0], -1), r_BxC], axis=-1)
+  w_BxDxC = (embeddings_BxD.astype(jnp.float32)[:, :, None] * r_BxC[:, None, :])
+  return jnp.concatenate([w_BxDxC.reshape(r_BxC.shape[0], -1), r_BxC], axis=-1)
 
 
 @jax.jit
@@ -34,8 +34,10 @@ def _bias_kernel(logits_BxC, labels_B):
 
 def last_layer_gradients(embeddings_ExD, logits_ExC, labels_E, include_weight: bool = True,
                          chunk: int = DEFAULT_CHUNK) -> np.ndarray:
-  """Per-example gradient of the last Dense layer: [E, D*C + C] (weight then bias), or
-  [E, C] (bias only, 1/(D+1) of the memory) with include_weight=False."""
+  """Per-example gradients of the last Dense layer, [E, D*C + C].
+
+  The weight's come first, then the bias's. With include_weight=False only the bias's,
+  [E, C], which takes 1/(D+1) of the memory."""
   logits_ExC, labels_E = _check(logits_ExC, labels_E)
   n = len(labels_E)
   out = []
@@ -61,8 +63,9 @@ def _distances(a_BxD, g_ExD):
 
 
 def _row_chunks(rows_SxD: jax.Array, g_ExD: jax.Array, chunk: int):
-  """Yields (start, stop, distances [stop - start, E]) from rows to all of g, over
-  row chunks padded to one shape (one compile whatever M is)."""
+  """Yields (start, stop, distances [stop - start, E]) from row chunks to all of g.
+
+  The chunks are padded to one shape, so there is one compile whatever M is."""
   rows_SxD = np.asarray(rows_SxD, np.float32)
   m = rows_SxD.shape[0]
   size = max(1, min(chunk, g_ExD.shape[0]))
@@ -153,7 +156,9 @@ def _nearest_counts(g_np: np.ndarray, g: jax.Array, picks: np.ndarray, chunk: in
 
 
 def _nnls_ridge(g_SxD: np.ndarray, target_D: np.ndarray, lam: float) -> np.ndarray:
-  """argmin_{w >= 0} |w G - target|^2 + lam |w|^2, as NNLS on [G'; sqrt(lam) I]."""
+  """Ridge-regularised non-negative least squares.
+
+  argmin_{w >= 0} |w G - target|^2 + lam |w|^2, solved as NNLS on [G'; sqrt(lam) I]."""
   import scipy.optimize
 
   s = len(g_SxD)
@@ -169,15 +174,17 @@ def _correlations(g_ExD, r_D):
 
 def gradmatch(g_ExD, k: int, lam: float = 0.5, picks_per_round: int = 0
               ) -> tuple[np.ndarray, np.ndarray]:
-  """GradMatch (Killamsetty et al., 2021): orthogonal matching pursuit towards the full
-  gradient sum, with non-negative, L2-regularised (lam) least-squares weights.
+  """GradMatch (Killamsetty et al., 2021): a weighted coreset matching the gradient sum.
 
-  Each round adds the `picks_per_round` examples (0: max(1, k // 64)) most correlated with
-  the residual, then re-solves the weights (NNLS in C, scipy): k / picks_per_round solves
-  instead of k. Returns (indices, weights) with sum_j w_j g_j ~ sum_i g_i (the weights
-  need not sum to E: they match the gradient, not the count). Fewer than k picks when no
-  remaining example correlates positively with the residual, or when NNLS zeroes a
-  pick's weight.
+  Orthogonal matching pursuit towards the full gradient sum, with non-negative,
+  L2-regularised (`lam`) least-squares weights. Each round adds the `picks_per_round`
+  examples most correlated with the residual; 0 means max(1, k // 64). It then re-solves
+  the weights with scipy's NNLS, so there are k / picks_per_round solves instead of k.
+
+  Returns (indices, weights) with sum_j w_j g_j ~ sum_i g_i. The weights match the
+  gradient, not the count, so they need not sum to E. There are fewer than k picks when no
+  remaining example correlates positively with the residual, or when NNLS zeroes a pick's
+  weight.
   """
   g_np = _check_k(g_ExD, k)
   if lam < 0:
@@ -206,11 +213,14 @@ def gradmatch(g_ExD, k: int, lam: float = 0.5, picks_per_round: int = 0
   return picks[keep], w_S[keep].astype(np.float32)
 def per_class(select: Callable, g_ExD, labels_E, k: int, **kwargs
               ) -> tuple[np.ndarray, np.ndarray]:
-  """Runs `select(g_class, k_class, **kwargs)` within each label, k split by class size
-  (at least one pick per class), and concatenates (global indices, weights).
+  """Runs `select(g_class, k_class, **kwargs)` within each label.
 
-  g_NxK: the gradients [E, D], or a function of example indices returning their rows, so
-  only one class's gradients exist at a time (ImageNet: 1.28M x D never materialises).
+  k is split by class size, at least one pick per class. Returns the concatenated (global
+  indices, weights).
+
+  g_ExD is the gradients [E, D], or a function of example indices returning their rows.
+  The function keeps one class's gradients in memory at a time; ImageNet's 1.28M x D
+  never materialises.
   """
   labels_E = np.asarray(labels_E)
   rows = g_ExD if callable(g_ExD) else np.asarray(g_ExD).__getitem__

@@ -1,5 +1,6 @@
-"""Training methods: each builds its state, step and batch layout; `train.py` runs them
-through the interface `base.Method` writes down."""
+"""Training methods: each builds its state, step and batch layout.
+
+`train.py` runs every method through one interface, `base.Method`."""
 from ensemble_jax import models, optim
 from ensemble_jax.methods.base import Method
 from ensemble_jax.methods.data_parallel import DataParallel
@@ -15,8 +16,9 @@ def create_method(config, model, tx, mesh, init_input) -> Method:
 
 
 def model_and_optimizer(config, num_classes: int, num_steps: int, steps_per_epoch: int):
-  """(model, optax transformation) of `config`: the model runs inside the microbatch loop
-  when `config.train.microbatches > 1`."""
+  """The model and optax transformation of `config`.
+
+  With `config.train.microbatches > 1` the model runs inside the microbatch loop."""
   model = models.create_model(config.model, num_classes, config.data.context,
                               in_loop=config.train.microbatches > 1)
   tx = optim.create_optimizer(config.optim, config.train.batch_size, num_steps,

@@ -1,12 +1,16 @@
 """The Method interface: every member the training loop (`ensemble_jax/train.py`) reads.
 
 One loop runs every method, so what it may call is written down here, once. The hooks
-come in the order the loop uses them: set-up (layouts, `init`, `prune`, `sampler`), each
-step (`train_step`, `check_step_metrics`, `deployable` + `eval_step` + `finalize_eval`
-on eval steps, `after_step`), each checkpoint (`host_state`; `load_host_state` on
-restore), and the end (`final_results`; `cluster_mesh` and `programs` for the cost
-report). The defaults are what a method that keeps no host-side state and never syncs
-needs: the state as it is, unchanged.
+come in the order the loop uses them:
+
+  set-up           layouts, `init`, `prune`, `sampler`
+  each step        `train_step`, `check_step_metrics`, `after_step`; on eval steps
+                   `deployable`, `eval_step` and `finalize_eval` before `after_step`
+  each checkpoint  `host_state`; `load_host_state` on restore
+  the end          `final_results`; `cluster_mesh` and `programs` for the cost report
+
+The defaults suit a method that keeps no host-side state and never syncs: they return the
+state unchanged.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from ensemble_jax.methods import step as step_lib
 
 @dataclasses.dataclass(frozen=True)
 class Program:
-  """A jitted program a method runs, lowered for the method's mesh, and how often it runs:
+  """A jitted program a method runs, lowered for its mesh, and how often it runs.
+
   `costs` prices the collectives of its compiled HLO."""
   name: str  # how results.json names it: train_step, eval, sync, ...
   per: str  # the unit `calls` counts in (costs.UNITS): step, eval, sync (outer step), ...
@@ -32,8 +37,10 @@ class Program:
 
 
 def abstract(tree, sharding) -> Any:
-  """ShapeDtypeStructs of `tree`'s leaves (arrays or ShapeDtypeStructs) placed in
-  `sharding`: one sharding for every leaf, or a tree of them matching `tree`."""
+  """ShapeDtypeStructs of `tree`'s leaves, placed in `sharding`.
+
+  The leaves may be arrays or ShapeDtypeStructs. `sharding` is one sharding for every
+  leaf, or a tree of them matching `tree`."""
   def struct(x, s):  # weak types kept: they are part of what a program is compiled for
     return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s,
                                 weak_type=getattr(x, "weak_type", False))
@@ -68,34 +75,43 @@ class Method(abc.ABC):
 
   @abc.abstractmethod
   def prune(self, state, batch: dict, sparsity: float) -> Any:
-    """Called once at step 0 when config.model.sparsity > 0, with the first global train
-    batch: the state with its SNIP mask decided (`step_lib.snip_prune`)."""
+    """Returns the state with its SNIP mask decided (`step_lib.snip_prune`).
+
+    Called once at step 0 when config.model.sparsity > 0, with the first global train
+    batch."""
 
   @abc.abstractmethod
   def sampler(self, num_examples: int, seed: int) -> Sampler:
-    """Called at set-up when the run has no distilled pool: which rows each of the
-    `num_workers` consumers reads."""
+    """Which rows each of the `num_workers` consumers reads.
+
+    Called at set-up when the run has no distilled pool."""
 
   @abc.abstractmethod
   def check_step_metrics(self, step_metrics: dict, step: int) -> None:
-    """Called right after every step, before anything reads the new state (an eval, a
-    sync), with the step's metrics on the host: raises, or excludes a diverged worker."""
+    """Raises on a diverged step, or excludes the diverged worker.
+
+    Called right after every step with its metrics on the host, before an eval or a sync
+    reads the new state."""
 
   def trained_params(self, state) -> Any:
-    """The weights `state` trains (stacked over workers for the stacked engine): what the
-    run's parameter table lists."""
+    """The weights `state` trains, which the run's parameter table lists.
+
+    The stacked engine's are stacked over workers."""
     return state.params
 
   def deployable(self, state, step: int, batch: dict | None) -> Any:
-    """Called on eval steps, and at the end when the last step was restored rather than
-    trained (`batch` None): the model a run stopping at `step` would deploy."""
+    """The model a run stopping at `step` would deploy.
+
+    Called on eval steps, and at the end with `batch` None when the last step was restored
+    rather than trained."""
     del step, batch
     return state
 
   @abc.abstractmethod
   def eval_step(self, state, batch: dict) -> dict:
-    """Called on every eval batch with `deployable`'s state: metric sums on the device
-    (summed over batches by `metrics.add_sums`)."""
+    """One eval batch's metric sums on the device, for `deployable`'s state.
+
+    `metrics.add_sums` sums them over batches."""
 
   @abc.abstractmethod
   def finalize_eval(self, sums: dict) -> dict:
@@ -103,8 +119,10 @@ class Method(abc.ABC):
     ... as host scalars, plus whatever per-worker detail the method reports)."""
 
   def after_step(self, state, step: int, batch: dict, last: bool = False) -> Any:
-    """Called after every step's eval (if any) and before its checkpoint; `last`: the run
-    stops after this step. The state to train on next (DiLoCo's outer step goes here)."""
+    """The state to train on next; DiLoCo's outer step goes here.
+
+    Called after every step's eval, if any, and before its checkpoint. `last` says the run
+    stops after this step."""
     del step, batch, last
     return state
 
@@ -113,8 +131,10 @@ class Method(abc.ABC):
     return {}
 
   def load_host_state(self, host_state: dict) -> None:
-    """Called after restore with `host_state()`'s record ({} on a fresh run), and when the
-    loop rewinds to an earlier eval to replay a too-coarse crossing (train._refine)."""
+    """Restores the record `host_state()` returned; {} on a fresh run.
+
+    Called after a restore, and when the loop rewinds to an earlier eval to replay a
+    too-coarse crossing of the target."""
     del host_state
 
   @abc.abstractmethod
@@ -124,13 +144,16 @@ class Method(abc.ABC):
 
   @abc.abstractmethod
   def cluster_mesh(self, devices: int) -> dict[str, int]:
-    """Called at set-up and at the end: the mesh of the cluster of `devices` devices this
-    run stands for (config.cost.devices; 0: the method's own default), whose programs'
-    collectives the cost report charges. Raises ConfigError if `devices` cannot hold it."""
+    """The mesh of the `devices`-device cluster this run stands for.
+
+    The cost report charges the collectives of programs on this mesh. `devices` is
+    config.cost.devices; 0 means the method's own default. Raises ConfigError if `devices`
+    cannot hold the method. Called at set-up and at the end."""
 
   @abc.abstractmethod
   def programs(self, train_batch: dict, eval_batch: dict, eval_batches: int) -> list[Program]:
-    """Called once at the end, on a method built for `cluster_mesh`: every program the run
-    calls that may communicate, lowered from abstract inputs (its state's shapes;
-    `train_batch`, `eval_batch`: global batches or ShapeDtypeStructs, only their shapes and
-    dtypes are read; `eval_batches`: batches per evaluation)."""
+    """Every program the run calls that may communicate, lowered from abstract inputs.
+
+    Called once at the end, on a method built for `cluster_mesh`. Only the shapes and
+    dtypes of the state, `train_batch` and `eval_batch` are read; the batches may be global
+    arrays or ShapeDtypeStructs. `eval_batches` is the number of batches per evaluation."""

@@ -124,7 +124,9 @@ class DataParallel(Method):
     return {"num_params": step_lib.num_params(state.params)}
 
   def cluster_mesh(self, devices: int) -> dict[str, int]:
-    """One device per data-parallel replica: D devices on `data` (0: this mesh's `data`)."""
+    """One device per data-parallel replica: D devices on `data`.
+
+    D = 0 means this mesh's `data`."""
     devices = devices or self.mesh.shape.get("data", 1)
     check_divisible(self.config.train.batch_size, "train.batch_size", devices,
                     "the cluster's devices, config.cost.devices")

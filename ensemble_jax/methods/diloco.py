@@ -1,17 +1,22 @@
 """DiLoCo: the stacked engine plus an outer step every H = `config.method.sync_every` steps.
 
-Inner steps are the ensemble's (no collective over `worker`); every H steps, and at the
-run's last step whatever H, one jitted sync averages the workers' weights into a
-pseudo-gradient (global params minus the mean of worker params), takes an outer Nesterov
-SGD step on the global params (lr 0.7, momentum 0.9 in the paper), re-estimates the global
-model's BatchNorm statistics on the step's train batch (statistics of the global weights,
-not the workers' average) and broadcasts them back. Inner optimizer states persist across
-syncs. With H = infinity and a final logit average instead of a weight average, this is
-`Ensemble`: the one sync knob is the only difference.
+Inner steps are the ensemble's, with no collective over `worker`. Every H steps, and at
+the run's last step whatever H, one jitted sync does four things:
 
-The model at step t -- what evaluations score and steps to target count -- is what a user
-would deploy if the run stopped at t: the outer step taken at t (exactly what a run ending
-at t does), computed without disturbing training when t is not a sync step.
+  1. averages the workers' weights into a pseudo-gradient: the global params minus the
+     mean of the workers' params;
+  2. takes an outer Nesterov SGD step on the global params (the paper: lr 0.7, momentum
+     0.9);
+  3. re-estimates the global model's BatchNorm statistics on the step's train batch, for
+     the global weights rather than as the workers' average;
+  4. broadcasts the global model back to the workers.
+
+Inner optimizer states persist across syncs. With H = infinity and a final logit average
+instead of a weight average, this is `Ensemble`: the sync is the only difference.
+
+The model at step t, which evaluations score and steps to target count, is what a user
+would deploy if the run stopped at t. That is the outer step taken at t, exactly what a run
+ending at t does. When t is not a sync step it is computed without disturbing training.
 """
 from __future__ import annotations
 
@@ -87,8 +92,10 @@ class DiLoCo(Ensemble):
     return state.replace(workers=workers), metrics
 
   def _outer_step(self, state, weights_N, batch):
-    """The outer step on the healthy workers' mean, and the new global model's BatchNorm
-    statistics re-estimated on `batch` (the step's [N, b] train batch). Workers untouched."""
+    """The outer step on the healthy workers' mean; the workers are untouched.
+
+    The new global model's BatchNorm statistics are re-estimated on `batch`, the step's
+    [N, b] train batch."""
     mean_params = aggregate.soup_params(state.workers.params, weights_N)
     pseudo_grad = jax.tree.map(jnp.subtract, state.global_params, mean_params)
     updates, outer_opt_state = self.outer_tx.update(pseudo_grad, state.outer_opt_state,
@@ -151,11 +158,13 @@ class DiLoCo(Ensemble):
     return sums
 
   def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
-    """The ensemble's step and eval, plus the outer step: at every sync (broadcast back to
-    the workers), and at every eval no sync preceded at its step, the deployable model's
-    (the workers' weight all-reduce, the global model's BatchNorm statistics). At a sync
-    step the sync's outer step is the deployable model: one all-reduce, charged once (this
-    host computes it for the eval too, which the eval time holds)."""
+    """The ensemble's step and eval, plus the outer step.
+
+    The outer step runs at every sync, broadcast back to the workers. It also runs at every
+    eval no sync preceded at its step, to make the deployable model: the workers' weight
+    all-reduce and the global model's BatchNorm statistics. At a sync step the sync's outer
+    step is the deployable model, so its all-reduce is charged once. This host computes it
+    for the eval too, and the eval time holds that."""
     a = self._abstract_inputs(train_batch, eval_batch)
     return [*super().programs(train_batch, eval_batch, eval_batches),
             Program("deployable", "unsynced_eval", 1,

@@ -2,8 +2,9 @@
 
 `data_parallel` jits `train_step` over a sharded global batch; the stacked engine applies
 the same function to each worker inside `shard_map`. Nothing here knows about meshes.
-Two tasks share the code: `classification` (batch {"image", "label"}, logits [B, C]) and
-`lm` (batch {"tokens"} of T + 1 tokens, logits [B, T, V] predicting tokens[:, 1:]).
+Two tasks share the code. `classification` reads batches {"image", "label"} and gives
+logits [B, C]. `lm` reads batches {"tokens"} of T + 1 tokens and gives logits [B, T, V]
+predicting tokens[:, 1:].
 """
 from __future__ import annotations
 
@@ -130,7 +131,7 @@ def _update(state: TrainState, grads, batch_stats, loss, accuracy, cfg: StepConf
 
 
 def split_microbatches(batch: dict, k: int) -> dict:
-  """[B, ...] -> [k, B / k, ...], microbatch j holding rows j, j + k, j + 2k, ...
+  """[B, ...] -> [k, B / k, ...]; microbatch j holds rows j, j + k, j + 2k, ...
 
   Strided, not contiguous: a batch sharded over devices on its rows keeps the sharding on
   the B / k axis, so each device splits its own rows and nothing moves between devices.
@@ -143,9 +144,11 @@ def split_microbatches(batch: dict, k: int) -> dict:
 
 def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfig,
                      loss_scale) -> tuple[tuple[jax.Array, Any], Any, jax.Array]:
-  """One microbatch's forward and backward: ((summed correct predictions, BatchNorm
-  updates), gradients, its loss share), the loss share being `loss_scale` x the summed
-  (unweighted: mean) per-example loss: the microbatch's part of the batch's loss."""
+  """One microbatch's forward and backward pass.
+
+  Returns ((summed correct predictions, BatchNorm updates), gradients, loss share). The
+  loss share is the microbatch's part of the batch's loss: `loss_scale` times the summed
+  per-example loss, or the mean when unweighted."""
   mutable = ["batch_stats"] if state.batch_stats is not None else False
   labels = targets(mb, cfg)
 
@@ -169,11 +172,13 @@ def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepC
                       ) -> tuple[TrainState, dict]:
   """`cfg.microbatches` microbatches' gradients summed in a scan, then one update.
 
-  Each microbatch's loss is its share of the whole batch's (a k-th of the mean; weighted:
-  sum_i w_i l_i over the total weight of the batch, on every device of `cfg.data_axis`),
-  so the summed gradient is the unsplit step's. BatchNorm normalises per microbatch (ghost
-  batch norm); the running statistics take one update per step, with the microbatches'
-  mean batch statistics (the mean exact, the variance the mean of per-microbatch ones).
+  Each microbatch's loss is its share of the whole batch's, so the summed gradient is the
+  unsplit step's. Unweighted, the share is a k-th of the mean. Weighted, it is
+  sum_i w_i l_i over the total weight of the batch on every device of `cfg.data_axis`.
+
+  BatchNorm normalises per microbatch (ghost batch norm). The running statistics take one
+  update per step, from the microbatches' mean batch statistics: the mean is exact, the
+  variance is the mean of the per-microbatch ones.
   """
   k = cfg.microbatches
   rows = jax.tree.leaves(batch)[0].shape[0]
@@ -236,8 +241,10 @@ def microbatch_flops(state: TrainState, mb: dict, cfg: StepConfig) -> float:
 
 
 def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float) -> TrainState:
-  """SNIP (Lee et al., 2019): zero the `sparsity` fraction of kernel weights (ndim > 1)
-  with the smallest saliency |dL/dw * w| on one batch, a data-driven mask fixed at init.
+  """SNIP (Lee et al., 2019): a data-driven pruning mask, fixed at init.
+
+  It zeroes the `sparsity` fraction of kernel weights (ndim > 1) with the smallest
+  saliency |dL/dw * w| on one batch.
 
   The forward uses running BatchNorm statistics (no batch-stat collectives), so it runs
   unchanged under vmap over stacked workers. The mask goes into `state.prune_mask` (every
@@ -272,8 +279,10 @@ def _masked(tree, mask):
 
 
 def batch_statistics(model, params, batch_stats, stacked_batch: dict, cfg: StepConfig):
-  """BatchNorm running statistics of `params` re-estimated on a stacked [N, b, ...] batch
-  (seen as one batch of N * b): what these weights see, not an average of other models'.
+  """BatchNorm running statistics of `params`, re-estimated on a stacked batch.
+
+  The [N, b, ...] batch is seen as one batch of N * b. The statistics are what these
+  weights see, not an average of other models'.
 
   From zero running statistics one train-mode pass leaves (1 - momentum) x the batch's
   statistics; dividing by it gives them exactly. `model` must not name a mesh axis.

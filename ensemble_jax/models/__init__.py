@@ -6,9 +6,11 @@ import jax.numpy as jnp
 
 
 def create_model(model_config, num_classes: int, context: int = 0, in_loop: bool = False):
-  """From `config.model`; `num_classes` is the vocabulary size for GPT-2. `in_loop`: its
-  step runs in a loop (config.train.microbatches > 1): on CPU a ResNet's convolutions then
-  get canonical gradients (models/conv.py), without which XLA:CPU runs them ~6x slower."""
+  """The model `config.model` names; for GPT-2 `num_classes` is the vocabulary size.
+
+  `in_loop` says its step runs in a loop, when config.train.microbatches > 1. On CPU a
+  ResNet's convolutions then get canonical gradients (models/conv.py); without them
+  XLA:CPU runs them ~6x slower."""
   dtype = jnp.dtype(model_config.dtype)
   if model_config.name == "gpt2":
     from ensemble_jax.models import gpt2

@@ -6,8 +6,8 @@ mlp/c_fc,mlp/c_proj}`, `ln_f`; HF's Conv1D weights are [in, out] like Flax Dense
 kernels) so weights map one-to-one. Parameters are always float32; `dtype` only
 sets the compute dtype. Logits are float32.
 
-Shape suffixes: B batch, T query positions, S key positions, D embed_dim,
-H heads, K head_dim, F MLP hidden width, V vocab_size.
+Shape suffixes follow the package's legend (ensemble_jax/__init__.py): A heads, Z one
+head's width, and attention scores TxT (queries, then keys).
 """
 
 from __future__ import annotations
@@ -43,18 +43,20 @@ def _dense(features: int, dtype: Any, std: float, name: str) -> nn.Dense:
                   bias_init=nn.initializers.zeros, name=name)
 
 
-def _einsum_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, dtype, dropout):
-  """Causal attention with the [B, H, T, S] scores materialised: HF's numerics, and
-  `dropout` applied to the probabilities (the fused kernel has no attention dropout)."""
-  T, K = q_BxTxHxK.shape[1], q_BxTxHxK.shape[-1]
+def _einsum_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ, dtype, dropout):
+  """Causal attention with the [B, A, T, T] scores materialised.
+
+  It keeps HF's numerics and applies `dropout` to the probabilities, which the fused
+  kernel cannot do."""
+  T, head_dim = q_BxTxAxZ.shape[1], q_BxTxAxZ.shape[-1]
   # Scores and softmax in float32: bf16 logits lose too much precision for softmax.
-  scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
+  scores_BxAxTxT = jnp.einsum("btaz,bsaz->bats", q_BxTxAxZ, k_BxTxAxZ,
                               preferred_element_type=jnp.float32)
-  scores_BxHxTxS = scores_BxHxTxS / math.sqrt(K)
-  causal_TxS = jnp.tril(jnp.ones((T, T), dtype=bool))
-  scores_BxHxTxS = jnp.where(causal_TxS, scores_BxHxTxS, jnp.finfo(jnp.float32).min)
-  probs_BxHxTxS = dropout(nn.softmax(scores_BxHxTxS, axis=-1).astype(dtype))
-  return jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
+  scores_BxAxTxT = scores_BxAxTxT / math.sqrt(head_dim)
+  causal_TxT = jnp.tril(jnp.ones((T, T), dtype=bool))
+  scores_BxAxTxT = jnp.where(causal_TxT, scores_BxAxTxT, jnp.finfo(jnp.float32).min)
+  probs_BxAxTxT = dropout(nn.softmax(scores_BxAxTxT, axis=-1).astype(dtype))
+  return jnp.einsum("bats,bsaz->btaz", probs_BxAxTxT, v_BxTxAxZ)
 
 
 class CausalSelfAttention(nn.Module):
@@ -70,23 +72,23 @@ class CausalSelfAttention(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
     _, T, D = x_BxTxD.shape
-    K = D // self.num_heads
+    head_dim = D // self.num_heads
     qkv_BxTx3D = _dense(3 * D, self.dtype, _INIT_STD, "c_attn")(x_BxTxD)
     # HF splits the fused projection as [q | k | v], each D wide, heads contiguous.
-    q_BxTxD, k_BxSxD, v_BxSxD = jnp.split(qkv_BxTx3D, 3, axis=-1)
-    q_BxTxHxK = q_BxTxD.reshape(*q_BxTxD.shape[:-1], self.num_heads, K)
-    k_BxSxHxK = k_BxSxD.reshape(*k_BxSxD.shape[:-1], self.num_heads, K)
-    v_BxSxHxK = v_BxSxD.reshape(*v_BxSxD.shape[:-1], self.num_heads, K)
+    q_BxTxD, k_BxTxD, v_BxTxD = jnp.split(qkv_BxTx3D, 3, axis=-1)
+    q_BxTxAxZ = q_BxTxD.reshape(*q_BxTxD.shape[:-1], self.num_heads, head_dim)
+    k_BxTxAxZ = k_BxTxD.reshape(*k_BxTxD.shape[:-1], self.num_heads, head_dim)
+    v_BxTxAxZ = v_BxTxD.reshape(*v_BxTxD.shape[:-1], self.num_heads, head_dim)
     if self.attention == "fused":  # cuDNN flash attention on GPU in bf16; XLA's elsewhere
-      cudnn = jax.default_backend() == "gpu" and q_BxTxHxK.dtype in (jnp.bfloat16, jnp.float16)
-      y_BxTxHxK = jax.nn.dot_product_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK,
+      cudnn = jax.default_backend() == "gpu" and q_BxTxAxZ.dtype in (jnp.bfloat16, jnp.float16)
+      y_BxTxAxZ = jax.nn.dot_product_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ,
                                                is_causal=True,
                                                implementation="cudnn" if cudnn else None)
     else:
       dropout = nn.Dropout(self.attn_dropout, name="attn_dropout")
-      y_BxTxHxK = _einsum_attention(q_BxTxHxK, k_BxSxHxK, v_BxSxHxK, self.dtype,
+      y_BxTxAxZ = _einsum_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ, self.dtype,
                                     lambda p: dropout(p, deterministic=not train))
-    y_BxTxD = y_BxTxHxK.reshape(*y_BxTxHxK.shape[:-2], D)
+    y_BxTxD = y_BxTxAxZ.reshape(*y_BxTxAxZ.shape[:-2], D)
     y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxD)
     return nn.Dropout(self.resid_dropout, name="resid_dropout")(
         y_BxTxD, deterministic=not train)

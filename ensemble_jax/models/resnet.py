@@ -34,10 +34,10 @@ class BasicBlock(nn.Module):
   expansion = 1
 
   @nn.compact
-  def __call__(self, x_BxHxWxC):
+  def __call__(self, x_BxHxWxI):
     out_channels = self.filters * self.expansion
     y_BxhxwxF = self.conv(self.filters, (3, 3), strides=(self.strides, self.strides),
-                          padding=((1, 1), (1, 1)), name="conv1")(x_BxHxWxC)
+                          padding=((1, 1), (1, 1)), name="conv1")(x_BxHxWxI)
     y_BxhxwxF = nn.relu(self.norm(name="bn1")(y_BxhxwxF))
     y_BxhxwxF = self.conv(self.filters, (3, 3), padding=((1, 1), (1, 1)),
                           name="conv2")(y_BxhxwxF)
@@ -45,7 +45,7 @@ class BasicBlock(nn.Module):
     last_scale_init = (nn.initializers.zeros if self.zero_init_residual
                        else nn.initializers.ones)
     y_BxhxwxF = self.norm(scale_init=last_scale_init, name="bn2")(y_BxhxwxF)
-    residual = _shortcut(x_BxHxWxC, out_channels, self.strides, self.conv, self.norm)
+    residual = _shortcut(x_BxHxWxI, out_channels, self.strides, self.conv, self.norm)
     return nn.relu(residual + y_BxhxwxF)
 
 
@@ -60,9 +60,9 @@ class BottleneckBlock(nn.Module):
   expansion = 4
 
   @nn.compact
-  def __call__(self, x_BxHxWxC):
+  def __call__(self, x_BxHxWxI):
     out_channels = self.filters * self.expansion
-    y_BxHxWxF = self.conv(self.filters, (1, 1), name="conv1")(x_BxHxWxC)
+    y_BxHxWxF = self.conv(self.filters, (1, 1), name="conv1")(x_BxHxWxI)
     y_BxHxWxF = nn.relu(self.norm(name="bn1")(y_BxHxWxF))
     # v1.5: stride sits on the 3x3 conv, not the first 1x1 (better accuracy).
     y_BxhxwxF = self.conv(self.filters, (3, 3), strides=(self.strides, self.strides),
@@ -72,18 +72,18 @@ class BottleneckBlock(nn.Module):
     last_scale_init = (nn.initializers.zeros if self.zero_init_residual
                        else nn.initializers.ones)
     y_BxhxwxO = self.norm(scale_init=last_scale_init, name="bn3")(y_BxhxwxO)
-    residual = _shortcut(x_BxHxWxC, out_channels, self.strides, self.conv, self.norm)
+    residual = _shortcut(x_BxHxWxI, out_channels, self.strides, self.conv, self.norm)
     return nn.relu(residual + y_BxhxwxO)
 
 
-def _shortcut(x_BxHxWxC, out_channels: int, strides: int, conv: ModuleDef,
+def _shortcut(x_BxHxWxI, out_channels: int, strides: int, conv: ModuleDef,
               norm: ModuleDef):
   """Identity when shapes match, else 1x1 conv + BN projection (option B)."""
-  if x_BxHxWxC.shape[-1] == out_channels and strides == 1:
-    return x_BxHxWxC
+  if x_BxHxWxI.shape[-1] == out_channels and strides == 1:
+    return x_BxHxWxI
   # Called inside the parent's compact __call__, so these bind to that block.
   x_BxhxwxO = conv(out_channels, (1, 1), strides=(strides, strides),
-                   name="proj_conv")(x_BxHxWxC)
+                   name="proj_conv")(x_BxHxWxI)
   return norm(name="proj_bn")(x_BxhxwxO)
 
 
@@ -93,9 +93,9 @@ _BLOCK_CLASSES = {"basic": BasicBlock, "bottleneck": BottleneckBlock}
 class ResNet(nn.Module):
   """ResNet v1.5 classifier returning float32 logits [B, num_classes].
 
-  stem='imagenet' is the 224x224 stem (7x7/2 conv + 3x3/2 max pool);
-  stem='small' is a 3x3/1 conv with no pool, so 28x28 / 32x32 inputs keep
-  enough spatial resolution through the four stages.
+  stem='imagenet' is the 224x224 stem: a 7x7/2 conv, then a 3x3/2 max pool.
+  stem='small' is a 3x3/1 conv with no pool, so 28x28 and 32x32 inputs keep enough
+  spatial resolution through the four stages.
   """
 
   stage_sizes: Sequence[int]
@@ -127,7 +127,7 @@ class ResNet(nn.Module):
     super().__post_init__()
 
   @nn.compact
-  def __call__(self, x_BxHxWxC, train: bool):
+  def __call__(self, x_BxHxWxI, train: bool):
     conv = functools.partial(nn.Conv, use_bias=False, dtype=self.dtype,
                              param_dtype=jnp.float32, kernel_init=_conv_init,
                              conv_general_dilated=canonical_conv if self.canonical_conv_grads
@@ -138,16 +138,16 @@ class ResNet(nn.Module):
                              axis_name=self.bn_axis_name)
     block_cls = _BLOCK_CLASSES[self.block]
 
-    x_BxHxWxC = jnp.asarray(x_BxHxWxC, self.dtype)
+    x_BxHxWxI = jnp.asarray(x_BxHxWxI, self.dtype)
     if self.stem == "imagenet":
       x_BxHxWxF = conv(self.width, (7, 7), strides=(2, 2), padding=((3, 3), (3, 3)),
-                       name="stem_conv")(x_BxHxWxC)
+                       name="stem_conv")(x_BxHxWxI)
       x_BxHxWxF = nn.relu(norm(name="stem_bn")(x_BxHxWxF))
       x_BxHxWxF = nn.max_pool(x_BxHxWxF, (3, 3), strides=(2, 2),
                               padding=((1, 1), (1, 1)))
     else:
       x_BxHxWxF = conv(self.width, (3, 3), padding=((1, 1), (1, 1)),
-                       name="stem_conv")(x_BxHxWxC)
+                       name="stem_conv")(x_BxHxWxI)
       x_BxHxWxF = nn.relu(norm(name="stem_bn")(x_BxHxWxF))
 
     for i, num_blocks in enumerate(self.stage_sizes):
@@ -183,8 +183,9 @@ def create_model(name: str, *, num_classes: int, width: int = 64,
                  stem: str = "imagenet", dtype=jnp.float32,
                  canonical_conv_grads: bool = False,
                  stage_sizes: Sequence[int] = ()) -> nn.Module:
-  """Builds a ResNet preset by name (the string used in configs / CLI flags); non-empty
-  `stage_sizes` replaces the preset's blocks per stage (its block type stays)."""
+  """Builds a ResNet preset by the name configs and flags use.
+
+  A non-empty `stage_sizes` replaces the preset's blocks per stage; the block type stays."""
   if name not in MODELS:
     raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(MODELS)}")
   extra = {"stage_sizes": tuple(stage_sizes)} if stage_sizes else {}
