@@ -17,11 +17,14 @@ from ensemble_jax.config_lib import AGGREGATION_MODES as MODES
 
 
 def combine(logits_Nx: jax.Array, weights_N: jax.Array, mode: str) -> jax.Array:
-  """`logits`: weighted mean of logits. `probs`: log of the weighted mean of probabilities
-  (the mixture's predictive distribution: its NLL is the ensemble's proper perplexity).
+  """Combines per-worker logits [N, ..., C] into ensemble log-scores [..., C].
 
-  logits_Nx: [N, ..., C] (e.g. [N, B, C] or [N, B, T, V]); returns [..., C].
-  weights: [N] (one per worker) or [N, B] (per worker and example: routing).
+  `logits` takes the weighted mean of logits. `probs` takes the log of the weighted mean of
+  probabilities. That is the mixture's predictive distribution, so its NLL is the
+  ensemble's proper perplexity.
+
+  logits_Nx is e.g. [N, B, C] or [N, B, T, V]. weights_N is [N], one per worker, or
+  [N, B] for routing, one per worker and example.
   """
   weights_N = weights_N.astype(jnp.float32)
   valid_N = weights_N > 0

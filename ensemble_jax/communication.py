@@ -1,14 +1,14 @@
-"""What a method communicates, read from its programs compiled for the cluster it stands
-for.
+"""What a method communicates, read from its programs compiled for its cluster.
 
-The cost report charges the collectives of every program a run calls (`Method.programs`)
-as compiled on the mesh of the cluster the run stands for (`Method.cluster_mesh`, D =
-config.cost.devices). Where that is the run's own mesh, the run's method lowers them;
-where this process has D devices, the method is built again on D of them; otherwise (a
-sweep point standing for 8 devices, trained as one model on a one-device host) a child
-process with D simulated CPU devices compiles them: `python -m ensemble_jax.communication`
-reads a `Request` on stdin and writes the collectives on stdout. Programs are compiled,
-never run, so no array of D devices is ever materialised.
+The cost report charges the collectives of every program a run calls (`Method.programs`).
+They are compiled on the mesh of the cluster the run stands for (`Method.cluster_mesh`),
+of D = config.cost.devices devices. Where that is the run's own mesh, the run's method
+lowers them. Where this process has D devices, the method is built again on D of them.
+Otherwise a child process with D simulated CPU devices compiles them; for example, a sweep
+point standing for 8 devices but trained on a one-device host. The child,
+`python -m ensemble_jax.communication`, reads a `Request` on stdin and writes the
+collectives on stdout. Programs are compiled, never run, so no array of D devices is ever
+materialised.
 """
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ _DEVICE_COUNT = re.compile(r"--xla_force_host_platform_device_count=\d+")
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-  """Everything a method on its cluster needs, as JSON: the config (its mesh the
-  cluster's), the data facts the model and optimizer are built from, and the shapes and
-  dtypes of one global train and eval batch."""
+  """Everything a method on its cluster needs, as JSON.
+
+  It holds the config with the cluster's mesh, the data facts the model and optimizer are
+  built from, and the shapes and dtypes of one global train and eval batch."""
   config: dict
   num_classes: int
   init_input: tuple[tuple[int, ...], str]
@@ -50,9 +51,10 @@ class Request:
     return dict(sharding.mesh_axes(self.config["mesh"]))
 
   def key(self) -> str:
-    """What the collectives depend on: all but the seed and the tuned fields (scalar
-    constants of the programs, such as the learning rate), so a sweep point's seeds and
-    tuning runs share one reading."""
+    """What the collectives depend on: all but the seed and the tuned fields.
+
+    Tuned fields such as the learning rate are scalar constants of the programs. Leaving
+    them out lets a sweep point's seeds and tuning runs share one reading."""
     config = json.loads(json.dumps(self.config))
     del config["seed"]
     for field in config["tune"]["fields"]:
@@ -68,11 +70,12 @@ def _shapes(batch: dict[str, np.ndarray], leading_shape: tuple[int, ...]) -> dic
 
 
 def cluster_config(config, run_mesh: dict[str, int], cluster_mesh: dict[str, int]):
-  """`config` on the cluster mesh. A data-parallel run standing for more `data` devices
-  than it has keeps its microbatch size there: each cluster device splits its own rows
-  into k x run devices / cluster devices microbatches (at least 1; the noise-scale
-  estimator, which needs two, off with one), as the critical-batch sweep's D microbatches
-  stand for D devices."""
+  """`config` on the cluster mesh.
+
+  A data-parallel run standing for more `data` devices than it has keeps its microbatch
+  size there. Each cluster device splits its own rows into k x run devices / cluster
+  devices microbatches, at least 1. With one, the noise-scale estimator, which needs two,
+  is off. So the critical-batch sweep's D microbatches stand for D devices."""
   cluster = config.copy_and_resolve_references()
   # in the form the config holds (a string from the command line, a list in config files)
   mesh = list(cluster_mesh.items())

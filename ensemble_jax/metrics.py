@@ -9,9 +9,10 @@ ECE_BINS = 15
 
 
 def prediction_sums(logits: jax.Array, labels: jax.Array, mask_B: jax.Array) -> dict:
-  """Masked sums over examples (or tokens): count, correct, nll, ECE bin counts.
+  """Masked sums over examples or tokens: count, correct, nll, ECE bin counts.
 
-  logits [B, C] with labels [B], or [B, T, V] with labels [B, T] (every token counts).
+  Takes logits [B, C] with labels [B], or [B, T, V] with labels [B, T]; then every token
+  counts.
   """
   if logits.ndim == 3:
     mask_B = jnp.broadcast_to(mask_B[:, None], labels.shape).reshape(-1)
@@ -22,13 +23,13 @@ def prediction_sums(logits: jax.Array, labels: jax.Array, mask_B: jax.Array) -> 
   confidence_B = jnp.exp(jnp.max(log_probs_BxC, axis=-1))
   correct_B = (jnp.argmax(log_probs_BxC, axis=-1) == labels_B).astype(jnp.float32)
   bin_B = jnp.clip((confidence_B * ECE_BINS).astype(jnp.int32), 0, ECE_BINS - 1)
-  onehot_BxK = jax.nn.one_hot(bin_B, ECE_BINS) * mask_B[:, None]
+  onehot_BxQ = jax.nn.one_hot(bin_B, ECE_BINS) * mask_B[:, None]
   return {"count": mask_B.sum(),
           "correct": (correct_B * mask_B).sum(),
           "nll": (nll_B * mask_B).sum(),
-          "bin_count": onehot_BxK.sum(0),
-          "bin_confidence": (onehot_BxK * confidence_B[:, None]).sum(0),
-          "bin_correct": (onehot_BxK * correct_B[:, None]).sum(0)}
+          "bin_count": onehot_BxQ.sum(0),
+          "bin_confidence": (onehot_BxQ * confidence_B[:, None]).sum(0),
+          "bin_correct": (onehot_BxQ * correct_B[:, None]).sum(0)}
 
 
 def add_sums(total: dict | None, sums: dict) -> dict:

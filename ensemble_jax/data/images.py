@@ -1,9 +1,11 @@
-"""Image sources (embedded Fashion-MNIST idx files, a class-per-folder image tree, any TFDS
-image dataset) and transforms.
+"""Image sources and transforms.
 
-Sources give random access to examples {"image": HxWxC uint8, "label": int32}. Transforms
-are pure numpy functions of (example, uniforms): the uniforms are drawn per consumer batch from
-(seed, consumer, step), so augmentation does not depend on how rows are split over
+The sources are the embedded Fashion-MNIST idx files, a class-per-folder image tree, and
+any TFDS image dataset.
+
+Sources give random access to examples {"image": HxWxI uint8, "label": int32}. Transforms
+are pure numpy functions of (example, uniforms). The uniforms are drawn per consumer batch
+from (seed, consumer, step), so augmentation does not depend on how rows are split over
 processes. Normalisation happens on device (`normalize`), so hosts ship uint8.
 """
 from __future__ import annotations
@@ -54,9 +56,11 @@ class ImageData:
 
 
 def _read_idx(path: str, refetch: str) -> np.ndarray:
-  """An idx array from its .gz file; DataError naming the file and `refetch` if it is
-  truncated or corrupt. Read-only, and read once per process while the file is unchanged
-  (decompressing Fashion-MNIST takes 0.5 s; a sweep or a test session loads it per run)."""
+  """A read-only idx array from its .gz file.
+
+  Raises DataError naming the file and `refetch` if it is truncated or corrupt. Read once
+  per process while the file is unchanged: decompressing Fashion-MNIST takes 0.5 s, and a
+  sweep or a test session loads it per run."""
   try:
     stat = os.stat(path)
   except OSError:  # reading it raises the DataError
@@ -117,8 +121,10 @@ class FolderImages:
 
 def load_folder(root: str, split: str, channels: int,
                 classes: list[str] | None = None) -> tuple[ImageSource, list[str]]:
-  """`root/split/<class>/<image file>` (torchvision's ImageFolder layout): labels are the
-  class folders' indices in sorted order (the train split's, which `classes` passes on)."""
+  """Images in `root/split/<class>/<image file>`, torchvision's ImageFolder layout.
+
+  Labels are the class folders' indices in sorted order. They are the train split's, which
+  `classes` passes on."""
   split_dir = os.path.join(root, split)
   layout = (f"expected {root}/{{train,{split if split != 'train' else 'test'}}}/<class "
             f"name>/<image files {'|'.join(IMAGE_SUFFIXES)}>")

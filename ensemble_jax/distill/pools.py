@@ -143,8 +143,9 @@ def proxy_config(config):
 
 
 def build(config, data, num_consumers: int, proxy_dir: str):
-  """Trains the proxies (run in `proxy_dir`), scores the training set, selects; returns
-  (pools, weights, eval routing or None, info)."""
+  """Trains the proxies, scores the training set and selects the pools.
+
+  The proxies run in `proxy_dir`. Returns (pools, weights, eval routing or None, info)."""
   d = config.distill
   start = time.perf_counter()
   if config.task == "lm":
@@ -158,44 +159,17 @@ def build(config, data, num_consumers: int, proxy_dir: str):
       proxy_state, proxy.method.step_config, data.train, data.eval_transform,
       config.eval.batch_size)
   scoring_done = time.perf_counter()
-  n = len(labels_E)
   weights = route = None
   if d.method in ("el2n", "loss", "grand"):
-    per_proxy = [scores.grand_scores(l, labels_E, f) if d.method == "grand" else
-                 SCORES[d.method](l, labels_E) for l, f in zip(logits_MxExC, features_MxExD)]
-    selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
-                                      d.keep, labels_E, d.per_class)
-    pools = split(selected, num_consumers, config.seed, d.split)
+    selected, pools = _scored(config, logits_MxExC, features_MxExD, labels_E, num_consumers)
   elif d.method == "kmeans":
-    mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
-    assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
-                                            seed=config.seed, balanced=d.balanced)
-    pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
-    selected = np.arange(n)
-    if _routed(config):  # route every eval example by proxy 0's embedding of it
-      _, eval_features, _, eval_flops = forward(
-          proxy_state, proxy.method.step_config, data.eval, data.eval_transform,
-          config.eval.batch_size)
+    selected, pools, route, eval_flops = _proxy_clusters(
+        config, data, proxy, proxy_state, features_MxExD, num_consumers)
+    if route is not None:
       score_flops += eval_flops
-      route = np.asarray(clusters.routing_weights(
-          (eval_features[0] - mean) / std, centroids,
-          d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
-  else:  # craig | gradmatch on all proxies' last-layer gradients side by side
-    def gradients(rows):  # [len(rows), D]: computed per class when selecting per class
-      return np.concatenate([coresets.last_layer_gradients(
-          f[rows], l[rows], labels_E[rows], include_weight=d.gradient == "last_layer")
-          for l, f in zip(logits_MxExC, features_MxExD)], axis=1)
-
-    k = max(1, int(round(d.fraction * n)))
-    kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
-    select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
-    if d.per_class:
-      selected, w = coresets.per_class(select, gradients, labels_E, k, **kwargs)
-    else:
-      selected, w = select(gradients(np.arange(n)), k, **kwargs)
-    weights = np.zeros(n, np.float32)
-    weights[selected] = w / w.mean()  # mean weight 1 over the coreset
-    pools = split(selected, num_consumers, config.seed, d.split)
+  else:
+    selected, weights, pools = _coreset(config, logits_MxExC, features_MxExD, labels_E,
+                                        num_consumers)
   info = {
       "method": d.method, "pool_size": int(len(selected)),
       "pool_sizes": [int(len(p)) for p in pools], "split": d.split,
@@ -211,6 +185,63 @@ def build(config, data, num_consumers: int, proxy_dir: str):
       "weighted": weights is not None,
   }
   return pools, weights, route, info
+
+
+def _scored(config, logits_MxExC, features_MxExD, labels_E, num_consumers: int):
+  """Keeps the `fraction` of examples the proxies score hardest or easiest; and its split."""
+  d = config.distill
+  per_proxy = [scores.grand_scores(l, labels_E, f) if d.method == "grand" else
+               SCORES[d.method](l, labels_E) for l, f in zip(logits_MxExC, features_MxExD)]
+  selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
+                                    d.keep, labels_E, d.per_class)
+  return selected, split(selected, num_consumers, config.seed, d.split)
+
+
+def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consumers: int):
+  """Balanced k-means of proxy 0's embeddings, one cluster per worker.
+
+  With `routed` aggregation every eval example is routed by proxy 0's embedding of it.
+  Returns (selected, pools, eval routing or None, the FLOPs of embedding the eval split).
+  """
+  d = config.distill
+  mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
+  assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
+                                          seed=config.seed, balanced=d.balanced)
+  pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
+  selected = np.arange(len(assignment))
+  route, eval_flops = None, 0.0
+  if _routed(config):
+    _, eval_features, _, eval_flops = forward(
+        proxy_state, proxy.method.step_config, data.eval, data.eval_transform,
+        config.eval.batch_size)
+    route = np.asarray(clusters.routing_weights(
+        (eval_features[0] - mean) / std, centroids,
+        d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
+  return selected, pools, route, eval_flops
+
+
+def _coreset(config, logits_MxExC, features_MxExD, labels_E, num_consumers: int):
+  """CRAIG or GradMatch on all proxies' last-layer gradients side by side.
+
+  Returns (selected, weights [E] with mean 1 over the coreset, pools)."""
+  d = config.distill
+  n = len(labels_E)
+
+  def gradients(rows):  # [len(rows), D]: computed per class when selecting per class
+    return np.concatenate([coresets.last_layer_gradients(
+        f[rows], l[rows], labels_E[rows], include_weight=d.gradient == "last_layer")
+        for l, f in zip(logits_MxExC, features_MxExD)], axis=1)
+
+  k = max(1, int(round(d.fraction * n)))
+  kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
+  select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
+  if d.per_class:
+    selected, w = coresets.per_class(select, gradients, labels_E, k, **kwargs)
+  else:
+    selected, w = select(gradients(np.arange(n)), k, **kwargs)
+  weights = np.zeros(n, np.float32)
+  weights[selected] = w / w.mean()  # mean weight 1 over the coreset
+  return selected, weights, split(selected, num_consumers, config.seed, d.split)
 
 
 def _pixel_clusters(config, data, num_consumers: int, start: float):

@@ -34,10 +34,11 @@ LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
 
 
 def resolve_local_strategy(strategy: str, backend: str) -> str:
-  """`auto`: unroll on CPU, where vmapped convolutions become slow grouped convolutions
-  (measured: 2 workers/device vmapped cost ~3x two single steps, unrolled ~1x; see
-  experiments/bench/engine.py); vmap on accelerators, where batching the workers' matmuls
-  fills the device."""
+  """Resolves `auto` to `unroll` on CPU and `vmap` on accelerators.
+
+  On CPU vmapped convolutions become slow grouped convolutions: 2 workers per device cost
+  ~3x two single steps vmapped, ~1x unrolled (experiments/bench/engine.py). On accelerators
+  batching the workers' matmuls fills the device."""
   if strategy not in LOCAL_STRATEGIES:
     raise ConfigError(f"config.method.local_strategy={strategy!r}: choose one of "
                       f"{LOCAL_STRATEGIES}.")
@@ -254,8 +255,10 @@ class Ensemble(Method):
 
   # ---- what the cost report charges ----
   def cluster_mesh(self, devices: int) -> dict[str, int]:
-    """One device per worker times the devices each spans here (`data`); or D devices:
-    each worker spanning D / N of them (D a multiple of N), or N / D workers per device."""
+    """The workers' mesh, by default one device per worker times `data` here.
+
+    With D devices each worker spans D / N of them when D is a multiple of N; otherwise
+    N / D workers share a device."""
     n, data = self.num_workers, self.mesh.shape.get("data", 1)
     if not devices:
       return {"worker": n, "data": data}
@@ -272,9 +275,11 @@ class Ensemble(Method):
     return {"worker": worker, "data": data}
 
   def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
-    """The step (collectives over `data` only, none when a worker has one device), the
-    eval step (the cross-worker reduction of logits a stop-at-target evaluation needs and
-    the final aggregation is), and the soup's weight average if an aggregation mode."""
+    """The step, the eval step and, when soup is an aggregation mode, its average.
+
+    The step's collectives run over `data` only, none when a worker has one device. The
+    eval step reduces logits across workers, as a stop-at-target evaluation and the final
+    aggregation need."""
     a = self._abstract_inputs(train_batch, eval_batch)
     out = [Program("train_step", "step", 1, self.train_step.lower(a.state, a.train, a.rng)),
            Program("eval", "eval", eval_batches,
@@ -299,8 +304,10 @@ class Ensemble(Method):
 
 @dataclasses.dataclass(frozen=True)
 class AbstractInputs:
-  """What the stacked engine's programs take, as `Method.programs` lowers them: the state
-  and batches as ShapeDtypeStructs in their shardings, the small rest as arrays."""
+  """The stacked engine's program inputs, as `Method.programs` lowers them.
+
+  The state and batches are ShapeDtypeStructs in their shardings; the small rest are
+  arrays."""
   state: Any
   train: dict
   eval: dict
@@ -309,10 +316,11 @@ class AbstractInputs:
 
 
 def soup_state(model, step_config, states, weights_N, bn_batches):
-  """The workers' weighted weight average as one model (params and batch_stats without the
-  worker axis; valid from a shared init), with BatchNorm statistics re-estimated for its
-  own weights on `bn_batches` ([S, N, b, ...] train batches, averaged over S), never the
-  workers' averaged statistics."""
+  """The workers' weighted weight average as one model, without the worker axis.
+
+  Valid only from a shared init. Its BatchNorm statistics are re-estimated for its own
+  weights on `bn_batches`, [S, N, b, ...] train batches averaged over S. The workers'
+  averaged statistics would not match the averaged weights."""
   params = aggregate.soup_params(states.params, weights_N)
   stats = states.batch_stats
   if stats is not None:
@@ -324,7 +332,8 @@ def soup_state(model, step_config, states, weights_N, bn_batches):
 
 
 def stacked_train_batches(train_batches, count: int) -> dict:
-  """The first `count` [N, b] batches of a run's train stream, stacked: [count, N, b, ...].
-  Global arrays: a process's local batch holds only its own workers' rows."""
+  """The first `count` [N, b] batches of a run's train stream, as [count, N, b, ...].
+
+  They are global arrays: a process's local batch holds only its own workers' rows."""
   return jax.tree.map(lambda *xs: jnp.stack(xs), *[
       to_global(train_batches.local_batch(k), train_batches.layout) for k in range(count)])
