@@ -11,6 +11,8 @@ import sys
 
 from absl import app, flags
 
+from ensemble_jax import logs
+
 
 def parse(flag_values: flags.FlagValues, argv: list[str], doc: str = "") -> None:
   """Parses `argv` into `flag_values`, every flag not given back at its default.
@@ -41,5 +43,7 @@ def _global_defaults(argv: list[str]) -> list[str]:
 
 
 def run(main) -> None:
-  """`app.run(main)` for a script whose `main(argv)` parses its own flags (`parse`)."""
+  """`app.run(main)` for a script whose `main(argv)` parses its own flags (`parse`), with
+  the library chatter (jax's TPU probe, orbax's notices) filtered from its output."""
+  logs.quiet()
   app.run(main, flags_parser=_global_defaults)

@@ -2,58 +2,79 @@
 
   python -m experiments.demo --workdir=workdirs/demo [--grid=demo|smoke] [--seeds=0]
 
-A reduced cost-vs-time sweep (experiments/sweeps/cost_vs_time.py, grid `demo` of
-experiments/configs/fashion_mnist.py: data-parallel at D = 1, 4, 8; the ensemble at
-(N, L) = (4, 469), (8, 235); DiLoCo H = 50; one seed; learning rates as configured, not
-tuned as the full grid tunes them): 9 min 15 s on 2 CPU cores before issue 13's longer
-ensemble budgets and evaluations near the target (to be re-measured). It prints the
-table, writes cost_vs_time_<preset>.png, and says what was measured and what modelled.
+A reduced cost-vs-time sweep (grid `demo` of experiments/configs/fashion_mnist.py):
+data-parallel at D = 1, 4, 8, the ensemble at N = 8 (L = 235), DiLoCo at H = 50; one seed,
+learning rates as configured. It ends with a few lines: each point's steps, compute and
+modelled time to 85%, and how the best method point compares with the strongest
+baseline; the full tables go to table.md, the figures to cost_vs_time_<preset>.png.
 Finished points are read back, not retrained. `make sweep-fashion` runs the full grid
-with 3 seeds.
+(every rate tuned, 3 seeds); docs/methodology.md says what is measured and what modelled.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
+from absl import flags
+
+from ensemble_jax import report
+from experiments import cli
 from experiments.sweeps import cost_vs_time
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "fashion_mnist.py")
+PRESET = "ib_xdr800"  # the interconnect the summary's time axis models
 
-EXPLAINED = """
-What this shows. Every point trained to 85% test accuracy (2,000 test images, evaluated
-every 25 steps, closer near the target) or to its step budget, on this machine, at its
-configured learning rate (the full grid tunes every point's).
-  measured: steps to the target, accuracy, FLOPs per step (XLA cost analysis of the
-            compiled step) and so compute to target; one device's step time (a separate
-            short calibration run of one model at the per-device batch, before the grid).
-  modelled: the time axis = steps to target x that device step, plus every collective
-            of the programs each method compiles for its D devices (read off their HLO:
-            the data-parallel step's gradient and BatchNorm all-reduces, DiLoCo's outer
-            steps, the evaluations' reductions over workers), each an alpha-beta time on
-            an interconnect preset (nvlink / ib_xdr800 / eth10g, ensemble_jax/costs.py).
-            This host cannot run D devices at once: the cluster's time is modelled, not
-            observed.
-Ratios > 1 favour the method over data-parallel; 'none within budget' means no point of
-the method was as cheap (or as fast) as any data-parallel point. One seed: see
-experiments/results/fashion_mnist for the 3-seed grid.
-"""
+FLAGS = flags.FlagValues()
+flags.DEFINE_string("workdir", "workdirs/demo", "Where the runs, table and figures go.",
+                    flag_values=FLAGS)
+flags.DEFINE_string("grid", "demo", "demo (the headline) or smoke (seconds).",
+                    flag_values=FLAGS)
+flags.DEFINE_string("seeds", "0", "Comma-separated seeds.", flag_values=FLAGS)
 
 
-def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--workdir", default="workdirs/demo")
-  p.add_argument("--grid", default="demo", help="demo (the headline) or smoke (seconds)")
-  p.add_argument("--seeds", default="0")
-  args = p.parse_args(argv)
-  counts = cost_vs_time.run(CONFIG, args.workdir, [int(s) for s in args.seeds.split(",")],
-                            args.grid)
-  print(EXPLAINED)
+def summary(workdir: str, preset: str = PRESET) -> str:
+  """The demo's last lines: each point to the target, then the best method point against
+  the strongest baseline (ratios > 1: the method wins)."""
+  pts = report.points(report.load_runs(workdir))
+  baselines = report.baseline_curves(pts)
+  lines = [f"{'point':<22} {'steps':>6} {'TFLOPs':>8} {'time (s)':>9}   to the target, "
+           f"time modelled on {preset}"]
+  for p in pts:
+    reached = p["reached"] == p["seeds"]
+    lines.append(f"{p['curve'] + ' ' + p['point']:<22} "
+                 + (f"{p['steps']['mean']:>6.0f} {p['flops']['mean'] / 1e12:>8.2f} "
+                    f"{p['time_s'][preset]['mean']:>9.1f}" if reached else
+                    f"{'missed the target within its budget':>25}"))
+  best = None
+  for curve in sorted({p["curve"] for p in pts} - set(baselines)):
+    for row in report.matched(pts, curve, preset):
+      if row["time"] is not None and (best is None or row["time"][0] > best[1]["time"][0]):
+        best = (curve, row)
+  if best is None:
+    lines.append("No method point reached the target within a baseline's compute.")
+  else:
+    curve, row = best
+    compute = f"{row['compute'][0]:.2f}x" if row["compute"] else "none (no baseline as fast)"
+    lines.append(f"Best method point {curve} {row['point']}: time ratio {row['time'][0]:.2f}x "
+                 f"at equal compute (vs {row['time'][1]}), compute ratio {compute} at equal "
+                 "time.")
+    lines.append("Above 1 the method wins: "
+                 + ("it beats" if row["time"][0] > 1 else "it does not beat")
+                 + " the strongest baseline here.")
+  lines.append(f"Full tables: {workdir}/table.md; figures: {workdir}/cost_vs_time_<preset>.png")
+  return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  counts = cost_vs_time.run(CONFIG, FLAGS.workdir, [int(s) for s in FLAGS.seeds.split(",")],
+                            FLAGS.grid, write_report=False)
+  report.write(FLAGS.workdir, FLAGS.workdir)
   trained = counts["tuning_runs"] + counts["trained"]
-  print(f"{trained} runs trained, {counts['skipped']} read back; figures: "
-        f"{args.workdir}/cost_vs_time_<preset>.png, table: {args.workdir}/table.md")
+  print(f"\n{trained} runs trained, {counts['skipped']} read back (one seed, rates as "
+        "configured; measured: steps, FLOPs, one device's step; modelled: the time axis).")
+  print(summary(FLAGS.workdir))
   return 0
 
 
 if __name__ == "__main__":
-  raise SystemExit(main())
+  cli.run(main)
