@@ -1,6 +1,7 @@
-"""The gradient noise scale B_simple = tr(Sigma) / |G|^2 (McCandlish et al., 2018, "An
-Empirical Model of Large-Batch Training", Appendix A): the batch size beyond which a
-larger batch stops buying proportionally fewer steps.
+"""The gradient noise scale B_simple = tr(Sigma) / |G|^2.
+
+It is the batch size beyond which a larger batch stops buying proportionally fewer steps
+(McCandlish et al., 2018, "An Empirical Model of Large-Batch Training", Appendix A).
 
 A mean gradient over B examples has E|G_B|^2 = |G|^2 + tr(Sigma) / B, so its norms at two
 batch sizes give unbiased estimates of both terms:
@@ -9,9 +10,9 @@ batch sizes give unbiased estimates of both terms:
   tr(Sigma) ~ (|G_small|^2 - |G_big|^2) / (1 / B_small - 1 / B_big)
 
 With gradient accumulation both norms come free: the small batch is a microbatch, the big
-one the step's batch (`methods/step.py`). One step's estimates are noisy (the |G|^2 one is
-often negative), so, as the paper does, each is averaged over steps by an exponential
-moving average and B_simple is the ratio of the two averages, never an average of ratios.
+one the step's batch (`methods/step.py`). One step's estimates are noisy, and the |G|^2 one
+is often negative. So, as in the paper, each is averaged over steps by an exponential
+moving average, and B_simple is the ratio of the two averages, never an average of ratios.
 """
 from __future__ import annotations
 
@@ -22,10 +23,10 @@ import numpy as np
 
 
 def step_estimates(small_sq, big_sq, b_small, b_big) -> dict:
-  """One step's unbiased estimates of |G|^2 and tr(Sigma) from |G_small|^2 (the mean over
-  microbatches of b_small examples) and |G_big|^2 (the step's b_big examples).
+  """One step's unbiased estimates of |G|^2 and tr(Sigma).
 
-  Works on floats, NumPy or traced JAX values alike.
+  |G_small|^2 is the mean over microbatches of b_small examples; |G_big|^2 is the step's,
+  of b_big examples. Works on floats, NumPy or traced JAX values alike.
   """
   if not 0 < b_small < b_big:
     raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big}")
@@ -51,8 +52,10 @@ class NoiseScaleEMA:
     self.steps += 1
 
   def estimates(self) -> dict:
-    """{'grad_sq', 'trace', 'b_simple'}: NaN before the first step, and B_simple NaN while
-    the averaged |G|^2 is not positive (noise dominates: not measurable yet)."""
+    """The averages and their ratio: {'grad_sq', 'trace', 'b_simple'}.
+
+    All are NaN before the first step. B_simple is NaN while the averaged |G|^2 is not
+    positive, when noise dominates and it is not measurable yet."""
     if self.steps == 0:
       return {"grad_sq": math.nan, "trace": math.nan, "b_simple": math.nan}
     grad_sq, trace = self.grad_sq / self.norm, self.trace / self.norm
@@ -66,9 +69,10 @@ class NoiseScaleEMA:
 
 @dataclasses.dataclass
 class NoiseScaleTracker:
-  """The gradient noise scale over training: each step's estimates (the step's metrics
-  `noise_grad_sq`, `noise_trace`; averaged over workers) into moving averages, and
-  B_simple read at every eval step (`history`)."""
+  """The gradient noise scale over training, read at every eval step.
+
+  Each step's estimates, its metrics `noise_grad_sq` and `noise_trace` averaged over
+  workers, go into moving averages. B_simple is read into `history` at every eval step."""
   ema: NoiseScaleEMA
   history: list[dict] = dataclasses.field(default_factory=list)
 
@@ -89,8 +93,8 @@ class NoiseScaleTracker:
     self.history.append({"step": step, **self.ema.estimates()})
 
   def results(self, reached_step: int | None) -> dict:
-    """results.json `noise_scale`: the final averages, B_simple at the step the target was
-    reached (None if it was not), and its history."""
+    """results.json's `noise_scale`: the final averages, B_simple's history and its value
+    at the step the target was reached, or None if it was not."""
     at = [h for h in self.history if h["step"] == reached_step]
     return {**self.ema.estimates(), "ema_decay": self.ema.decay, "steps": self.ema.steps,
             "b_simple_at_target": at[0]["b_simple"] if at else None,

@@ -16,10 +16,11 @@ _MESH_FORMS = ("write it as 'axis:size,...' like 'data:-1' or 'worker:8,data:1' 
 
 
 def mesh_axes(mesh) -> list[tuple[str, int]]:
-  """config.mesh as [(axis, size)], from its string form 'worker:8,data:1' (what the command
-  line sets) or its list form [('worker', 8), ('data', 1)] (config files); -1 = the rest.
+  """config.mesh as [(axis, size)], where size -1 means the rest of the devices.
 
-  The one parser of the field; raises ConfigError on a value that is neither.
+  It reads the string form the command line sets, 'worker:8,data:1', and the list form of
+  config files, [('worker', 8), ('data', 1)]. The one parser of the field; raises
+  ConfigError on a value that is neither.
   """
   try:
     if isinstance(mesh, str):
