@@ -308,9 +308,11 @@ def _text_clusters(config, data, num_consumers: int, start: float):
 
 
 def merged_proxy(proxy, seed: int):
-  """Ro et al.'s merged proxy, a stack of one: the members' weight average, its BatchNorm
-  statistics re-estimated for the merged weights on the members' own (augmented) train
-  batches -- the soup aggregation's rule, never the members' averaged statistics."""
+  """Ro et al.'s merged proxy: the members' weight average, as a stack of one.
+
+  Its BatchNorm statistics are re-estimated for the merged weights on the members' own
+  augmented train batches. That is the soup aggregation's rule; the members' averaged
+  statistics would not match the merged weights."""
   method, data = proxy.method, proxy.data
   train_batches = pipeline.TrainBatches(data.train, method.sampler(len(data.train), seed),
                                         data.train_transform, method.train_layout, seed)
@@ -331,8 +333,10 @@ def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]
 
 
 def forward(stacked_state, step_config, source, transform, batch_size: int):
-  """Eval-mode logits [M, E, C], penultimate features [M, E, D] and labels [E] of every
-  proxy on a whole split, in fixed batches sharded over all devices; and their XLA FLOPs."""
+  """Every proxy's eval-mode logits and penultimate features on a whole split.
+
+  Returns logits [M, E, C], features [M, E, D], labels [E] and their XLA FLOPs. Batches
+  have a fixed size and are sharded over all devices."""
   mesh = Mesh(np.asarray(jax.devices()), ("data",))
   batch_size = -(-batch_size // mesh.size) * mesh.size
   layout = pipeline.BatchLayout((batch_size,), NamedSharding(mesh, P("data")))
