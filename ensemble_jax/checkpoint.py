@@ -207,10 +207,12 @@ class PreemptionWatch:
     return self.received is not None
 
   def stop(self, step: int, num_steps: int, workdir: str) -> Preempted:
-    """The exception that ends the run after its checkpoint, with its one-line message."""
+    """Logs the one-line message and returns the exception that ends the run."""
     what, code = self.SIGNALS[self.received]
-    return Preempted(f"stopped at step {step} of {num_steps} on {what}; checkpoint saved in "
-                     f"{workdir}/checkpoints. Rerun the same command to resume.", code)
+    message = (f"stopped at step {step} of {num_steps} on {what}; checkpoint saved in "
+               f"{workdir}/checkpoints. Rerun the same command to resume.")
+    logging.warning(message)
+    return Preempted(message, code)
 
   def close(self) -> None:
     for signum, previous in self._previous.items():

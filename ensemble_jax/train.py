@@ -216,11 +216,10 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
   deployable model, target tracking, `after_step` (DiLoCo's outer step, after the eval of
   its step), checkpoint, stop. Closes the checkpointer and the writer; returns the state.
   """
-  method, num_steps = s.method, s.num_steps
-  step_rng = _rngs(config)[1]
-  batches = train_batches.iterate(p.step, num_steps, config.data.prefetch,
-                                  config.data.num_threads)
+  method, num_steps, step_rng = s.method, s.num_steps, _rngs(config)[1]
   end_step = p.step if _ended_before(config, p) else num_steps
+  batches = train_batches.iterate(p.step, end_step, config.data.prefetch,
+                                  config.data.num_threads)
   next_eval = _next_eval(config, s, p)
   bar = writers.progress_bar(p.step, num_steps, s.is_main)
   schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
@@ -245,15 +244,13 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
       done = step + 1
       bar.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        since = p.durations[-min(config.train.log_every_steps, len(p.durations)):]
-        _log(writer, bar, done, step_metrics, p.noise,
-             {"train/learning_rate": float(schedule(step)),
-              "train/steps_per_s": len(since) / max(sum(since), 1e-9)})
+        _log(writer, bar, done, step_metrics, p, config.train.log_every_steps,
+             float(schedule(step)))
       evaluated = done >= next_eval or done == num_steps
       if evaluated:
         _evaluate(method, state, batch, done, eval_batches, p, writer)
         if snapshot is not None and eval_schedule.too_coarse(p.tracker, config.eval):
-          checkpointer.discard_after(snapshot.step)
+          checkpointer.discard_after(snapshot.step)  # the replay rewrites what followed
           state, batch, done = _refine(config, method, snapshot, step_fn, step_rng,
                                        train_batches, eval_batches, p, writer)
         next_eval = _next_eval(config, s, p)
@@ -269,9 +266,7 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
       with p.chrono.paused("checkpoint"):  # saving is not training
         checkpointer.save(done, state, p.record(method), force=end is not None or stop)
       if stop and end is None:
-        preempted = watch.stop(done, num_steps, workdir)
-        logging.warning(preempted.message)
-        raise preempted
+        raise watch.stop(done, num_steps, workdir)
       if end is not None:
         logging.info("stopping at step %d: %s", done, _END_REASONS[end])
         break
@@ -419,11 +414,15 @@ def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
   return step_fn
 
 
-def _log(writer, bar, step: int, step_metrics: dict,
-         noise: noise_scale.NoiseScaleTracker | None = None, extra: dict | None = None) -> None:
-  scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()} | (extra or {})
-  if noise is not None:
-    scalars["train/b_simple"] = noise.ema.estimates()["b_simple"]
+def _log(writer, bar, step: int, step_metrics: dict, p: Progress, every: int,
+         learning_rate: float) -> None:
+  """The step's metrics (means over workers), the learning rate and the recent speed."""
+  since = p.durations[-min(every, len(p.durations)):]
+  scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
+  scalars |= {"train/learning_rate": learning_rate,
+              "train/steps_per_s": len(since) / max(sum(since), 1e-9)}
+  if p.noise is not None:
+    scalars["train/b_simple"] = p.noise.ema.estimates()["b_simple"]
   writer.write_scalars(step, scalars)
   bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
 

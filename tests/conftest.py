@@ -74,7 +74,7 @@ TIERS = {
     "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
     "test_train.py": "e2e", "test_tuning.py": "unit",
     "test_workload_study.py": "e2e", "test_multihost_study.py": "subprocess",
-    "test_input_pipeline.py": "e2e",
+    "test_input_pipeline.py": "e2e", "test_demo.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {
@@ -120,8 +120,8 @@ EXCEPTIONS = {  # file -> {test function: tier}
     "test_report.py": {"test_tables_and_pngs_from_json": "e2e"},  # every table and figure
     "test_resnet.py": {"test_resnet18_small_stem_fashion_mnist_forward": "integration"},
     "test_resume.py": {"test_kill_9_at_random_steps_then_resume_is_bit_identical": "subprocess",
-                       "test_sigterm_checkpoints_and_exits_143_then_resumes": "subprocess",
-                       "test_ctrl_c_checkpoints_and_exits_130_then_resumes": "subprocess"},
+                       "test_a_stop_request_checkpoints_exits_then_resumes_identically":
+                           "subprocess"},
     "test_routing.py": {
         "test_per_position_routing_falls_back_per_position": "integration",
         "test_excluded_routed_experts_fall_back_to_the_healthy_workers": "integration"},
@@ -150,3 +150,40 @@ def pytest_collection_modifyitems(config, items):
       raise pytest.UsageError(f"EXCEPTIONS in tests/conftest.py names tests {file} lacks: {stale}")
     tier = EXCEPTIONS.get(file, {}).get(item.originalname, TIERS[file])
     item.add_marker(getattr(pytest.mark, tier))
+
+
+def free_port() -> int:
+  """A localhost port nothing listens on, for a test's JAX coordinator."""
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def run_processes(commands: list[list[str]], env: dict, log_prefix: str,
+                  timeout_s: float) -> None:
+  """Runs one command per process of a multi-controller job, to its end; fails the test
+  with each process's log tail if any fails or the job outlasts `timeout_s`. Logs go to
+  files (`<log_prefix>.<i>.log`), not pipes: gloo and XLA log a lot."""
+  import subprocess
+
+  logs = [open(f"{log_prefix}.{i}.log", "w") for i in range(len(commands))]
+  procs = [subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+           for cmd, log in zip(commands, logs)]
+  try:
+    codes = [p.wait(timeout=timeout_s) for p in procs]
+  except subprocess.TimeoutExpired:
+    codes = None
+  finally:
+    for p in procs:  # one dead process leaves the others waiting on the coordinator
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+    for log in logs:
+      log.close()
+  if codes is None or any(codes):
+    tails = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n"
+                      + open(f"{log_prefix}.{i}.log").read()[-3000:]
+                      for i, p in enumerate(procs))
+    pytest.fail(f"{' '.join(commands[0])} failed or timed out after {timeout_s}s:\n{tails}")

@@ -7,25 +7,17 @@ The one-process reference runs in this test process (the same 8 devices and XLA 
 """
 import json
 import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, subprocess_env
+from tests.conftest import free_port, run_processes, subprocess_env
 
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 300
 RTOL, ATOL = 1e-4, 1e-6
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
 
 
 def _env(devices_per_process: int) -> dict:
@@ -38,31 +30,11 @@ def _run(variant: str, workdir, num_processes: int) -> dict:
   cmd = [sys.executable, "-m", "ensemble_jax.main",
          f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
          "--config.distributed.initialize=True",
-         f"--config.distributed.coordinator_address=localhost:{_free_port()}",
+         f"--config.distributed.coordinator_address=localhost:{free_port()}",
          f"--config.distributed.num_processes={num_processes}"]
   env = _env(8 // num_processes)
-  procs, logs = [], []
-  for i in range(num_processes):
-    log = open(f"{workdir}.{i}.log", "w")  # files, not pipes: gloo and XLA log a lot
-    logs.append(log)
-    procs.append(subprocess.Popen(cmd + [f"--config.distributed.process_id={i}"], cwd=REPO,
-                                  env=env, stdout=log, stderr=subprocess.STDOUT))
-  try:
-    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
-  except subprocess.TimeoutExpired:
-    codes = None
-  finally:
-    for p in procs:  # one dead process leaves the other waiting on the coordinator
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-    for log in logs:
-      log.close()
-  if codes is None or any(codes):
-    tails = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n"
-                      + open(f"{workdir}.{i}.log").read()[-3000:]
-                      for i, p in enumerate(procs))
-    pytest.fail(f"{' '.join(cmd)} failed or timed out after {TIMEOUT_S}s:\n{tails}")
+  run_processes([cmd + [f"--config.distributed.process_id={i}"] for i in range(num_processes)],
+                env, str(workdir), TIMEOUT_S)
   return _read(workdir)
 
 

@@ -4,14 +4,12 @@ records of 1 process x 8 devices (the tuning choice, every run's evaluations and
 import glob
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from tests.conftest import REPO, subprocess_env
-from tests.test_multihost import _free_port
+from tests.conftest import REPO, free_port, run_processes, subprocess_env
 
 pytestmark = pytest.mark.slow
 
@@ -61,26 +59,11 @@ def test_the_study_on_two_processes_matches_one(tmp_path):
   multi = str(tmp_path / "multi")
   cmd = [sys.executable, "-m", "experiments.sweeps.cost_vs_time", f"--config={CONFIG}",
          f"--workdir={multi}", "--grid=smoke", "--seeds=0", "--compile_cache=",
-         "--distributed", f"--coordinator_address=localhost:{_free_port()}",
+         "--distributed", f"--coordinator_address=localhost:{free_port()}",
          "--num_processes=2"]
   env = subprocess_env(4, JAX_PLATFORMS="cpu")
-  logs = [open(tmp_path / f"{i}.log", "w") for i in range(2)]
-  procs = [subprocess.Popen(cmd + [f"--process_id={i}"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT) for i, log in enumerate(logs)]
-  try:
-    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
-  except subprocess.TimeoutExpired:
-    codes = None
-  finally:
-    for p in procs:  # one dead process leaves the other waiting on the coordinator
-      if p.poll() is None:
-        p.kill()
-        p.wait()
-    for log in logs:
-      log.close()
-  if codes is None or any(codes):
-    pytest.fail("\n".join(f"--- process {i} ---\n" + (tmp_path / f"{i}.log").read_text()[-3000:]
-                          for i in range(2)))
+  run_processes([cmd + [f"--process_id={i}"] for i in range(2)], env, str(tmp_path / "p"),
+                TIMEOUT_S)
   assert os.path.exists(os.path.join(multi, "table.md"))  # process 0's report
 
   from experiments.sweeps import cost_vs_time
