@@ -1,12 +1,13 @@
 """Fashion-MNIST, embedded offline data (Debian's dataset-fashion-mnist via `make data`).
 
   python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py --workdir=/tmp/fm
-  # variants (comma-separated): smoke, ensemble, diloco, sweep, tiny; e.g. fashion_mnist.py:ensemble,tiny
+  # variants, comma-separated: smoke, ensemble, diloco, sweep, tiny; e.g. :smoke,ensemble
 
 Default: data-parallel ResNet-18 (small stem, width 16, 0.70M params), AdamW, batch 128,
 2 epochs, warmup + cosine.
 `ensemble`: N=8 workers (own inits, own random streams), each L=117 steps at batch 128,
 so the ensemble's total compute equals the DP run's 938 steps; critical path 1/8 of it.
+`smoke`: the quickest run that learns (seconds); `tiny`: compile-light, for tests.
 `sweep`: the cost-vs-time workload (`sweep_grid`, experiments/sweeps/cost_vs_time.py):
 ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test images
 evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
@@ -53,6 +54,7 @@ def get_config(arg: str = ""):
     c.eval.every_steps, c.eval.num_examples = 25, 2000
     c.eval.target_value = SWEEP_TARGET
     c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
+    c.train.stop_at_target = True  # a steps-to-target run, by hand as in the sweeps
     c.train.timing_warmup_steps = 5
     c.train.num_epochs, c.train.num_steps = 0.0, budget_steps(64)  # DP at D = 1
     c.method.num_workers, c.method.steps_per_worker = 4, budget_steps(4 * 64)

@@ -1,13 +1,14 @@
 """Byte-level GPT-2 on the embedded Python documentation (Debian python3.11-doc, `make data`).
 
   python -m ensemble_jax.main --config=experiments/configs/pydocs_gpt2.py --workdir=/tmp/lm
-  # variants (comma-separated): smoke, ensemble, diloco, sweep, tiny; e.g. pydocs_gpt2.py:ensemble,tiny
+  # variants, comma-separated: smoke, ensemble, diloco, sweep, tiny; e.g. :smoke,ensemble
 
 Default: data-parallel GPT-2 'mini' (4 layers, 4 heads, 128 wide, byte vocabulary 256,
 context 256), AdamW, 32 windows x 256 bytes per step, warmup + cosine. The target
 perplexity is set from a measured DP run of this config (see TARGET_PERPLEXITY).
 `ensemble`: N=4 workers, each a quarter of the DP steps, so equal total compute.
 `diloco`: the same workers with an outer Nesterov step every H = 50 steps.
+`smoke`: the quickest run that learns (seconds); `tiny`: compile-light, for tests.
 `sweep`: the cost-vs-time workload (`sweep_grid`): GPT-2 'tiny' (2 x 64), context 128, 16
 windows per device or worker, target perplexity SWEEP_TARGET on 256 validation windows
 evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
@@ -70,6 +71,7 @@ def get_config(arg: str = ""):
     c.eval.every_steps, c.eval.num_examples = 25, 256
     c.eval.target_value = SWEEP_TARGET
     c.eval.target_resolution = 0.05  # steps to target known to 5% (evals near it)
+    c.train.stop_at_target = True  # a steps-to-target run, by hand as in the sweeps
     c.train.timing_warmup_steps = 5
   if "smoke" in variants:
     # The quickest run that learns: 200 steps of GPT-2 tiny on 64-byte windows, from
