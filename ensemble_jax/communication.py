@@ -104,14 +104,21 @@ def request(config, method, *, num_classes: int, init_input: jax.ShapeDtypeStruc
 
 
 def read(method: methods_lib.Method, req: Request) -> list[costs.ProgramCollective]:
-  """The collectives of `method`'s programs, compiled on its mesh."""
-  def structs(shapes):
-    return {k: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+  """The collectives of `method`'s programs, compiled on its mesh.
+
+  An evaluation is priced per example it scores, whatever `eval.batch_size`: its programs
+  are compiled for one batch of all its examples (`eval_batches` x the batch), called
+  once. A collective whose bytes grow with the examples (the ensemble's mixture) is charged
+  for all of them, one that does not (metric sums) once per evaluation, as a program that
+  sums on the devices and reduces at the end of the evaluation would. Compiled, never run:
+  no batch that large is ever held in memory."""
+  def structs(shapes, rows=1):
+    return {k: jax.ShapeDtypeStruct((shape[0] * rows, *shape[1:]), np.dtype(dtype))
             for k, (shape, dtype) in shapes.items()}
 
   found = []
-  for program in method.programs(structs(req.train_batch), structs(req.eval_batch),
-                                 req.eval_batches):
+  for program in method.programs(structs(req.train_batch),
+                                 structs(req.eval_batch, req.eval_batches), 1):
     text = program.lowered.compile().as_text()
     found += costs.program_collectives(program.name, program.per, program.calls, text,
                                        method.mesh.devices.size)

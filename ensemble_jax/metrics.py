@@ -32,17 +32,33 @@ def prediction_sums(logits: jax.Array, labels: jax.Array, mask_B: jax.Array) -> 
           "bin_correct": (onehot_BxQ * correct_B[:, None]).sum(0)}
 
 
+def nll_sums(log_probs_B: jax.Array, mask_B: jax.Array) -> dict:
+  """Masked sums of the likelihood alone, from the log-probabilities of the targets.
+
+  Takes [B], or [B, T] with a mask [B]: then every token counts. `finalize` reads them as
+  `prediction_sums`' count and nll."""
+  mask_B = jnp.broadcast_to(mask_B.reshape(mask_B.shape + (1,) * (log_probs_B.ndim - 1)),
+                            log_probs_B.shape)
+  return {"count": mask_B.sum(), "nll": -(log_probs_B * mask_B).sum()}
+
+
 def add_sums(total: dict | None, sums: dict) -> dict:
   sums = jax.tree.map(lambda x: np.asarray(x, np.float64), jax.device_get(sums))
   return sums if total is None else jax.tree.map(np.add, total, sums)
 
 
 def finalize(sums: dict, task: str = "classification") -> dict[str, float]:
-  """Means from sums; for language models also perplexity and bits per token."""
+  """Means from sums; for language models also perplexity and bits per token.
+
+  Sums of the likelihood alone (`count` and `nll`, as `nll_sums` gives them) give the
+  likelihood's metrics alone: no accuracy or ECE."""
   count = float(sums["count"])
-  ece = np.sum(np.abs(sums["bin_correct"] - sums["bin_confidence"])) / count
   nll = float(sums["nll"]) / count
-  out = {"accuracy": float(sums["correct"]) / count, "nll": nll, "ece": float(ece)}
+  if "correct" in sums:
+    ece = np.sum(np.abs(sums["bin_correct"] - sums["bin_confidence"])) / count
+    out = {"accuracy": float(sums["correct"]) / count, "nll": nll, "ece": float(ece)}
+  else:
+    out = {"nll": nll}
   if task == "lm":
     # With the byte tokenizer a token is a byte: bits per token = bits per byte.
     out.update(perplexity=float(np.exp(nll)), bits_per_token=nll / np.log(2.0),

@@ -41,9 +41,11 @@ counts, with the device step, FLOPs per step and parameter bytes of ResNet-50 (b
 224^2) or GPT-2 small (16 x 1024 tokens) as measured on one H100
 (`experiments/results/bench/h100/`), the collectives of the programs that exchange
 parameters or gradients (train step, DiLoCo's sync and deployable model, the soup) scaled
-by the parameter ratio, and those of the eval program (the ensemble's logits reduction,
-metric sums) by the output-width ratio (ImageNet's 1,000 classes, GPT-2's 50,257 tokens
-against the workload's 10 classes or 256 bytes; the eval set itself is kept): how the
+by the parameter ratio, and those of the program that reduces logits (`output_programs`:
+the eval program, or a language-model ensemble's final aggregation, whose evaluations
+reduce only target log-probabilities) by the output-width ratio (ImageNet's 1,000
+classes, GPT-2's 50,257 tokens against the workload's 10 classes or 256 bytes; the eval
+set itself is kept): how the
 answer moves when a step is big and an all-reduce is 100 MB or 500 MB. Pool
 building is not charged in a what-if (the small workload's build time says nothing about a
 big dataset's), which favours the routed experts. The
@@ -73,6 +75,8 @@ CRITICAL_BATCH_WORKLOADS = {"fashion_mnist": "fashion", "pydocs_gpt2": "pydocs"}
 OUTPUT_WIDTH = {"fashion_mnist": 10, "pydocs_gpt2": 256,  # Fashion's classes; bytes
                 "resnet50": 1000, "gpt2_small": 50257}  # ImageNet's classes; GPT-2's BPE
 BENCH = "experiments/results/bench/h100/throughput.json"
+EVAL_PROGRAMS = ("eval", "final_eval")  # what evaluates; every other program's collectives
+# carry parameters or gradients
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +223,17 @@ def wins(row: dict) -> bool:
   return any(row[k] is None or row[k] > 1 for k in ("time_ratio", "compute_ratio"))
 
 
+def output_programs(p: Point) -> set[str]:
+  """The programs of `p` whose collectives carry logits, which grow with the output width.
+
+  A language-model ensemble reduces its logits once, at the end (`final_eval`); its
+  evaluations reduce one log-probability per worker and target, whatever the vocabulary.
+  Where a point has no `final_eval`, its eval program carries them (a classifier's, or
+  results read before evaluations reduced only their target's inputs)."""
+  programs = {c.program for c in p.collectives}
+  return {"final_eval"} if "final_eval" in programs else {"eval"}
+
+
 def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BENCH
             ) -> list[Point]:
   """The same step counts with a big model's H100-measured step, FLOPs and bytes, each point
@@ -239,8 +254,15 @@ def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BEN
     flops = p.flops_per_device_step / ref.flops_per_device_step
     size = p.param_bytes / ref.param_bytes
     param_bytes = 4.0 * row["params"] * size
-    collectives = tuple(dataclasses.replace(c, bytes=int(c.bytes * (
-        wider if c.program == "eval" else param_bytes / p.param_bytes))) for c in p.collectives)
+    logits = output_programs(p)
+
+    def scale(program: str) -> float:
+      if program in EVAL_PROGRAMS:  # an evaluation's target log-probabilities: kept
+        return wider if program in logits else 1.0
+      return param_bytes / p.param_bytes
+
+    collectives = tuple(dataclasses.replace(c, bytes=int(c.bytes * scale(c.program)))
+                        for c in p.collectives)
     out.append(dataclasses.replace(p, device_step_s=row["step_s"] * flops,
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
                                    param_bytes=param_bytes, pool_s=0.0,

@@ -4,6 +4,7 @@ import copy
 import dataclasses
 
 import jax
+import pytest
 
 from ensemble_jax import communication, costs, train
 from ensemble_jax.data import samplers
@@ -50,3 +51,34 @@ def test_a_request_keeps_the_mesh_in_the_form_the_config_holds(tiny_config, tmp_
                                 steps_per_epoch=s.steps_per_epoch,
                                 train_batches=train_batches, eval_batches=eval_batches)
     assert req.mesh == {"data": 8}
+
+
+def _eval_seconds(config, eval_rows: int, eval_batches: int, link: str = "eth10g") -> dict:
+  """The modelled communication of one evaluation of `eval_batches` x `eval_rows` windows,
+  program by program, read as a run reads it at its end (`communication.read`)."""
+  n, t = config.method.num_workers, config.data.context
+  config.eval.batch_size = eval_rows
+  req = communication.Request(
+      config=config.to_dict(), num_classes=256, init_input=((1, t), "int32"), num_steps=4,
+      steps_per_epoch=10, train_batch={"tokens": ([n, 8, t + 1], "int32")},
+      eval_batch={"tokens": ([eval_rows, t + 1], "int32"), "mask": ([eval_rows], "float32")},
+      eval_batches=eval_batches)
+  found = communication.read(communication.build(req, jax.devices()[:n]), req)
+  seconds = {}
+  for c in costs.merged(found):
+    if c.per in ("eval", "run") and c.program != "train_step":
+      seconds[c.program] = seconds.get(c.program, 0.0) + c.count * c.seconds(
+          costs.INTERCONNECTS[link])
+  return seconds
+
+
+def test_evaluations_are_priced_per_example_whatever_their_batch_size():
+  """Halving eval.batch_size (twice the batches) is a memory setting: the same examples
+  are scored and the modelled communication of an evaluation does not change."""
+  from experiments.configs import pydocs_gpt2
+
+  config = pydocs_gpt2.get_config("ensemble,tiny")
+  config.method.num_workers, config.mesh = 4, [("worker", 4), ("data", 1)]
+  whole = _eval_seconds(config, 16, 2)
+  assert whole["eval"] > 0 and whole["final_eval"] > 0
+  assert _eval_seconds(config, 8, 4) == pytest.approx(whole, rel=1e-9)

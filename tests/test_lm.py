@@ -44,6 +44,14 @@ def test_ensemble_lm_reports_both_aggregations(tmp_path):
   # The mixture's NLL is at most the mean NLL of its members (Jensen).
   assert probs["nll"] <= np.mean([w["nll"] for w in r["per_worker"]]) + 1e-6
   assert np.isfinite(logits["perplexity"])
+  # Evaluations reduce the headline mixture's likelihood only; its accuracy and ECE, and
+  # the 'logits' mode, come from one reduction of the full logits at the end.
+  last = r["history"][-1]
+  assert last["probs/perplexity"] == probs["perplexity"] and "probs/accuracy" not in last
+  assert not any(k.startswith("logits/") for k in last)
+  assert {"accuracy", "ece"} <= set(probs) and {"accuracy", "ece"} <= set(logits)
+  programs = {(c["program"], c["per"]) for c in r["cost"]["modelled"]["collectives"]}
+  assert {("eval", "eval"), ("final_eval", "run")} <= programs
 
 
 def test_lm_sums_count_every_token_and_mask_padding():
@@ -63,3 +71,60 @@ def test_probs_aggregation_of_token_logits_is_the_mixture():
   mixed = aggregate.combine(logits, jnp.ones(4), "probs")
   ref = jax.nn.softmax(logits).mean(0)
   np.testing.assert_allclose(np.exp(mixed), ref, rtol=1e-5)
+
+
+def test_target_log_probs_give_the_mixtures_nll_and_exclude_nan_workers():
+  """The mixture read at the target, from each worker's log-probability of it, is the full
+  mixture's (`combine`) at the target: what an LM evaluation reduces instead of logits."""
+  logits_NxBxTxV = np.asarray(jax.random.normal(jax.random.key(0), (4, 2, 3, 7))) * 3
+  logits_NxBxTxV[2] = np.nan  # worker 2 diverged
+  labels_BxT = jax.random.randint(jax.random.key(1), (2, 3), 0, 7)
+  route_NxBxT = jax.random.uniform(jax.random.key(2), (4, 2, 3))
+  logp_NxBxT = jax.vmap(aggregate.target_log_probs, (0, None))(jnp.asarray(logits_NxBxTxV),
+                                                                labels_BxT)
+  for weights in (jnp.asarray([1.0, 1.0, 0.0, 1.0]),
+                  route_NxBxT * jnp.asarray([1.0, 1.0, 0.0, 1.0])[:, None, None]):
+    mixed = aggregate.mixture_log_probs(logp_NxBxT, weights)
+    full = aggregate.combine(jnp.asarray(logits_NxBxTxV), weights, "probs")
+    want = jnp.take_along_axis(jax.nn.log_softmax(full), labels_BxT[..., None], -1)[..., 0]
+    assert np.all(np.isfinite(mixed))
+    np.testing.assert_allclose(mixed, want, rtol=1e-6, atol=1e-6)
+  sums = metrics.nll_sums(mixed, jnp.asarray([1.0, 0.0]))
+  assert float(sums["count"]) == 3 and float(sums["nll"]) == pytest.approx(
+      -float(mixed[0].sum()), rel=1e-6)
+  assert set(metrics.finalize(metrics.add_sums(None, sums), "lm")) == {
+      "nll", "perplexity", "bits_per_token", "num_tokens"}
+
+
+def _lm_eval_collectives(aggregation: str, vocab: int, n=4, b=16, t=32):
+  """The collectives of an LM ensemble's eval program, compiled on n devices."""
+  from ensemble_jax import hlo, methods
+  from ensemble_jax.sharding import make_mesh
+
+  config = _config("ensemble,tiny")
+  config.method.num_workers, config.mesh = n, [("worker", n), ("data", 1)]
+  config.method.aggregation, config.eval.batch_size = aggregation, b
+  method = methods.build(config, make_mesh(config.mesh, jax.devices()[:n]), num_classes=vocab,
+                         init_input=jax.ShapeDtypeStruct((1, t), jnp.int32), num_steps=4,
+                         steps_per_epoch=10)
+  train = {"tokens": jax.ShapeDtypeStruct((n, 8, t + 1), jnp.int32)}
+  batch = {"tokens": jax.ShapeDtypeStruct((b, t + 1), jnp.int32),
+           "mask": jax.ShapeDtypeStruct((b,), jnp.float32)}
+  if "routed" in aggregation:
+    batch["route"] = jax.ShapeDtypeStruct((b, t, n), jnp.float32)
+  [program] = [p for p in method.programs(train, batch, 1) if p.name == "eval"]
+  return sorted((c.op, c.operand_bytes) for c in hlo.collectives(
+      program.lowered.compile().as_text()))
+
+
+@pytest.mark.parametrize("aggregation", ["probs,logits", "routed,probs,logits"])
+def test_lm_ensemble_evaluations_send_no_collective_that_grows_with_the_vocabulary(
+    aggregation):
+  """The mixture's perplexity needs one log-probability per worker and target: no
+  collective of the eval program is as large as one worker's share of [B, T, V] logits,
+  and doubling the vocabulary changes none of them."""
+  n, b, t, vocab = 4, 16, 32, 256
+  found = _lm_eval_collectives(aggregation, vocab, n, b, t)
+  assert found and max(size for _, size in found) < b * t * vocab * 4 // n, found
+  if aggregation.startswith("probs"):
+    assert _lm_eval_collectives(aggregation, 2 * vocab, n, b, t) == found

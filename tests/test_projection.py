@@ -153,3 +153,20 @@ def test_other_sweeps_join_their_curves_and_the_grid_keeps_its_points():
   # The table says how many seeds each point averages (the many-worker points: fewer).
   text = projection.table(rows, "t")
   assert "| N64_L20 (1) |" in text and "| N16_L50 (3) |" in text
+
+
+def test_what_if_widens_only_the_program_that_reduces_logits(tmp_path):
+  """A language-model ensemble reduces its logits once, at the end (`final_eval`): a wider
+  vocabulary widens that; its evaluations' target log-probabilities are kept."""
+  bench = tmp_path / "bench.json"
+  bench.write_text('[{"model": "gpt2_small", "attention": "fused", "vocab": 50257, "step_s": 0.2,'
+                   ' "flops_per_step_analytic": 1e13, "params": 124000000}]')
+  final = dataclasses.replace(_allreduce("run", 1 << 20, 4), program="final_eval")
+  evaluate = dataclasses.replace(_allreduce("eval", 4096, 4, 2), program="eval")
+  points = [_point("data_parallel", "D1", "data_parallel", 1, 400, nbytes=4e6),
+            _point("ensemble", "N4_L100", "ensemble", 4, 100, nbytes=4e6,
+                   collectives=(evaluate, final), units=(("eval", 5.0),))]
+  _, ens = projection.what_if(points, "gpt2_small", 256, str(bench))
+  assert ens.collectives[0].bytes == 4096  # one log-probability per worker and token
+  assert ens.collectives[1].bytes == int((1 << 20) * 50257 / 256)  # the logits, once
+  assert projection.output_programs(points[0]) == {"eval"}  # no final_eval: eval's logits

@@ -31,6 +31,33 @@ from ensemble_jax.methods.base import Method, Program, abstract
 from ensemble_jax.methods.data_parallel import check_batch_sizes, check_divisible
 
 LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
+# The aggregation modes that mix the workers' predictions (`soup` averages their weights;
+# DiLoCo's `global` is one model).
+MIXTURES = ("logits", "probs", "routed")
+
+
+def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+  """What every evaluation reduces across workers, and which modes are left for the end.
+
+  Returns ({mode: 'full' or 'targets'}, end modes). `full` reduces the workers' logits,
+  [N, B, C] to [B, C], for every metric; `targets` reduces only each worker's
+  log-probability of the target, [N, B, T], to the mixture's (`aggregate.mixture_log_probs`).
+
+  Classification reduces every mixture mode in full at every evaluation: its targets are
+  accuracies, which need the mixture's argmax, and C is the class count. A language model
+  reduces only what stopping at its target needs: the headline mode's perplexity. For
+  `probs` and `routed` that is the targets' log-probabilities, whatever the vocabulary;
+  `logits` needs the mean of the full logits. The other modes, and the headline mixture's
+  accuracy and ECE, are computed once at the end (`final_results`) from the full logits.
+  """
+  mixtures = tuple(mode for mode in modes if mode in MIXTURES)
+  if task != "lm":
+    return {mode: "full" for mode in mixtures}, ()
+  headline = modes[0] if modes else None
+  plan = {}
+  if headline in MIXTURES:
+    plan[headline] = "full" if headline == "logits" else "targets"
+  return plan, tuple(mode for mode in mixtures if plan.get(mode) != "full")
 
 
 def resolve_local_strategy(strategy: str, backend: str) -> str:
@@ -103,6 +130,8 @@ class Ensemble(Method):
                                         in_specs=(P("worker"), P("data")),
                                         out_specs=P("worker", "data"), check_vma=False)
     self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
+    self.end_modes = eval_plan(config.task, self.modes)[1]
+    self._final_fn = jax.jit(self._final_sums, out_shardings=rep)
 
   # ---- init ----
   def _init_state(self, rng):
@@ -154,27 +183,16 @@ class Ensemble(Method):
                              self.strategy, states)
 
   def _eval_sums(self, states, batch, weights_N):
-    logits_NxBx = self._worker_logits(states, batch)  # [N, B, C] or [N, B, T, V]
-    labels, mask = step_lib.targets(batch, self.step_config), batch["mask"]
-    sums = {"per_worker": jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
-        logits_NxBx, labels, mask)}
-    for mode in self.modes:
-      if mode == "routed":  # the k-means routing of each example [B, N] or position [B, T, N]
-        route_NxBx = jnp.moveaxis(batch["route"].astype(jnp.float32), -1, 0)
-        healthy_NxBx = jnp.broadcast_to(
-            weights_N.reshape((-1,) + (1,) * (route_NxBx.ndim - 1)), route_NxBx.shape)
-        routed_NxBx = healthy_NxBx * route_NxBx  # `combine` renormalises over what is left
-        # All of its routed experts excluded: the healthy workers' uniform mixture, counted.
-        fallback_Bx = jnp.sum(routed_NxBx, axis=0) <= 0
-        routed_NxBx = jnp.where(fallback_Bx[None], healthy_NxBx, routed_NxBx)
-        sums[mode] = metrics_lib.prediction_sums(
-            aggregate.combine(logits_NxBx, routed_NxBx, "probs"), labels, mask)
-        mask_Bx = mask.reshape(mask.shape + (1,) * (fallback_Bx.ndim - 1))
-        sums[mode]["fallback"] = jnp.sum(fallback_Bx * mask_Bx)
-      elif mode != "soup":
-        sums[mode] = metrics_lib.prediction_sums(
-            aggregate.combine(logits_NxBx, weights_N, mode), labels, mask)
-    return sums
+    """Each worker's own metric sums, and the mixtures an evaluation reduces (`eval_plan`)."""
+    plan = eval_plan(self.step_config.task, self.modes)[0]
+    return mixture_sums(self._worker_logits(states, batch), batch, weights_N, plan,
+                        self.step_config, per_worker=True)
+
+  def _final_sums(self, states, batch, weights_N):
+    """The end's mixtures in full: the modes, and metrics, evaluations leave out."""
+    plan = {mode: "full" for mode in eval_plan(self.step_config.task, self.modes)[1]}
+    return mixture_sums(self._worker_logits(states, batch), batch, weights_N, plan,
+                        self.step_config, per_worker=False)
 
   def eval_step(self, states, batch):
     return self._eval_fn(states, batch, jnp.asarray(self.healthy, jnp.float32))
@@ -234,6 +252,17 @@ class Ensemble(Method):
                     eval_batches) -> dict:
     ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
                        if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
+    if self.end_modes:  # in full, once: what the evaluations left out (`eval_plan`)
+      weights = jnp.asarray(self.healthy, jnp.float32)
+      sums = None
+      for batch in eval_batches:
+        sums = metrics_lib.add_sums(sums, self._final_fn(state, batch, weights))
+      for mode in self.end_modes:
+        full = metrics_lib.finalize(sums[mode], self.config.task)
+        if "fallback" in sums[mode]:
+          full["fallback"] = int(sums[mode]["fallback"])
+        # What the last evaluation reported stays: it is the model's score at its step.
+        ensemble[mode] = {**full, **ensemble[mode]}
     if "soup" in self.modes:
       # Global arrays: a process's local batch holds only its own workers' rows.
       bn_batches = stacked_train_batches(train_batches, self.config.method.soup_bn_batches)
@@ -275,15 +304,20 @@ class Ensemble(Method):
     return {"worker": worker, "data": data}
 
   def programs(self, train_batch, eval_batch, eval_batches: int) -> list[Program]:
-    """The step, the eval step and, when soup is an aggregation mode, its average.
+    """The step, the eval step, the end's full mixtures and the soup's average, if any.
 
     The step's collectives run over `data` only, none when a worker has one device. The
-    eval step reduces logits across workers, as a stop-at-target evaluation and the final
-    aggregation need."""
+    eval step reduces across workers what a stop-at-target evaluation needs (`eval_plan`):
+    a language model's per-worker target log-probabilities, never its logits, unless
+    `logits` is the headline. What evaluations leave out is reduced once, at the end
+    (`final_eval`)."""
     a = self._abstract_inputs(train_batch, eval_batch)
     out = [Program("train_step", "step", 1, self.train_step.lower(a.state, a.train, a.rng)),
            Program("eval", "eval", eval_batches,
                    self._eval_fn.lower(a.state, a.eval, a.weights_N))]
+    if self.end_modes:  # once, at the end: final_results
+      out.append(Program("final_eval", "run", eval_batches,
+                         self._final_fn.lower(a.state, a.eval, a.weights_N)))
     if "soup" in self.modes:  # once, at the end: final_results
       count = self.config.method.soup_bn_batches
       bn_batches = abstract(
@@ -300,6 +334,44 @@ class Ensemble(Method):
         eval=abstract(eval_batch, self.eval_layout.sharding),
         # Uncommitted arrays, as the loop passes them: programs it ran are not compiled again.
         weights_N=jnp.asarray(self.healthy, jnp.float32), rng=jax.random.key(0))
+
+
+def mixture_sums(logits_NxBx, batch: dict, weights_N, plan: dict[str, str], step_config,
+                 per_worker: bool) -> dict:
+  """Metric sums of the mixtures `plan` names ({mode: 'full' or 'targets'}, `eval_plan`).
+
+  `logits_NxBx` is [N, B, C] or [N, B, T, V], sharded over workers: each worker's own sums
+  (`per_worker`) and its target log-probabilities are computed where its logits are; only
+  the mixtures cross workers. `weights_N` is 1 for a healthy worker, 0 for an excluded one.
+  """
+  labels, mask = step_lib.targets(batch, step_config), batch["mask"]
+  sums = {}
+  if per_worker:
+    sums["per_worker"] = jax.vmap(metrics_lib.prediction_sums, (0, None, None))(
+        logits_NxBx, labels, mask)
+  if "targets" in plan.values():  # [N, B, T]: one number per worker and target
+    log_probs_NxBx = jax.vmap(aggregate.target_log_probs, (0, None))(logits_NxBx, labels)
+  for mode, form in plan.items():
+    weights, fallback_Bx = weights_N, None
+    if mode == "routed":  # the k-means routing of each example [B, N] or position [B, T, N]
+      route_NxBx = jnp.moveaxis(batch["route"].astype(jnp.float32), -1, 0)
+      healthy_NxBx = jnp.broadcast_to(
+          weights_N.reshape((-1,) + (1,) * (route_NxBx.ndim - 1)), route_NxBx.shape)
+      weights = healthy_NxBx * route_NxBx  # renormalised over what is left
+      # All of its routed experts excluded: the healthy workers' uniform mixture, counted.
+      fallback_Bx = jnp.sum(weights, axis=0) <= 0
+      weights = jnp.where(fallback_Bx[None], healthy_NxBx, weights)
+    if form == "targets":
+      sums[mode] = metrics_lib.nll_sums(aggregate.mixture_log_probs(log_probs_NxBx, weights),
+                                        mask)
+    else:
+      sums[mode] = metrics_lib.prediction_sums(
+          aggregate.combine(logits_NxBx, weights, "logits" if mode == "logits" else "probs"),
+          labels, mask)
+    if fallback_Bx is not None:
+      mask_Bx = mask.reshape(mask.shape + (1,) * (fallback_Bx.ndim - 1))
+      sums[mode]["fallback"] = jnp.sum(fallback_Bx * mask_Bx)
+  return sums
 
 
 @dataclasses.dataclass(frozen=True)
