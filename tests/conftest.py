@@ -74,7 +74,7 @@ TIERS = {
     "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
     "test_train.py": "e2e", "test_tuning.py": "unit",
     "test_workload_study.py": "e2e", "test_multihost_study.py": "subprocess",
-    "test_input_pipeline.py": "e2e", "test_demo.py": "unit",
+    "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {

@@ -77,7 +77,7 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
     logging.info("distill: pool built in %.1f s", info["build_time_s"])
     os.makedirs(os.path.dirname(path), exist_ok=True)
     offsets = np.cumsum([0] + [len(p) for p in pools])
-    tmp = path + ".tmp.npz"
+    tmp = f"{path}.{os.getpid()}.tmp.npz"  # the processes of a multi-host run write alike
     np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
              weights=np.zeros(0) if weights is None else weights,
              route=np.zeros(0) if route is None else route, info=json.dumps(info))
@@ -91,6 +91,29 @@ def _routed(config) -> bool:
   return "routed" in config_lib.aggregation_modes(config)
 
 
+def _scored_eval(config, data):
+  """The eval examples the run scores: the first `eval.num_examples` (all when 0), as
+  `pipeline.EvalBatches` reads them; only these are routed."""
+  n = len(data.eval)
+  scored = getattr(getattr(config, "eval", None), "num_examples", 0)  # 0 or unset: all
+  return _Head(data.eval, min(scored or n, n))
+
+
+class _Head:
+  """The first `n` examples of a pipeline source."""
+
+  def __init__(self, source, n: int):
+    self.source, self.n = source, n
+
+  def __len__(self) -> int:
+    return self.n
+
+  def get(self, i: int):
+    if not 0 <= i < self.n:
+      raise IndexError(i)
+    return self.source.get(i)
+
+
 def cache_key(config, data, num_consumers: int) -> str:
   """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
   fields = {"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
@@ -99,6 +122,9 @@ def cache_key(config, data, num_consumers: int) -> str:
             "optim": config.optim.to_dict(), "batch": config.train.batch_size,
             "seed": config.seed, "consumers": num_consumers,
             "fingerprint": fingerprint(data)}
+  if _routed(config) and len(_scored_eval(config, data)) < len(data.eval):
+    # The routing covers only the examples the evaluation scores.
+    fields["routed_eval_examples"] = len(_scored_eval(config, data))
   if _routed(config) and config.task == "lm":
     # Text pools once routed each window on all of its tokens, targets included: a new key,
     # so no such cached routing is ever read back.
@@ -212,7 +238,7 @@ def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consum
   route, eval_flops = None, 0.0
   if _routed(config):
     _, eval_features, _, eval_flops = forward(
-        proxy_state, proxy.method.step_config, data.eval, data.eval_transform,
+        proxy_state, proxy.method.step_config, _scored_eval(config, data), data.eval_transform,
         config.eval.batch_size)
     route = np.asarray(clusters.routing_weights(
         (eval_features[0] - mean) / std, centroids,
@@ -256,8 +282,12 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):  # the proxy path's rule: temperature per standardised dimension
+    # Projected in whole chunks of `pca.chunk` images, as the whole split is: a BLAS product
+    # of another shape may round differently, and the routing would not be the same.
+    scored = len(_scored_eval(config, data))
+    whole = _Head(data.eval, min(len(data.eval), -(-scored // pca.chunk) * pca.chunk))
     route = np.asarray(clusters.routing_weights(
-        (pca.transform(data.eval) - mean) / std, centroids,
+        (pca.transform(whole)[:scored] - mean) / std, centroids,
         d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
   n, dim = train_ExD.shape
   info = {
@@ -285,14 +315,18 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):
-    prefixes_ExTxD = tfidf.transform_prefixes(data.eval)
+    prefixes_ExTxD = tfidf.transform_prefixes(_scored_eval(config, data))
     m, t, dim = prefixes_ExTxD.shape
     route = np.zeros((m, t, num_consumers), np.float32)
     rows = max(1, 65536 // max(t, 1))  # windows per routing call: bounded device memory
     for i in range(0, m, rows):
+      # Blocks of the shapes the whole split is routed in: another shape may round apart.
+      block = prefixes_ExTxD[i:i + rows]
+      size = min(rows, len(data.eval) - i)
+      block = np.concatenate([block, np.zeros((size - len(block), t, dim), block.dtype)])
       route[i:i + rows] = np.asarray(clusters.routing_weights(
-          prefixes_ExTxD[i:i + rows].reshape(-1, dim), centroids, d.route_temperature,
-          min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)
+          block.reshape(-1, dim), centroids, d.route_temperature,
+          min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)[:len(route) - i]
   n, dim = train_ExD.shape
   info = {
       "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}",

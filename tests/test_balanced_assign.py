@@ -1,0 +1,41 @@
+"""The balanced k-means assignment: the fast rounds equal the pair-at-a-time greedy."""
+import numpy as np
+import pytest
+
+from ensemble_jax.distill import clusters
+
+
+def _distances(rng, n, k, kind):
+  if kind == "uniform":
+    return rng.random((n, k), dtype=np.float32)
+  if kind == "ties":  # a few distinct values: most pairs tie
+    return rng.integers(0, 4, (n, k)).astype(np.float32)
+  if kind == "zeros":
+    return np.zeros((n, k), np.float32)
+  x, c = rng.normal(size=(n, 3)), rng.normal(size=(k, 3))
+  d2 = ((x[:, None] - c[None]) ** 2).sum(-1).astype(np.float32)
+  d2[rng.random((n, k)) < 0.1] = -0.0  # a clamped distance may be negative zero
+  return d2
+
+
+@pytest.mark.parametrize("kind", ["uniform", "ties", "zeros", "points"])
+def test_rounds_equal_the_pairwise_greedy_on_random_distances(kind):
+  rng = np.random.default_rng(["uniform", "ties", "zeros", "points"].index(kind))
+  for _ in range(60):
+    n = int(rng.integers(1, 300))
+    k = int(rng.integers(1, min(n, 24) + 1))
+    d2 = _distances(rng, n, k, kind)
+    fast = clusters._balanced_assign(d2)
+    np.testing.assert_array_equal(fast, clusters._balanced_assign_pairwise(d2))
+    sizes = np.bincount(fast, minlength=k)
+    assert sizes.min() >= n // k and sizes.max() <= -(-n // k)
+
+
+@pytest.mark.parametrize("n,k", [(5000, 64), (4999, 8), (3000, 1)])
+def test_rounds_equal_the_pairwise_greedy_on_k_means_points(n, k):
+  rng = np.random.default_rng(n + k)
+  x = rng.normal(size=(n, 16)).astype(np.float32)
+  c = x[rng.choice(n, k, replace=False)]
+  d2 = np.asarray(clusters._sq_distances(x, c))
+  np.testing.assert_array_equal(clusters._balanced_assign(d2),
+                                clusters._balanced_assign_pairwise(d2))
