@@ -43,20 +43,30 @@ def _dense(features: int, dtype: Any, std: float, name: str) -> nn.Dense:
                   bias_init=nn.initializers.zeros, name=name)
 
 
-def _einsum_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ, dtype, dropout):
+def _tokens(x_BxTxD):
+  """[B, T, D] -> [B*T, D]: dense layers over flattened tokens.
+
+  XLA:CPU's gradient of a dense layer over 3-D inputs contracts two axes (B and T)
+  and runs far slower than the one plain [B*T, D] x [D, F] GEMM it is; the reshape
+  is free and the numbers are the same."""
+  return x_BxTxD.reshape(-1, x_BxTxD.shape[-1])
+
+
+def _einsum_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, dtype, dropout):
   """Causal attention with the [B, A, T, T] scores materialised.
 
   It keeps HF's numerics and applies `dropout` to the probabilities, which the fused
-  kernel cannot do."""
-  T, head_dim = q_BxTxAxZ.shape[1], q_BxTxAxZ.shape[-1]
+  kernel cannot do. Heads lead their tokens ([B, A, T, Z]) so both products and their
+  gradients are batched GEMMs with no transposes inside."""
+  T, head_dim = q_BxAxTxZ.shape[2], q_BxAxTxZ.shape[-1]
   # Scores and softmax in float32: bf16 logits lose too much precision for softmax.
-  scores_BxAxTxT = jnp.einsum("btaz,bsaz->bats", q_BxTxAxZ, k_BxTxAxZ,
+  scores_BxAxTxT = jnp.einsum("batz,basz->bats", q_BxAxTxZ, k_BxAxTxZ,
                               preferred_element_type=jnp.float32)
   scores_BxAxTxT = scores_BxAxTxT / math.sqrt(head_dim)
   causal_TxT = jnp.tril(jnp.ones((T, T), dtype=bool))
   scores_BxAxTxT = jnp.where(causal_TxT, scores_BxAxTxT, jnp.finfo(jnp.float32).min)
   probs_BxAxTxT = dropout(nn.softmax(scores_BxAxTxT, axis=-1).astype(dtype))
-  return jnp.einsum("bats,bsaz->btaz", probs_BxAxTxT, v_BxTxAxZ)
+  return jnp.einsum("bats,basz->batz", probs_BxAxTxT, v_BxAxTxZ)
 
 
 class CausalSelfAttention(nn.Module):
@@ -71,25 +81,26 @@ class CausalSelfAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
-    _, T, D = x_BxTxD.shape
-    head_dim = D // self.num_heads
-    qkv_BxTx3D = _dense(3 * D, self.dtype, _INIT_STD, "c_attn")(x_BxTxD)
+    B, T, D = x_BxTxD.shape
+    A, head_dim = self.num_heads, D // self.num_heads
+    qkv_Nx3D = _dense(3 * D, self.dtype, _INIT_STD, "c_attn")(_tokens(x_BxTxD))
     # HF splits the fused projection as [q | k | v], each D wide, heads contiguous.
-    q_BxTxD, k_BxTxD, v_BxTxD = jnp.split(qkv_BxTx3D, 3, axis=-1)
-    q_BxTxAxZ = q_BxTxD.reshape(*q_BxTxD.shape[:-1], self.num_heads, head_dim)
-    k_BxTxAxZ = k_BxTxD.reshape(*k_BxTxD.shape[:-1], self.num_heads, head_dim)
-    v_BxTxAxZ = v_BxTxD.reshape(*v_BxTxD.shape[:-1], self.num_heads, head_dim)
+    qkv_BxTx3xAxZ = qkv_Nx3D.reshape(B, T, 3, A, head_dim)
     if self.attention == "fused":  # cuDNN flash attention on GPU in bf16; XLA's elsewhere
+      q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ = (qkv_BxTx3xAxZ[:, :, i] for i in range(3))
       cudnn = jax.default_backend() == "gpu" and q_BxTxAxZ.dtype in (jnp.bfloat16, jnp.float16)
       y_BxTxAxZ = jax.nn.dot_product_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ,
                                                is_causal=True,
                                                implementation="cudnn" if cudnn else None)
     else:
+      # One transpose to heads-first for q, k and v together (and one back below).
+      q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ = jnp.transpose(qkv_BxTx3xAxZ, (2, 0, 3, 1, 4))
       dropout = nn.Dropout(self.attn_dropout, name="attn_dropout")
-      y_BxTxAxZ = _einsum_attention(q_BxTxAxZ, k_BxTxAxZ, v_BxTxAxZ, self.dtype,
+      y_BxAxTxZ = _einsum_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, self.dtype,
                                     lambda p: dropout(p, deterministic=not train))
-    y_BxTxD = y_BxTxAxZ.reshape(*y_BxTxAxZ.shape[:-2], D)
-    y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxD)
+      y_BxTxAxZ = jnp.transpose(y_BxAxTxZ, (0, 2, 1, 3))
+    y_NxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxAxZ.reshape(B * T, D))
+    y_BxTxD = y_NxD.reshape(B, T, D)
     return nn.Dropout(self.resid_dropout, name="resid_dropout")(
         y_BxTxD, deterministic=not train)
 
@@ -104,10 +115,10 @@ class MLP(nn.Module):
 
   @nn.compact
   def __call__(self, x_BxTxD, train: bool):
-    D = x_BxTxD.shape[-1]
-    h_BxTxF = _dense(self.hidden_dim, self.dtype, _INIT_STD, "c_fc")(x_BxTxD)
-    h_BxTxF = nn.gelu(h_BxTxF, approximate=True)
-    y_BxTxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(h_BxTxF)
+    h_NxF = _dense(self.hidden_dim, self.dtype, _INIT_STD, "c_fc")(_tokens(x_BxTxD))
+    h_NxF = nn.gelu(h_NxF, approximate=True)
+    y_NxD = _dense(x_BxTxD.shape[-1], self.dtype, self.out_init_std, "c_proj")(h_NxF)
+    y_BxTxD = y_NxD.reshape(x_BxTxD.shape)
     return nn.Dropout(self.resid_dropout, name="resid_dropout")(
         y_BxTxD, deterministic=not train)
 
@@ -223,9 +234,9 @@ class GPT2(nn.Module):
     # Tied output layer (what `wte.attend` computes), but accumulated and returned in
     # float32 so bf16 compute does not round the logits to bf16.
     embedding_VxD = wte.embedding.astype(self.dtype)
-    logits_BxTxV = jnp.einsum("btd,vd->btv", x_BxTxD, embedding_VxD,
-                              preferred_element_type=jnp.float32)
-    return logits_BxTxV
+    logits_NxV = jnp.einsum("nd,vd->nv", _tokens(x_BxTxD), embedding_VxD,
+                            preferred_element_type=jnp.float32)
+    return logits_NxV.reshape(*x_BxTxD.shape[:-1], -1)
 
 
 def create_model(name: str, *, vocab_size: int, context: int, dtype=jnp.float32,
