@@ -161,7 +161,7 @@ def load_tfds(name: str, split: str, data_dir: str = "") -> ImageSource:
 
 
 def load(data_config, eval_split: str) -> ImageData:
-  if data_config.source == "idx":  # fashion_mnist only (config_lib.validate says so)
+  if data_config.source == "idx":  # fashion_mnist only (validation.validate says so)
     train, test = load_fashion_mnist_idx(data_config.data_dir)
     if eval_split not in ("test", "validation"):
       raise config_lib.ConfigError(f"config.eval.split={eval_split!r}: the idx files hold "
