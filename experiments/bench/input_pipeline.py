@@ -43,6 +43,7 @@ import time
 import numpy as np
 from absl import flags
 
+from ensemble_jax import record
 from experiments import cli
 
 H100_IMAGES_PER_S = 5213  # ResNet-50, batch 256, bf16: experiments/results/bench/h100/
@@ -339,14 +340,8 @@ def bench_text(kind: str, max_bytes: int, bpe_vocab: int, batch: int, threads: i
 
 
 def machine() -> dict:
-  model = ""
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
-                   "")
-  except OSError:
-    pass
-  return {"cpu": model or platform.processor(), "cores": os.cpu_count(),
+  """The host (`record.host_info`: CPU model and features, jax), its cores and load."""
+  return {**record.host_info(), "cores": os.cpu_count(),
           "load_average_1m": round(os.getloadavg()[0], 2), "python": platform.python_version()}
 
 
