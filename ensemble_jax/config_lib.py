@@ -177,6 +177,9 @@ def _train() -> ml_collections.ConfigDict:
   # Duration: exactly one of num_steps / num_epochs is > 0.
   g.num_steps = 0
   g.num_epochs = 2.0
+  # The run's budget and the learning-rate schedule spanning it: this fraction of the
+  # duration above (a shorter schedule decays sooner; the sweeps can tune it).
+  g.schedule_fraction = 1.0
   g.stop_at_target = False  # steps-to-target runs: stop at the first eval reaching it
   # > 0: stop at the first eval at or past this step, though the schedule spans the whole
   # budget: a tuning run that can no longer be chosen (tune.stop_losers). 0: off.
@@ -193,6 +196,9 @@ def _eval() -> ml_collections.ConfigDict:
   g.every_steps = 0  # 0: evaluate once per epoch
   g.batch_size = 1000
   g.num_examples = 0  # 0: the whole eval split
+  # At the end, also score the split's examples past num_examples, which the evaluations
+  # (the target, the stop, the tuning) never saw: results.json `rest`.
+  g.score_rest_at_end = False
   g.split = "test"
   g.target_metric = "accuracy"  # accuracy | nll
   g.target_value = 0.91
@@ -285,6 +291,9 @@ def _tune() -> ml_collections.ConfigDict:
   g.extend = 2.0
   g.max_extensions = 2
   g.seed = 0
+  # train.schedule_fraction, when among `fields`: these values, not factors x its value,
+  # never extended (above 1 the schedule would outgrow the point's budget).
+  g.schedule_fractions = (1.0, 0.5, 0.25)
   # Once a run has reached the target, later runs stop (train.stop_at_step) at their first
   # eval at or past its steps: one that has not reached it by then can no longer be chosen,
   # so the choice is the one full runs would give, for less compute.
@@ -348,16 +357,19 @@ def parse_variants(arg: str, known, config_name: str) -> set[str]:
 
 
 def num_train_steps(config, num_train_examples: int) -> int:
-  """Durations are given in steps or epochs; this is the one place they become steps.
+  """Durations are given in steps or epochs; this is the one place they become steps
+  (times train.schedule_fraction).
 
   Epochs count one model's passes over the data: for the ensemble, one worker's.
   """
   if config.method.name in ("ensemble", "diloco") and config.method.steps_per_worker > 0:
-    return int(config.method.steps_per_worker)
-  if config.train.num_steps > 0:
-    return int(config.train.num_steps)
-  return max(1, int(math.ceil(config.train.num_epochs * num_train_examples
-                              / config.train.batch_size)))
+    steps = int(config.method.steps_per_worker)
+  elif config.train.num_steps > 0:
+    steps = int(config.train.num_steps)
+  else:
+    steps = int(math.ceil(config.train.num_epochs * num_train_examples
+                          / config.train.batch_size))
+  return max(1, round(steps * config.train.schedule_fraction))
 
 
 def steps_per_epoch(config, num_train_examples: int) -> int:

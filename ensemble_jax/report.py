@@ -12,7 +12,9 @@ resolution and tuning (the chosen values and the tuning runs' compute, summed pe
 a cost the user pays too), then each baseline alone.
 
 A run lives in `RESULTS_DIR/<curve>/<point>/seed<k>/results.json` (what the sweep writes);
-its seeds are averaged into one point of its curve. Each point is the training compute
+its seeds are one point of its curve: their median and range. A seed that chose the point's
+tuned values (the tuning seed, `tune.seed`) is left out when other seeds ran: its run won
+the choice, so its steps are biased low (the winner's curse); the tuning table keeps it. Each point is the training compute
 spent until the target was first reached (y: XLA FLOPs x steps, measured) against the
 critical-path time to it on the cluster the run stands for (x: modelled from the measured
 device step time and the collectives of the method's compiled programs, per interconnect
@@ -44,6 +46,7 @@ def load_runs(results_dir: str) -> list[dict]:
     t, cost = r["target"], r["cost"]
     runs.append({
         "curve": curve, "point": point, "method": r["method"], "seed": r["config"]["seed"],
+        "tuning_seed": (r.get("tuning") or {}).get("seed"),
         "devices": cost["modelled"]["devices"],
         "reached": bool(t["reached"]),
         "steps": cost["measured"]["steps_to_target"],
@@ -54,6 +57,8 @@ def load_runs(results_dir: str) -> list[dict]:
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
+        # the final model on the eval examples no evaluation saw (eval.score_rest_at_end)
+        "rest": (r.get("rest") or {}).get(t["metric"]),
         "worker_accuracy": r["final"].get("worker/accuracy_mean"),  # None: one model
         "worker_nll": r["final"].get("worker/nll_mean"),  # None: one model
         "pool_build_s": (r.get("distill") or {}).get("build_time_s", 0.0),
@@ -79,9 +84,14 @@ def _tuning_row(record: dict | None) -> dict | None:
 
 
 def _spread(values: list[float]) -> dict:
-  lo, hi = min(values), max(values)
-  # fmean of equal floats can land an ulp outside them (a negative error bar for matplotlib)
-  return {"mean": min(max(statistics.fmean(values), lo), hi), "min": lo, "max": hi}
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def reported(rs: list[dict]) -> list[dict]:
+  """The runs of one point that its row reports: all but the tuning seed's, when other
+  seeds ran (the tuning seed's run won the choice of values, so it is biased low)."""
+  others = [r for r in rs if r["seed"] != r["tuning_seed"]]
+  return others or rs
 
 
 def _in_order(key: tuple[str, str]) -> tuple:
@@ -93,13 +103,15 @@ def _in_order(key: tuple[str, str]) -> tuple:
 
 
 def points(runs: list[dict]) -> list[dict]:
-  """One point per (curve, point), curves by name and points by their numbers: its seeds'
-  mean, min and max."""
+  """One point per (curve, point), curves by name and points by their numbers: its
+  reported seeds' median, min and max, and the tuning seed's steps apart."""
   groups: dict[tuple, list] = {}
   for r in runs:
     groups.setdefault((r["curve"], r["point"]), []).append(r)
   out = []
-  for (curve, point), rs in sorted(groups.items(), key=lambda item: _in_order(item[0])):
+  for (curve, point), every in sorted(groups.items(), key=lambda item: _in_order(item[0])):
+    rs = reported(every)
+    tuning_run = [r for r in every if r not in rs]
     out.append({
         "curve": curve, "point": point, "method": rs[0]["method"],
         "devices": rs[0]["devices"], "seeds": len(rs),
@@ -109,12 +121,19 @@ def points(runs: list[dict]) -> list[dict]:
         "time_s": {p: _spread([r["time_s"][p] for r in rs]) for p in PRESETS},
         "host_time_s": _spread([r["host_time_s"] for r in rs]),
         "final": _spread([r["final"] for r in rs]),
+        "rest": _spread(rest) if (rest := [r["rest"] for r in rs if r["rest"] is not None])
+                else None,
+        "rest_seeds": len(rest),
         "step_budget": rs[0]["step_budget"],
         # the coarsest seed's: None when no seed reached the target
         "resolution_steps": max((r["resolution_steps"] for r in rs
                                  if r["resolution_steps"] is not None), default=None),
         # one record per point: every seed carries the same one
         "tuning": rs[0]["tuning"],
+        "seed_list": sorted(r["seed"] for r in rs),
+        # the tuning seed's run (the chosen tuning run), when it is left out above
+        "tuning_seed_steps": (tuning_run[0]["steps"] if tuning_run and tuning_run[0]["reached"]
+                              else None),
     })
   return out
 
@@ -138,7 +157,7 @@ def baseline_curves(pts: list[dict]) -> list[str]:
 
 def _reached(pts: list[dict], curves, preset: str) -> list[tuple[float, float, str]]:
   """(time, compute, 'curve point') of the points of `curves` that reached in every seed."""
-  return [(p["time_s"][preset]["mean"], p["flops"]["mean"], f"{p['curve']} {p['point']}")
+  return [(p["time_s"][preset]["median"], p["flops"]["median"], f"{p['curve']} {p['point']}")
           for p in pts if p["curve"] in curves and p["reached"] == p["seeds"]]
 
 
@@ -175,7 +194,7 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
     if p["reached"] < p["seeds"]:
       row["why"] = f"missed ({p['reached']}/{p['seeds']})"
     else:
-      t, c = p["time_s"][preset]["mean"], p["flops"]["mean"]
+      t, c = p["time_s"][preset]["median"], p["flops"]["median"]
       if (best := time_at(c)) is not None:
         row["time"] = (best[0] / t, best[1])
       if (best := compute_at(t)) is not None:
@@ -186,7 +205,7 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
 
 def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
   """`curve` against the baselines (default: every single-model curve), frontier to
-  frontier, on the seed means of the points that always reached the target; the best
+  frontier, on the seed medians of the points that always reached the target; the best
   over the baselines' budgets, a summary beside `matched`.
 
   At each baseline point's compute c_p: the baselines' fastest time at compute <= c_p over
@@ -218,7 +237,7 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
 
 
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
-  return (f"{s['mean'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
+  return (f"{s['median'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
           f"{s['max'] / scale:.{digits}f}]")
 
 
@@ -267,6 +286,11 @@ def _value(v) -> str:
   return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _steps(p: dict) -> str:
+  """A point's median steps to target over its reported seeds ('-': some seed missed)."""
+  return f"{p['steps']['median']:g}" if p["reached"] == p["seeds"] else "-"
+
+
 def _tuning_table(pts) -> list[str]:
   """Each point's budget, resolution and tuning (the chosen values and what the tuning runs
   cost, their compute spent before any seed ran), then each curve's total tuning cost."""
@@ -274,24 +298,30 @@ def _tuning_table(pts) -> list[str]:
            "steps to target (the crossing lies within that many steps before the reported "
            "step; the coarsest seed's); the tuned values (experiments/sweeps/tuning.py, one "
            "rule for every point; * a value at the edge of its extended grid); the tuning "
-           "runs (on seed 0, the chosen one reused as seed 0) and their training compute and "
-           "modelled time, one run after another, on " + PRESETS[0] + ":", "",
+           "runs (on the tuning seed) and their training compute and modelled time, one run "
+           "after another, on " + PRESETS[0] + "; the chosen tuning run's steps to target "
+           "beside the reported seeds' median (the tuning seed is not among them where "
+           "others ran):", "",
            "| curve | point | step budget | resolution (steps) | tuned values | tuning runs "
-           "| tuning TFLOPs | tuning time " + PRESETS[0] + " (s) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| tuning TFLOPs | tuning time " + PRESETS[0] + " (s) | chosen run's steps | "
+           "reported seeds' median |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   totals: dict[str, list] = {}
   for p in pts:
     res = "-" if p["resolution_steps"] is None else str(p["resolution_steps"])
     budget = "-" if p["step_budget"] is None else str(p["step_budget"])
     t = p["tuning"]
     if t is None:
-      lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | untuned | 0 | 0 | 0 |")
+      lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | untuned | 0 | 0 | 0 "
+                   f"| - | {_steps(p)} |")
       continue
     chosen = ", ".join(f"{k.rsplit('.', 1)[-1]} {_value(v)}" for k, v in t["chosen"].items())
     edge = " *" if t["at_edge"] else ""
     runs = f"{t['runs']} ({t['diverged']} diverged)" if t["diverged"] else str(t["runs"])
     lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}{edge} | {runs} "
-                 f"| {t['flops'] / 1e12:.2f} | {t['time_s'][PRESETS[0]]:.1f} |")
+                 f"| {t['flops'] / 1e12:.2f} | {t['time_s'][PRESETS[0]]:.1f} "
+                 f"| {_value(p['tuning_seed_steps']) if p['tuning_seed_steps'] else '-'} "
+                 f"| {_steps(p)} |")
     total = totals.setdefault(p["curve"], [0, 0.0, 0.0])
     total[0] += t["runs"]
     total[1] += t["flops"]
@@ -304,24 +334,40 @@ def _tuning_table(pts) -> list[str]:
   return lines
 
 
+def _rest(p: dict) -> str:
+  """The final model on the eval examples no evaluation saw, over the seeds that have it."""
+  if p["rest"] is None:
+    return "-"
+  seeds = "" if p["rest_seeds"] == p["seeds"] else f" ({p['rest_seeds']}/{p['seeds']} seeds)"
+  return _fmt(p["rest"], digits=4) + seeds
+
+
 def table(runs: list[dict]) -> str:
   pts = points(runs)
   targets = sorted({r["target"] for r in runs})
+  rest = any(p["rest"] is not None for p in pts)
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
            "= steps x device step + the collectives of the method's compiled programs per "
            "interconnect preset (runs without them: one ring all-reduce per step or outer "
            "step, labelled legacy) + pool building (ensemble_jax/costs.py). Each cell: "
-           "mean [min, max] over seeds.", "",
+           "median [min, max] over the seeds reported: every seed but the tuning seed "
+           "(whose run won the choice of values; its steps are in the tuning table) when "
+           "others ran." + (" Final: the metric at the stop on the evaluated examples; "
+                            "on the rest: the same model on the eval split's examples that "
+                            "no evaluation, stop or tuning choice saw." if rest else ""), "",
            "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
-           + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |",
-           "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"]
+           + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |"
+           + (" final on the rest |" if rest else ""),
+           "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"
+           + ("---|" if rest else "")]
   for p in pts:
     lines.append(f"| {p['curve']} | {p['point']} | {p['devices']} | {p['reached']}/{p['seeds']} "
                  f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], 1e12, 2)} | "
                  + " | ".join(_fmt(p["time_s"][q]) for q in PRESETS)
-                 + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |")
+                 + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |"
+                 + (f" {_rest(p)} |" if rest else ""))
   baselines = baseline_curves(pts)
   curves = sorted({p["curve"] for p in pts} - set(baselines))
   if baselines and curves:
@@ -406,13 +452,13 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
     for p in mine:
       t, c = p["time_s"][preset], p["flops"]
       full = p["reached"] == p["seeds"]
-      ax.errorbar(t["mean"], c["mean"] / 1e12,
-                  xerr=[[t["mean"] - t["min"]], [t["max"] - t["mean"]]],
-                  yerr=[[(c["mean"] - c["min"]) / 1e12], [(c["max"] - c["mean"]) / 1e12]],
+      ax.errorbar(t["median"], c["median"] / 1e12,
+                  xerr=[[t["median"] - t["min"]], [t["max"] - t["median"]]],
+                  yerr=[[(c["median"] - c["min"]) / 1e12], [(c["max"] - c["median"]) / 1e12]],
                   fmt="o", color=color, mfc=color if full else "none", ms=5, capsize=2,
                   label=curve if p is mine[0] else None)
-      labels.append((t["mean"], c["mean"] / 1e12, p["point"], color))
-    front = pareto([(p["time_s"][preset]["mean"], p["flops"]["mean"]) for p in mine
+      labels.append((t["median"], c["median"] / 1e12, p["point"], color))
+    front = pareto([(p["time_s"][preset]["median"], p["flops"]["median"]) for p in mine
                     if p["reached"] == p["seeds"]])
     ax.plot([f[0] for f in front], [f[1] / 1e12 for f in front], color=color, lw=1)
   ax.set_xscale("log")
@@ -436,7 +482,7 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   targets = ", ".join(sorted({r["target"] for r in runs}))
   seeds = sorted({p["seeds"] for p in pts})
   spread = ("one seed per point" if seeds == [1] else
-            "mean and min-max over seeds")
+            "median and min-max over seeds")
   ax.set_title(f"cost vs time to {targets}; interconnect {preset}\n"
                f"{spread}; hollow: some seed missed the target; lower left is better",
                fontsize=9)

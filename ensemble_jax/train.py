@@ -156,6 +156,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
     progress.last_eval = _eval(s.method, s.method.deployable(state, progress.step, None),
                                eval_batches)
   results = record.build(config, s, pool, state, progress, train_batches, eval_batches)
+  if config.eval.score_rest_at_end:
+    results["rest"] = _score_rest(config, s, pool, state, progress.step)
   if s.is_main:
     record.write(workdir, results)
   return Fit(results, state, s.method, s.data)
@@ -440,6 +442,23 @@ def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress
                    p.history[-1]["step"] if p.history else 0)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})  # logs it once
+
+
+def _score_rest(config, s: Setup, pool: samplers.Pool, state, step: int) -> dict:
+  """The final model's metrics on the eval split's examples past eval.num_examples, which
+  no evaluation, stop or tuning choice saw (untimed: no part of the run's cost)."""
+  first = config.eval.num_examples
+  if not first or first >= len(s.data.eval):
+    return {"num_examples": 0}
+  route = None if pool.eval_route is None else {"route": pool.eval_route}
+  if route is not None and len(pool.eval_route) < len(s.data.eval):
+    raise config_lib.ConfigError(
+        "eval.score_rest_at_end: the pool routes only the scored eval examples; build it "
+        "with eval.score_rest_at_end set (distill.embedding='pca' pools route the rest)")
+  rest = pipeline.EvalBatches(s.data.eval, s.data.eval_transform, s.method.eval_layout,
+                              per_example=route, first=first)
+  metrics = _eval(s.method, s.method.deployable(state, step, None), rest)
+  return {"first": first, "num_examples": rest.num_examples, **record.scalars(metrics)}
 
 
 def _eval(method: Method, state, eval_batches) -> dict:

@@ -180,6 +180,9 @@ def _validate_cost(config) -> None:
 
 def _validate_durations_and_target(config) -> None:
   steps, epochs = config.train.num_steps, config.train.num_epochs
+  fraction = config.train.schedule_fraction
+  _need(0.0 < fraction <= 1.0, "train.schedule_fraction", fraction,
+        "is the fraction of the duration the run and its schedule span, in (0, 1].")
   _need(steps > 0 or epochs > 0, "train.num_steps", (steps, epochs),
         "set one of train.num_steps and train.num_epochs to a value > 0, e.g. "
         "--config.train.num_steps=1000.")
@@ -224,6 +227,11 @@ def _validate_distill(config) -> None:
   _need(d.embedding in ("proxy", "pca"), "distill.embedding", d.embedding,
         "choose 'proxy' or 'pca'.")
   _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
+  routed = "routed" in aggregation_modes(config)
+  _need(not (config.eval.score_rest_at_end and routed and (
+      config.task == "lm" or d.embedding != "pca")), "eval.score_rest_at_end",
+        config.eval.score_rest_at_end, "with routed aggregation, only distill.embedding="
+        "'pca' image pools route the eval examples past eval.num_examples: turn it off.")
   _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
   _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
         "choose 'hardest' or 'easiest'.")
@@ -256,6 +264,8 @@ def _validate_tune(config) -> None:
   _need(len(t.factors) > 0 and all(f > 0 for f in t.factors), "tune.factors", t.factors,
         "a non-empty list of positive multipliers, e.g. (0.5, 1.0, 2.0).")
   _need(t.extend > 1.0, "tune.extend", t.extend, "must be > 1 (e.g. 2.0).")
+  _need(len(t.schedule_fractions) > 0 and all(0 < f <= 1 for f in t.schedule_fractions),
+        "tune.schedule_fractions", t.schedule_fractions, "must be values in (0, 1].")
   _need(t.max_extensions >= 0, "tune.max_extensions", t.max_extensions, "must be >= 0.")
 
 

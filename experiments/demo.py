@@ -41,8 +41,8 @@ def summary(workdir: str, preset: str = PRESET) -> str:
   for p in pts:
     reached = p["reached"] == p["seeds"]
     lines.append(f"{p['curve'] + ' ' + p['point']:<22} "
-                 + (f"{p['steps']['mean']:>6.0f} {p['flops']['mean'] / 1e12:>8.2f} "
-                    f"{p['time_s'][preset]['mean']:>9.1f}" if reached else
+                 + (f"{p['steps']['median']:>6.0f} {p['flops']['median'] / 1e12:>8.2f} "
+                    f"{p['time_s'][preset]['median']:>9.1f}" if reached else
                     f"{'missed the target within its budget':>25}"))
   best = None
   for curve in sorted({p["curve"] for p in pts} - set(baselines)):

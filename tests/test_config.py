@@ -45,6 +45,8 @@ def _set(config, dotted, value):
     ("data.source", "folder", r"config.data.data_dir='': data.source='folder' reads data_dir"),
     ("model.stage_sizes", (2, 0), r"config.model.stage_sizes=\(2, 0\): give ResNet blocks"),
     ("model.stage_sizes", (1.5,), r"config.model.stage_sizes=\(1.5,\): give ResNet blocks"),
+    ("train.schedule_fraction", 1.5, r"config.train.schedule_fraction=1.5: is the fraction"),
+    ("tune.schedule_fractions", (1.0, 2.0), r"config.tune.schedule_fractions=\(1.0, 2.0\)"),
 ])
 def test_bad_values_are_named(tiny_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):

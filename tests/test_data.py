@@ -101,6 +101,23 @@ def test_eval_batches_pad_with_mask(fashion):
   assert masks.sum() == 100 and masks[:100].all()
 
 
+def test_eval_batches_from_an_offset_hold_the_rest_of_the_split(fashion):
+  """eval.score_rest_at_end: the examples past the scored ones, each once, in order."""
+  config, data = fashion
+  layout = _layout((64,), P("data"))
+  transform = images.make_transform(config.data, False)
+  route = np.arange(len(data.eval), dtype=np.float32)[:, None]
+  rest = pipeline.EvalBatches(data.eval, transform, layout, per_example={"route": route},
+                              first=len(data.eval) - 100)
+  batches = list(rest)
+  mask = np.concatenate([np.asarray(b["mask"]) for b in batches]) > 0
+  assert rest.num_examples == 100 and mask.sum() == 100
+  labels = np.concatenate([np.asarray(b["label"]) for b in batches])[mask]
+  assert np.array_equal(labels, data.eval.labels[-100:])
+  rows = np.concatenate([np.asarray(b["route"])[:, 0] for b in batches])[mask]
+  assert np.array_equal(rows, np.arange(len(data.eval) - 100, len(data.eval)))
+
+
 def test_missing_idx_dataset_names_path_and_command(fashion, tmp_path):
   config, _ = fashion
   config.data.data_dir = str(tmp_path)

@@ -267,3 +267,32 @@ def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
   seed_run("seed2", BASE)  # superseded twice at the same rate: both kept
   tuning._set_aside_if_stale(str(stale), chosen)
   assert (tmp_path / "superseded" / "seed2-lr0.003.1" / "results.json").exists()
+
+
+def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate_and_never_extended():
+  """A half-length schedule reaches the target sooner: chosen, at the grid's edge of
+  (1, 1/2, 1/4) but not extended; the whole-budget runs keep the rate-only names."""
+  def steps(config):
+    return {1.0: 300, 0.5: 240, 0.25: None}[config.train.schedule_fraction]
+
+  fake = FakeTrain(best=BASE)
+  fake.steps = None
+  calls = []
+
+  def train(config, run_dir):
+    calls.append(os.path.basename(run_dir))
+    results = fake(config, run_dir)
+    if config.optim.learning_rate == BASE:
+      reached = steps(config)
+      results = _results(reached, 0.9, 1000)
+    return results
+
+  chosen, record = tuning.tune(
+      _config(fields=("optim.learning_rate", "train.schedule_fraction")), "/point", train)
+  assert chosen.optim.learning_rate == BASE and chosen.train.schedule_fraction == 0.5
+  schedule = record["axes"][1]
+  assert schedule["key"] == "train.schedule_fraction" and schedule["values"] == [0.25, 0.5, 1.0]
+  assert schedule["extensions"] == {"low": 0, "high": 0} and not schedule["at_edge"]
+  assert "lr0.003" in calls and "lr0.003_sched0.5" in calls and "lr0.003_sched0.25" in calls
+  assert calls.count("lr0.003") == 1  # the rate's chosen run is the full schedule's
+  assert record["chosen_run"] == os.path.join("tune", "lr0.003_sched0.5")

@@ -105,14 +105,16 @@ class EvalBatches:
   """The eval split in fixed batches, padded to full size with `mask` = 0 rows."""
 
   def __init__(self, source, transform, layout: BatchLayout, num_examples: int = 0,
-               per_example: dict[str, np.ndarray] | None = None):
+               per_example: dict[str, np.ndarray] | None = None, first: int = 0):
     """`per_example` holds extra arrays [len(source), ...] whose rows ride along.
 
-    Routing weights precomputed for every eval example travel this way."""
+    Routing weights precomputed for every eval example travel this way. The batches hold
+    examples `first`, `first` + 1, ...: `num_examples` of them (0: to the end)."""
     if layout.stacked:
       raise ValueError("eval batches are shared by all workers: use a (B,) layout")
     self.source, self.transform, self.layout = source, transform, layout
-    self.num_examples = min(num_examples or len(source), len(source))
+    self.first = first
+    self.num_examples = min(num_examples or len(source) - first, len(source) - first)
     self.batch_size = layout.leading_shape[0]
     self.num_batches = -(-self.num_examples // self.batch_size)
     self.rows = layout.local_block()[0]
@@ -121,7 +123,7 @@ class EvalBatches:
   def local_batch(self, i: int) -> dict[str, np.ndarray]:
     flat = i * self.batch_size + np.arange(self.batch_size)
     mask = (flat < self.num_examples).astype(np.float32)
-    indices = np.where(mask > 0, flat, 0)[self.rows]
+    indices = np.where(mask > 0, self.first + flat, 0)[self.rows]
     batch = _load_block(self.source, indices, np.zeros((len(indices), NUM_UNIFORMS)),
                         self.transform)
     extra = {k: np.asarray(v[indices], np.float32) for k, v in self.per_example.items()}

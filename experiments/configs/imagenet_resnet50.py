@@ -213,4 +213,5 @@ def critical_batch_grid(name: str = "full") -> dict:
   return {"variant": "", "per_device": 128, "batches": tuple(1024 * 2**i for i in range(7)),
           "budget_examples": 90 * IMAGENET_TRAIN_EXAMPLES, "min_steps": 2000,
           "warmup_fraction": 5 / 90, "evals_per_budget": 50, "checkpoints_per_budget": 50,
-          "overrides": {"eval.target_resolution": 0.05, "tune.stop_losers": True}}
+          "overrides": {"eval.target_resolution": 0.05, "tune.stop_losers": True,
+                        "tune.fields": ("optim.learning_rate", "train.schedule_fraction")}}

@@ -208,4 +208,5 @@ def critical_batch_grid(name: str = "full") -> dict:
           "budget_examples": 60_000 * 512, "min_steps": 5000, "warmup_fraction": 1 / 30,
           "evals_per_budget": 100, "checkpoints_per_budget": 50,
           "overrides": {"optim.lr_scaling": "sqrt", "eval.target_resolution": 0.05,
-                        "tune.stop_losers": True}}
+                        "tune.stop_losers": True,
+                        "tune.fields": ("optim.learning_rate", "train.schedule_fraction")}}

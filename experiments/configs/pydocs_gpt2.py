@@ -194,4 +194,5 @@ def critical_batch_grid(name: str = "full") -> dict:
   return {"variant": "sweep", "per_device": 64, "batches": tuple(64 * 2**i for i in range(8)),
           "budget_examples": 19_200, "min_steps": 400, "warmup_fraction": 0.05,
           "evals_per_budget": 100, "checkpoints_per_budget": 16,
-          "overrides": {"tune.stop_losers": True}}
+          "overrides": {"tune.stop_losers": True,  # the schedule's length tuned per B too
+                        "tune.fields": ("optim.learning_rate", "train.schedule_fraction")}}

@@ -1,7 +1,7 @@
 r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N, L), DiLoCo over H.
 
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-      --workdir=experiments/results/fashion_mnist [--seeds=0,1,2] [--grid=full|demo|smoke] \
+      --workdir=experiments/results/fashion_mnist [--seeds=1,2,3] [--grid=full|demo|smoke] \
       [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --plan   # a cluster's jobs
@@ -64,16 +64,19 @@ def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str
   return config
 
 
-def with_settings(module, settings: dict | None):
+def with_settings(module, settings: dict | None, tune_schedule: bool = False):
   """`module` whose get_config() also sets `settings` ({dotted key: value}, `--set`): where
-  the data is (data.data_dir, data.path, data.tokenizer_dir), on every point alike."""
-  if not settings:
+  the data is (data.data_dir, data.path, data.tokenizer_dir), on every point alike. With
+  `tune_schedule`, every point tunes its schedule's length after its other fields."""
+  if not settings and not tune_schedule:
     return module
 
   def get_config(arg: str = ""):
     config = module.get_config(arg)
-    for key, value in settings.items():
+    for key, value in (settings or {}).items():
       config_lib.set_dotted(config, key, value)
+    if tune_schedule and tuning.SCHEDULE not in config.tune.fields:
+      config.tune.fields = (*config.tune.fields, tuning.SCHEDULE)
     return config
 
   return types.SimpleNamespace(**{**vars(module), "get_config": get_config})
@@ -198,7 +201,7 @@ def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
         stale.append(f"{os.path.dirname(path)} (run before the tuning rule)")
         continue
       for field in (chosen[key].tune.fields if chosen else ()):
-        have, want = config_lib.get(config, field), config_lib.get(chosen[key], field)
+        have, want = tuning.trained_value(config, field), config_lib.get(chosen[key], field)
         if have != want:
           stale.append(f"{os.path.dirname(path)} ({field}={have}, chosen {want})")
           break
@@ -228,7 +231,8 @@ def simulated() -> bool:
 def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
         point_names: list[str] | None = None, quiet_only: bool = False,
-        write_report: bool = True, settings: dict | None = None) -> dict[str, int]:
+        write_report: bool = True, settings: dict | None = None,
+        tune_schedule: bool = False) -> dict[str, int]:
   """Runs every (curve, point) of `curves` and `point_names` (default all), in three phases.
 
   1. Quiet, before anything trains: each point's device step (`calibrate`) and its pool
@@ -242,7 +246,9 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   (seed runs that are the chosen tuning run), `skipped` (finished before), `diverged`.
   The report covers every run under the workdir. `calibration_dir` (default
   `<workdir>/calibration`): another sweep's of the same workload shares its timings.
-  `settings`: {dotted key: value} set on every point (`with_settings`). `quiet_only`: phase 1 only (a scheduler's first job, `--plan`). On accelerators
+  `settings`: {dotted key: value} set on every point (`with_settings`); `tune_schedule`:
+  the schedule's length tuned too. `quiet_only`: phase 1 only (a scheduler's first job,
+  `--plan`). On accelerators
   (`simulated()` false) phase 1 builds the pools only: each run's own measured step is
   its device step.
 
@@ -251,7 +257,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   writes the shared files (`sweeps.is_writer`), and every process waits for it
   (`sweeps.sync`) before reading them.
   """
-  module = with_settings(sweeps.load_config_module(config_path), settings)
+  module = with_settings(sweeps.load_config_module(config_path), settings, tune_schedule)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   grid_curves = _grid_curves(module, grid, curves)
   points = {(curve, point): spec for curve, specs in grid_curves.items()
@@ -360,7 +366,7 @@ def _read_communication(results: dict, point_config, run_dir: str) -> costs.Comm
   config = copy.deepcopy(point_config)
   config.seed = results["config"]["seed"]
   for field in config.tune.fields:
-    config_lib.set_dotted(config, field, config_lib.get(results["config"], field))
+    config_lib.set_dotted(config, field, tuning.trained_value(results["config"], field))
   changed = {k: v for k, v in resume.config_changes(results["config"], config).items()
              if not resume.may_change_on_resume(k, *v)}
   if changed:
@@ -429,7 +435,8 @@ flags.DEFINE_string("config", None, "a workload config file with a sweep_grid(na
 flags.DEFINE_string("workdir", None, "where the runs, the table and the figures go",
                     flag_values=FLAGS)
 flags.mark_flags_as_required(["config", "workdir"], flag_values=FLAGS)
-flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds", flag_values=FLAGS)
+flags.DEFINE_string("seeds", "1,2,3", "comma-separated seeds reported (tune.seed, 0, chooses the "
+                    "tuned values; its run stays in tune/)", flag_values=FLAGS)
 flags.DEFINE_string("grid", "full", "a grid the config's sweep_grid() knows", flag_values=FLAGS)
 flags.DEFINE_string("curves", "", "comma-separated subset of the grid's curves",
                     flag_values=FLAGS)
@@ -445,6 +452,9 @@ flags.DEFINE_string("calibration", "", "the device-step timings' directory (defa
 flags.DEFINE_multi_string("set", [], "<group>.<field>=<value> set on every point's config, "
                           "e.g. --set=data.data_dir=/data/tfds (where the data is)",
                           flag_values=FLAGS)
+flags.DEFINE_bool("tune_schedule", False, "every point also tunes its schedule's length "
+                  "(train.schedule_fraction at tune.schedule_fractions) after its other "
+                  "fields", flag_values=FLAGS)
 flags.DEFINE_bool("plan", False, "train nothing: print the sweep as one command per job for "
                   "a cluster's scheduler (quiet phase, one line per point, report)",
                   flag_values=FLAGS)
@@ -496,7 +506,7 @@ def main(argv: list[str]) -> int:
     return 0
   counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
                _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None,
-               FLAGS.quiet_only, FLAGS.report, parse_settings(FLAGS.set))
+               FLAGS.quiet_only, FLAGS.report, parse_settings(FLAGS.set), FLAGS.tune_schedule)
   print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
         f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
         f"from tuning, {counts['skipped']} already finished")

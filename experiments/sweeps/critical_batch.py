@@ -1,9 +1,9 @@
 r"""Data-parallel's critical batch: steps to a target vs global batch B, with B_simple alongside.
 
-  python -m experiments.sweeps.critical_batch --workload=fashion --seeds=0,1,2
-  python -m experiments.sweeps.critical_batch --workload=pydocs --seeds=0,1,2
+  python -m experiments.sweeps.critical_batch --workload=fashion --seeds=1,2,3
+  python -m experiments.sweeps.critical_batch --workload=pydocs --seeds=1,2,3
   python -m experiments.sweeps.critical_batch --config=experiments/configs/<file>.py \
-      --workdir=DIR [--seeds=0,1,2] [--grid=full|smoke] [--batches=64,128,...] [--report_only]
+      --workdir=DIR [--seeds=1,2,3] [--grid=full|smoke] [--batches=64,128,...] [--report_only]
 
 The grid is the config file's `critical_batch_grid(name)`; any config file with one runs
 here (`--workload=fashion|pydocs` name the embedded fashion_mnist.py and pydocs_gpt2.py).
@@ -214,7 +214,8 @@ def summarize(workdir: str, w: Workload) -> dict:
   """Per B of `w` finished under `workdir` (so a sweep over some B adds rows): the chosen
   learning rate, steps to target per seed, B_simple; the fitted knee.
 
-  Before a B's seeds run, its chosen tuning run stands for its seed 0. B_simple is each
+  Before a B's seeds run, its chosen tuning run stands for its seed 0; once other seeds ran,
+  the tuning seed is left out of the medians (its run won the choice). B_simple is each
   run's `noise_scale.b_simple_at_target`, read at the eval that reached the target. The
   tuning rule is the one the rows' tuning records state (with `tune.stop_losers`' clause
   if any B's tuning stopped losers early), the grid's before any B is tuned.
@@ -236,7 +237,10 @@ def summarize(workdir: str, w: Workload) -> dict:
         runs[record["seed"]] = chosen
     if not runs:
       continue
-    steps = {s: _steps_to_target(r) for s, r in runs.items()}
+    every_seed = {s: _steps_to_target(r) for s, r in runs.items()}
+    # The tuning seed's run won the choice of values (biased low): left out when others ran.
+    runs = {s: r for s, r in runs.items() if s != record["seed"]} or runs
+    steps = {s: every_seed[s] for s in runs}
     reached = [v for v in steps.values() if v is not None]
     noise = [r["noise_scale"].get("b_simple_at_target") for r in runs.values()
              if "noise_scale" in r]
@@ -249,11 +253,14 @@ def summarize(workdir: str, w: Workload) -> dict:
         "microbatches": first["config"]["train"]["microbatches"],
         "lr_factor": record["axes"][0]["chosen"] / record["axes"][0]["base"],
         "lr_at_edge": record["axes"][0]["at_edge"],
+        # the schedule's length chosen (a fraction of step_budget); 1 where not tuned
+        "schedule_fraction": record["chosen"].get(tuning.SCHEDULE, 1.0),
         "tuning_runs": record["compute"]["runs"],
         "tuning_flops": record["compute"]["flops"],
         "peak_learning_rate": _peak_lr(first["config"]),
-        "step_budget": first["step_budget"],
+        "step_budget": budget_steps(w, batch),  # the point's; a run spans its fraction
         "steps_to_target": {str(s): v for s, v in sorted(steps.items())},
+        "tuning_seed_steps": every_seed.get(record["seed"]),
         "seeds": len(runs), "seeds_reached": len(reached),
         "median_steps": statistics.median(reached) if len(reached) == len(runs) else None,
         "min_steps": min(reached) if reached else None,
@@ -275,7 +282,8 @@ def summarize(workdir: str, w: Workload) -> dict:
           "per_device": w.per_device, "rows": rows,
           "fit": fit_critical_batch(measured),
           "b_simple": statistics.median(noise) if noise else None,
-          "note": ("steps to target: median over seeds, only where every seed reached it; "
+          "note": ("steps to target: median over the seeds other than the tuning seed (all "
+                   "seeds before others ran), only where every one reached it; "
                    "B_simple: median over batches of the per-B median at the target eval")}
 
 
@@ -287,11 +295,12 @@ def _peak_lr(config: dict) -> float:
 def table(summary: dict) -> str:
   fit = summary["fit"]
   lines = [f"Target: {summary['target']}. DP at D = B / {summary['per_device']} devices, "
-           "simulated as D microbatches. Steps to target: median over seeds (min-max); "
-           "'-' where a seed missed it.", "",
-           "| B | D | lr x (tuned) | peak lr | steps to target | perfect scaling "
-           "| B_simple at target |",
-           "|---|---|---|---|---|---|---|"]
+           "simulated as D microbatches. Schedule: the tuned fraction of the step budget "
+           "the run and its learning-rate schedule span. Steps to target: median over the "
+           "seeds other than the tuning seed (min-max); '-' where a seed missed it.", "",
+           "| B | D | lr x (tuned) | peak lr | schedule (steps) | steps to target "
+           "| perfect scaling | B_simple at target |",
+           "|---|---|---|---|---|---|---|---|"]
   base = next((r for r in summary["rows"] if r["median_steps"] is not None), None)
   for r in summary["rows"]:
     if r["median_steps"] is not None:
@@ -301,8 +310,10 @@ def table(summary: dict) -> str:
     ideal = (f"{base['median_steps'] * base['batch'] / r['batch']:.1f}" if base else "-")
     noise = f"{r['b_simple_at_target']:.0f}" if r["b_simple_at_target"] is not None else "-"
     factor = f"{r['lr_factor']:g}" + (" (edge)" if r["lr_at_edge"] else "")
+    fraction = r.get("schedule_fraction", 1.0)
+    schedule = f"{fraction:g} x {r['step_budget']} = {round(fraction * r['step_budget'])}"
     lines.append(f"| {r['batch']} | {r['devices']} | {factor} | "
-                 f"{r['peak_learning_rate']:.3g} | {steps} | {ideal} | {noise} |")
+                 f"{r['peak_learning_rate']:.3g} | {schedule} | {steps} | {ideal} | {noise} |")
   lines.append("")
   if fit:
     lines.append(f"Fitted S(B) = S_min (1 + B_crit / B): S_min = {fit['s_min']:.1f} steps, "
@@ -373,7 +384,8 @@ flags.DEFINE_string("config", None, "a config file with a critical_batch_grid(na
                     "of --workload", flag_values=FLAGS)
 flags.DEFINE_string("workdir", "", "default experiments/results/critical_batch/<workload>; "
                     "required with --config", flag_values=FLAGS)
-flags.DEFINE_string("seeds", "0,1,2", "comma-separated seeds", flag_values=FLAGS)
+flags.DEFINE_string("seeds", "1,2,3", "comma-separated seeds reported (tune.seed, 0, chooses the "
+                    "tuned values; its run stays in tune/)", flag_values=FLAGS)
 flags.DEFINE_string("grid", "full", "a grid the config's critical_batch_grid() knows: full | "
                     "smoke", flag_values=FLAGS)
 flags.DEFINE_string("batches", "", "comma-separated subset of global batches",

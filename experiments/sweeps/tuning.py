@@ -12,8 +12,13 @@ factor per key that the first grid holds too (the critical-batch sweep: the fact
 smaller batch chose, since past the critical batch the configured batch-scaled rate
 overshoots); the rule then goes on as above, so it can only choose a run at least as good.
 
+The schedule's length, `train.schedule_fraction` among the fields, is tried at the
+values `tune.schedule_fractions` of the point's budget (1, 1/2, 1/4), not extended: Shallue
+et al. (2018) tune it per batch size, since a shorter schedule decays sooner.
+
 A run lives in `<point_dir>/tune/<name>/`, named by every tuned value (`lr0.003`,
-`lr0.003_outer_lr0.7`), so a run two keys share is trained once. The chosen run is the
+`lr0.003_outer_lr0.7`, `lr0.003_sched0.5`; a whole-budget schedule adds nothing), so a run
+two keys share is trained once. The chosen run is the
 point's seed-`tune.seed` run: the sweep copies it, it does not train it again.
 """
 from __future__ import annotations
@@ -36,11 +41,17 @@ TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
 
 DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
 TUNING_FILE = "tuning.json"  # a point's record: the grid, each run, the choice, the compute
-SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr"}
+SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr",
+               "train.schedule_fraction": "sched"}
+# The schedule's length: tried at tune.schedule_fractions of the point's budget, never
+# extended; at 1 (the whole budget) it is left out of a run's name.
+SCHEDULE = "train.schedule_fraction"
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
         "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
         "best = fewest steps to target, then the better final metric (also for runs that "
         "never reach it); a diverged run loses; of equals the smaller value")
+SCHEDULE_RULE = ("; the schedule's length (train.schedule_fraction) at the values "
+                 "tune.schedule_fractions of the budget, not extended")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
 STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
@@ -52,7 +63,8 @@ STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it
 def run_name(config) -> str:
   """`lr0.003`, `lr0.003_outer_lr0.7`: a tuning run's directory, from its tuned values."""
   return "_".join(f"{SHORT_NAMES.get(k, k.rsplit('.', 1)[-1])}{config_lib.get(config, k):.4g}"
-                  for k in config.tune.fields)
+                  for k in config.tune.fields
+                  if not (k == SCHEDULE and config_lib.get(config, k) == 1.0))
 
 
 def rank(results: dict | None) -> tuple:
@@ -105,6 +117,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     base = config_lib.get(chosen, key)
     factors = set(t.factors) | ({warm_start[key]} if key in warm_start else set())
     values = sorted(base * f for f in factors)
+    if key == SCHEDULE:
+      base, values = 1.0, sorted(set(t.schedule_fractions) | {base})
     if t.stop_losers and key in warm_start:  # the likeliest best first: it stops the others
       result(_with(chosen, key, base * warm_start[key]))
     extensions = {"low": 0, "high": 0}
@@ -113,6 +127,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       rivals = [run_name(c) for c in grid.values()]
       ranked = sorted(values, key=lambda v: (rank(result(grid[v], rivals)), v))
       best = ranked[0]
+      if key == SCHEDULE:
+        break
       if len(values) > 1 and best == values[0] and extensions["low"] < t.max_extensions:
         values.insert(0, values[0] / t.extend)
         extensions["low"] += 1
@@ -123,15 +139,17 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         break
     axes.append({
         "key": key, "base": base, "chosen": best, "extensions": extensions,
+        **({"values": values} if key == SCHEDULE else {}),
         **({"warm_start_factor": warm_start[key]} if key in warm_start else {}),
         # the best at an edge once the extensions ran out: the optimum may lie beyond
-        "at_edge": len(values) > 1 and best in (values[0], values[-1]),
+        "at_edge": len(values) > 1 and best in (values[0], values[-1]) and (
+            key != SCHEDULE or best == values[0]),
         "runs": [_row(run_name(_with(chosen, key, v)), v, base,
                       result(_with(chosen, key, v))) for v in values],
     })
     chosen = _with(chosen, key, best)
   record = {
-      "rule": rule(bool(warm_start), t.stop_losers), "seed": t.seed,
+      "rule": rule(bool(warm_start), t.stop_losers, SCHEDULE in t.fields), "seed": t.seed,
       "factors": list(t.factors), "extend": t.extend, "max_extensions": t.max_extensions,
       "axes": axes,
       "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
@@ -142,9 +160,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   return chosen, record
 
 
-def rule(warm_start: bool, stop_losers: bool) -> str:
-  return RULE + (WARM_START_RULE if warm_start else "") + (STOP_LOSERS_RULE if stop_losers
-                                                           else "")
+def rule(warm_start: bool, stop_losers: bool, schedule: bool = False) -> str:
+  return (RULE + (SCHEDULE_RULE if schedule else "") + (WARM_START_RULE if warm_start else "")
+          + (STOP_LOSERS_RULE if stop_losers else ""))
 
 
 def _stopped_at_best(config, done) -> ml_collections.ConfigDict:
@@ -294,7 +312,7 @@ def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None
   if results is None:  # not finished (or diverged): nothing was counted
     return
   trained = ml_collections.ConfigDict(results["config"])
-  if all(math.isclose(config_lib.get(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
+  if all(math.isclose(trained_value(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
          for k in chosen.tune.fields):
     return
   point_dir, seed_dir = os.path.split(os.path.normpath(run_dir))
@@ -306,6 +324,17 @@ def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None
   shutil.move(run_dir, aside)
   print(f"sweep: {run_dir} was trained at {run_name(trained)}, not the chosen "
         f"{run_name(chosen)}: moved to {aside}; it runs again")
+
+
+def trained_value(trained, key: str) -> float:
+  """A tuned field's value in a finished run's config; runs from before the schedule was
+  tunable spanned their whole budget."""
+  try:
+    return config_lib.get(trained, key)
+  except (AttributeError, KeyError):
+    if key == SCHEDULE:
+      return 1.0
+    raise
 
 
 def attach(path: str, record: dict) -> None:
