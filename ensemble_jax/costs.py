@@ -96,6 +96,15 @@ def collective_time(kind: str, operand_bytes: float, group_size: int,
 # step needed (`units_to`). An `unsynced_eval` is an eval at a step no outer step preceded:
 # DiLoCo's model there needs an outer step of its own (at a sync step, the sync's serves).
 UNITS = ("step", "eval", "unsynced_eval", "sync", "run")
+# Programs that score a model rather than make it: the evaluations, the ensemble's full
+# passes at the end (`final_eval`, `soup`), DiLoCo's averages formed to be scored
+# (`deployable`, one of which forms the model at the target: that one is training).
+EVALUATION_PROGRAMS = ("eval", "final_eval", "soup", "deployable")
+EVALUATION_RULE = (
+    "evaluations are off the critical path: it holds what making the model at the target "
+    "costs (pool, steps, their collectives, outer steps, the average forming the model at "
+    "the target); the evaluations up to the target (their compute and collectives, for "
+    "every method alike) are reported beside it as `evaluation_s`")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,6 +204,17 @@ def recorded_communication(results: dict) -> Communication | None:
                        modelled["collectives_source"])
 
 
+def split_count(c: ProgramCollective, units: dict[str, float]) -> tuple[float, float]:
+  """(training, evaluation) executions of `c` to the target (`EVALUATION_RULE`)."""
+  n = c.count * units.get(c.per, 0)
+  if c.program not in EVALUATION_PROGRAMS:
+    return n, 0.0
+  if c.per == "unsynced_eval":  # the model at the target is formed by one of them
+    training = c.count * min(1, units.get(c.per, 0))
+    return training, n - training
+  return 0.0, n
+
+
 def units_to(steps: int, results: dict) -> dict[str, int]:
   """How many of each cost unit the model at `steps` needed.
 
@@ -236,6 +256,11 @@ class Modelled:
   overlap: float
   critical_path_s: dict[str, float]  # to the target, per interconnect preset
   device_seconds: dict[str, float]
+  # Beside the critical path (EVALUATION_RULE): the evaluations up to the target, their
+  # compute (measured eval time, per device) plus their collectives, per preset.
+  evaluation_s: dict[str, float]
+  evaluation_compute_s: float
+  evaluation_rule: str
 
 
 def _device_step(step_time_s: float, parallel: int, devices: int,
@@ -266,9 +291,10 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   records, else `legacy_devices`. `_device_step` says how one device's step is modelled.
 
   The critical path to the target is the same for every method. It is the pool's build
-  time, plus steps x device step, plus each collective's time x its count per unit x the
-  units the model at the target needed (`units_to`), times (1 - overlap). Communication is
-  charged only when simulated; on real devices the measured step holds it.
+  time, plus steps x device step, plus each training collective's time x its count per
+  unit x the units the model at the target needed (`units_to`), times (1 - overlap).
+  Evaluations are beside it, not on it (`EVALUATION_RULE`, `split_count`). Communication
+  is charged only when simulated; on real devices the measured step holds it.
   """
   recorded = results.get("cost", {}).get("modelled", {})
   devices = devices or recorded.get("devices") or legacy_devices(results)
@@ -289,12 +315,21 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   device_step, how = _device_step(results["step_time_s"], 1 if simulated else mesh_devices,
                                   devices, device_step_time_s)
   units = units_to(steps, results)
+  counts = [(c, *split_count(c, units)) for c in communication.collectives]
   communication_s = {
-      name: (1.0 - overlap) * sum(c.count * units[c.per] * c.seconds(link)
-                                  for c in communication.collectives) if simulated else 0.0
-      for name, link in INTERCONNECTS.items()}
+      name: (1.0 - overlap) * sum(train * c.seconds(link) for c, train, _ in counts)
+      if simulated else 0.0 for name, link in INTERCONNECTS.items()}
   critical = {name: pool_time + steps * device_step + communication_s[name]
               for name in INTERCONNECTS}
+  # One eval's measured time on this host (all of its devices' work one after another when
+  # simulated, as the step's), per device, times the evals to the target.
+  evals_run = max(1, len(results.get("history", [])))
+  eval_compute = (results.get("eval_time_s", 0.0) / evals_run * units["eval"]
+                  * (1 if simulated else mesh_devices) / devices)
+  evaluation_s = {
+      name: eval_compute + ((1.0 - overlap) * sum(ev * c.seconds(link) for c, _, ev in counts)
+                            if simulated else 0.0)
+      for name, link in INTERCONNECTS.items()}
   modelled = Modelled(
       devices=devices, device_step_time_s=device_step, device_step_model=how,
       collectives=[c.record() for c in communication.collectives],
@@ -305,5 +340,7 @@ def summary(results: dict, communication: Communication | None = None, devices: 
                            "(1 - overlap); presets: " + "; ".join(
                                f"{k}: {v.models}" for k, v in INTERCONNECTS.items())),
       overlap=overlap, critical_path_s=critical,
-      device_seconds={k: devices * v for k, v in critical.items()})
+      device_seconds={k: devices * v for k, v in critical.items()},
+      evaluation_s=evaluation_s, evaluation_compute_s=eval_compute,
+      evaluation_rule=EVALUATION_RULE)
   return {"measured": dataclasses.asdict(measured), "modelled": dataclasses.asdict(modelled)}

@@ -35,6 +35,7 @@ from ensemble_jax import config_lib, costs
 
 BASELINE = "data_parallel"
 PRESETS = tuple(costs.INTERCONNECTS)
+EVALUATION_PRESET = "eth10g"  # the evaluations' column: on the slowest link, where they cost most
 
 
 def load_runs(results_dir: str) -> list[dict]:
@@ -54,6 +55,8 @@ def load_runs(results_dir: str) -> list[dict]:
         "time_s": {costs.RENAMED_PRESETS.get(k, k): v
                    for k, v in cost["modelled"]["critical_path_s"].items()},
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
+        # the evaluations up to the target, beside the critical path (costs.EVALUATION_RULE)
+        "evaluation_s": cost["modelled"].get("evaluation_s", {}).get(EVALUATION_PRESET),
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
@@ -120,6 +123,8 @@ def points(runs: list[dict]) -> list[dict]:
         "flops": _spread([r["flops"] for r in rs]),
         "time_s": {p: _spread([r["time_s"][p] for r in rs]) for p in PRESETS},
         "host_time_s": _spread([r["host_time_s"] for r in rs]),
+        "evaluation_s": (_spread([r["evaluation_s"] for r in rs])
+                         if all(r["evaluation_s"] is not None for r in rs) else None),
         "final": _spread([r["final"] for r in rs]),
         "rest": _spread(rest) if (rest := [r["rest"] for r in rs if r["rest"] is not None])
                 else None,
@@ -349,23 +354,28 @@ def table(runs: list[dict]) -> str:
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
-           "= steps x device step + the collectives of the method's compiled programs per "
-           "interconnect preset (runs without them: one ring all-reduce per step or outer "
-           "step, labelled legacy) + pool building (ensemble_jax/costs.py). Each cell: "
+           "= steps x device step + the training collectives of the method's compiled "
+           "programs per interconnect preset (runs without them: one ring all-reduce per "
+           "step or outer step, labelled legacy) + pool building (ensemble_jax/costs.py). "
+           "The evaluations up to the target (measured eval time per device plus their "
+           "collectives) are off the critical path for every method and reported beside it. "
+           "Each cell: "
            "median [min, max] over the seeds reported: every seed but the tuning seed "
            "(whose run won the choice of values; its steps are in the tuning table) when "
            "others ran." + (" Final: the metric at the stop on the evaluated examples; "
                             "on the rest: the same model on the eval split's examples that "
                             "no evaluation, stop or tuning choice saw." if rest else ""), "",
            "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
-           + " | ".join(f"time {p} (s)" for p in PRESETS) + " | host train s | final |"
+           + " | ".join(f"time {p} (s)" for p in PRESETS)
+           + f" | evaluations {EVALUATION_PRESET} (s) | host train s | final |"
            + (" final on the rest |" if rest else ""),
-           "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|"
+           "|---|---|---|---|---|---|" + "---|" * len(PRESETS) + "---|---|---|"
            + ("---|" if rest else "")]
   for p in pts:
     lines.append(f"| {p['curve']} | {p['point']} | {p['devices']} | {p['reached']}/{p['seeds']} "
                  f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], 1e12, 2)} | "
                  + " | ".join(_fmt(p["time_s"][q]) for q in PRESETS)
+                 + f" | {'-' if p['evaluation_s'] is None else _fmt(p['evaluation_s'])}"
                  + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |"
                  + (f" {_rest(p)} |" if rest else ""))
   baselines = baseline_curves(pts)

@@ -2,8 +2,8 @@
 
   python -m experiments.projection [--workload=fashion_mnist] [--out=DIR]
 
-Measured (committed results.json of the cost-vs-time grid, seed means over the points that
-reached the target in every seed): each point's steps to target, its calibrated device step
+Measured (committed results.json of the cost-vs-time grid, medians over the seeds the
+tables report, of the points that reached the target in every one): each point's steps to target, its calibrated device step
 and XLA FLOPs per device step, its pool build time, and the collectives its compiled
 programs hold (results.json `cost.modelled.collectives`, read from the optimized HLO: kind,
 operand bytes, replica-group size, executions per step / eval / outer step / run) with the
@@ -17,8 +17,9 @@ exact past its critical batch, and in DP's disfavour if its steps would still fa
 a point the grid already has (same curve and name, the same config) is read from the grid.
 
 Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
-  * every point: pool build + steps x device step + each recorded collective's alpha-beta
-    time (`costs.collective_time`) x its executions to the target. A point runs at its
+  * every point: pool build + steps x device step + each recorded training collective's
+    alpha-beta time (`costs.collective_time`) x its executions to the target; evaluations
+    are off the critical path for every method (`costs.EVALUATION_RULE`). A point runs at its
     measured device count; it is never assumed to take fewer steps on more devices.
   * a single-model curve at D: its fastest point on at most D devices. The strongest
     baseline at D is the fastest single-model curve.
@@ -26,8 +27,7 @@ Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.
     per-device batch b and device step (the sweep's own split, with the step scaled by
     its per-device batch, only where b does not divide B), and one ring all-reduce of the
     fp32 gradient per step over its D devices: its runs normalise BatchNorm per device
-    (ghost batch norm), so the grid's BatchNorm-statistic all-reduces are not charged; its
-    evals are charged the grid DP step's eval collectives on D devices.
+    (ghost batch norm), so the grid's BatchNorm-statistic all-reduces are not charged.
   * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
 Ratios at matched budgets, as the grid tables' (`ensemble_jax.report.matched`): the
 method's point at D against every single-model point on at most D devices; time ratio =
@@ -81,7 +81,7 @@ EVAL_PROGRAMS = ("eval", "final_eval")  # what evaluates; every other program's 
 
 @dataclasses.dataclass(frozen=True)
 class Point:
-  """One measured grid point, seeds averaged."""
+  """One measured grid point: the medians of its reported seeds."""
   curve: str
   name: str
   method: str
@@ -94,12 +94,13 @@ class Point:
   batch_per_device: int = 0  # examples (windows) one device or worker steps on
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
-  seeds: int = 1  # the seed runs averaged into `steps` (or their median's, critical batch)
+  seeds: int = 1  # the seed runs whose median `steps` is
 
   def communication_s(self, link: costs.Interconnect) -> float:
-    """Every collective's time x its executions to the target."""
+    """Every training collective's time x its executions to the target; evaluations are
+    off the critical path (`costs.EVALUATION_RULE`), as in the grids' tables."""
     units = {"step": self.steps, "run": 1.0, **dict(self.units)}
-    return sum(c.count * units.get(c.per, 0.0) * c.seconds(link) for c in self.collectives)
+    return sum(costs.split_count(c, units)[0] * c.seconds(link) for c in self.collectives)
 
   def time_s(self, link: costs.Interconnect) -> float:
     return self.pool_s + self.steps * self.device_step_s + self.communication_s(link)
@@ -109,14 +110,17 @@ class Point:
 
 
 def load_points(results_dir: str) -> list[Point]:
-  """Every grid point whose seeds all reached the target, its seeds averaged."""
+  """Every grid point whose reported seeds all reached the target, their medians (the
+  seeds the tables report: `ensemble_jax.report.reported`)."""
   groups: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
     curve, name = os.path.relpath(path, results_dir).split(os.sep)[:2]
     with open(path) as f:
       groups.setdefault((curve, name), []).append(json.load(f))
   points = []
-  for (curve, name), runs in sorted(groups.items()):
+  for (curve, name), every in sorted(groups.items()):
+    runs = [r for r in every if r["config"]["seed"] != (r.get("tuning") or {}).get("seed")]
+    runs = runs or every
     if not all(r["target"]["reached"] for r in runs):
       continue
     r = runs[0]
@@ -129,18 +133,18 @@ def load_points(results_dir: str) -> list[Point]:
     devices = modelled[0]["devices"]
     points.append(Point(
         curve=curve, name=name, method=r["method"], devices=devices,
-        steps=statistics.fmean(x["target"]["reached_step"] for x in runs),
-        device_step_s=statistics.fmean(m["device_step_time_s"] for m in modelled),
+        steps=statistics.median(x["target"]["reached_step"] for x in runs),
+        device_step_s=statistics.median(m["device_step_time_s"] for m in modelled),
         # XLA's count of the whole step (all devices / workers), per modelled device
         flops_per_device_step=r["flops_per_step"] / max(devices, 1),
         param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
-        pool_s=statistics.fmean((x.get("distill") or {}).get("build_time_s", 0.0)
-                                for x in runs),
+        pool_s=statistics.median((x.get("distill") or {}).get("build_time_s", 0.0)
+                                 for x in runs),
         batch_per_device=r["config"]["train"]["batch_size"] // (
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
         # steps and the run: the point's own (`Point.communication_s`)
-        units=tuple((u, statistics.fmean(c[u] for c in counts))
+        units=tuple((u, statistics.median(c[u] for c in counts))
                     for u in costs.UNITS if u not in ("step", "run")),
         seeds=len(runs)))
   return points

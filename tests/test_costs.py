@@ -61,6 +61,7 @@ def test_program_collectives_count_calls_and_merge_identical_ones():
 
 def _results(method, **extra):
   return {"method": method, "mesh": {"data": 1}, "train_time_s": 40.0, "step_time_s": 0.4,
+          "eval_time_s": 2.0,
           "steps": 100, "flops_per_step": 1e9, "num_params": 1e6,
           "history": [{"step": s} for s in (20, 40, 60, 80, 100)],
           "target": {"reached": True, "reached_step": 60}, **extra}
@@ -82,13 +83,19 @@ def test_summary_prices_each_collective_by_its_unit():
   assert m["units_to_target"] == {"step": 60, "eval": 3, "unsynced_eval": 1, "sync": 2,
                                   "run": 1}
   t = costs.collective_time
+  # One rule: what makes the model is on the critical path; the evaluations (the eval
+  # program's gathers and the soup pass, compute and collectives) are reported beside it.
   comm_s = (60 * (t("all-reduce", 4e6, 4, eth) + 20 * t("all-reduce", 256, 4, eth))
-            + 3 * 2 * t("all-gather", 10_000, 4, eth) + 2 * t("all-reduce", 4e6, 4, eth)
-            + t("all-reduce", 4e6, 4, eth))
+            + 2 * t("all-reduce", 4e6, 4, eth))
   assert m["communication_s"]["eth10g"] == pytest.approx(comm_s)
   # The host did 4 devices' work per step: one device's step is 0.1 s.
   assert m["critical_path_s"]["eth10g"] == pytest.approx(60 * 0.1 + comm_s)
   assert m["device_seconds"]["eth10g"] == pytest.approx(4 * (60 * 0.1 + comm_s))
+  # 2 s of host eval time over the run's 5 evals: 0.4 s each, 0.1 s per device, 3 to target
+  assert m["evaluation_compute_s"] == pytest.approx(3 * 0.1)
+  assert m["evaluation_s"]["eth10g"] == pytest.approx(
+      3 * 0.1 + 3 * 2 * t("all-gather", 10_000, 4, eth) + t("all-reduce", 4e6, 4, eth))
+  assert m["evaluation_rule"] == costs.EVALUATION_RULE
   assert m["collectives"][1] == {**vars(norm), "seconds": {
       k: t("all-reduce", 256, 4, link) for k, link in costs.INTERCONNECTS.items()}}
   assert m["collectives_source"] == "hand-written"
@@ -118,8 +125,10 @@ def test_an_outer_step_at_an_eval_is_charged_once():
   assert m["units_to_target"] == {"step": 60, "eval": 3, "unsynced_eval": 2, "sync": 1,
                                   "run": 1}
   # The run to step 60 all-reduces its workers' weights three times: for the evals at 20 and
-  # 60, and at the sync at 40, whose outer step the eval at 40 scores.
-  assert m["communication_s"]["eth10g"] == pytest.approx(3 * ring)
+  # 60, and at the sync at 40, whose outer step the eval at 40 scores. The one at 40 and
+  # the one forming the model at 60 make the model; the one at 20 only scored one.
+  assert m["communication_s"]["eth10g"] == pytest.approx(2 * ring)
+  assert m["evaluation_s"]["eth10g"] - m["evaluation_compute_s"] == pytest.approx(ring)
 
 
 def test_calibrated_device_step_replaces_the_host_estimate():
