@@ -135,6 +135,13 @@ def test_recost_rewrites_cost_blocks_from_calibration(smoke_sweep):
   assert json.loads(ensemble.read_text())["cost"]["modelled"]["device_step_time_s"] == 2.5
   calibration.write_text(timed)  # the shared sweep as it was
   cost_vs_time.recost(CONFIG, str(tmp_path), "smoke")
+  # keep_device_step re-applies the cost model to the device step each run records,
+  # whatever the calibration now says (nothing re-timed on a busy machine).
+  kept = json.loads(path.read_text())["cost"]["modelled"]["device_step_time_s"]
+  calibration.write_text(json.dumps({**record, "step_time_s": 9.0}))
+  assert cost_vs_time.recost(CONFIG, str(tmp_path), "smoke", keep_device_step=True) == 4
+  assert json.loads(path.read_text())["cost"]["modelled"]["device_step_time_s"] == kept
+  calibration.write_text(timed)
 
 
 def test_recost_reads_the_collectives_of_a_run_whose_own_reading_failed(smoke_sweep):

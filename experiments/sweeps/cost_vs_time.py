@@ -3,7 +3,7 @@ r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N,
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
       --workdir=experiments/results/fashion_mnist [--seeds=1,2,3] [--grid=full|demo|smoke] \
       [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
-  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate]
+  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate | --keep_device_step]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --plan   # a cluster's jobs
 
 The grid is the config file's `sweep_grid(name)`; any config file with one runs here. It
@@ -164,13 +164,18 @@ def _program_key(c, calibration_dir: str) -> str:
     with open(path) as f:
       index = json.load(f)
   if config_key not in index:
-    index[config_key] = program_fingerprint(train.compile_step(c).as_text())
+    fingerprint = program_fingerprint(train.compile_step(c).as_text())
     if not sweeps.is_writer():
-      return index[config_key]
+      return fingerprint
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w") as f:
+    if os.path.exists(path):  # other jobs (a --plan array) may have added keys meanwhile
+      with open(path) as f:
+        index = json.load(f)
+    index[config_key] = fingerprint
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
       json.dump(index, f, indent=2)
-    os.replace(path + ".tmp", path)
+    os.replace(tmp, path)
   return index[config_key]
 
 
@@ -340,11 +345,14 @@ def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
   return "\n".join(lines) + "\n"
 
 
-def _recost_file(path: str, step_time: float, point_config=None) -> None:
-  """`path`'s cost block at `step_time`, with the collectives the run recorded; with the
-  run's `point_config`, those of a run whose own reading failed are read now."""
+def _recost_file(path: str, step_time: float | None, point_config=None) -> None:
+  """`path`'s cost block at `step_time` (None: the device step it records), with the
+  collectives the run recorded; with the run's `point_config`, those of a run whose own
+  reading failed are read now."""
   with open(path) as f:
     results = json.load(f)
+  if step_time is None:
+    step_time = results["cost"]["modelled"]["device_step_time_s"]
   cost = results["config"]["cost"]
   cost["device_step_time_s"] = step_time
   communication = None
@@ -390,11 +398,13 @@ def _finished(config, run_dir: str) -> dict | None:
 
 
 def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
-           calibration_dir: str | None = None, curves: list[str] | None = None) -> int:
+           calibration_dir: str | None = None, curves: list[str] | None = None,
+           keep_device_step: bool = False) -> int:
   """Recomputes every finished run's `cost` block (tuning runs too) of the grid's `curves`
   (None: all) with its point's calibrated device step (after `recalibrate` re-times them
-  all, e.g. on a quiet host), and each point's tuning record from them; returns the seed
-  runs updated.
+  all, e.g. on a quiet host; with `keep_device_step`, the one each run records: the cost
+  model re-applied, nothing timed or compiled), and each point's tuning record from them;
+  returns the seed runs updated.
 
   The cost block is derived from results.json and the calibration, so this changes no
   measurement: only which device step time the modelled time axis uses. A run whose own
@@ -409,7 +419,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   for curve, points in _grid_curves(module, grid, curves).items():
     for point, (variant, overrides) in points.items():
       config = _point_config(module, variant, overrides, 0, workdir)
-      step_time = calibrate(config, calibration_dir)
+      step_time = None if keep_device_step else calibrate(config, calibration_dir)
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
         _recost_file(path, step_time, config)
@@ -446,6 +456,8 @@ flags.DEFINE_bool("recost", False, "train nothing: recompute finished runs' cost
                   "calibration", flag_values=FLAGS)
 flags.DEFINE_bool("recalibrate", False, "with --recost: re-time every calibration first",
                   flag_values=FLAGS)
+flags.DEFINE_bool("keep_device_step", False, "with --recost: keep each run's recorded "
+                  "device step (the cost model re-applied, nothing timed)", flag_values=FLAGS)
 flags.DEFINE_string("calibration", "", "the device-step timings' directory (default "
                     "<workdir>/calibration); another sweep's of the same workload shares its "
                     "timings", flag_values=FLAGS)
@@ -501,7 +513,7 @@ def main(argv: list[str]) -> int:
   calibration_dir = FLAGS.calibration or None
   if FLAGS.recost:
     n = recost(FLAGS.config, FLAGS.workdir, FLAGS.grid, FLAGS.recalibrate, calibration_dir,
-               _names(FLAGS.curves) or None)
+               _names(FLAGS.curves) or None, FLAGS.keep_device_step)
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
