@@ -15,6 +15,7 @@ evaluated every 25 steps (every 5% of the steps near the target), budgets by one
 """
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
+from experiments.configs import tuned_schedule
 
 
 def get_config(arg: str = ""):
@@ -180,16 +181,18 @@ def sweep_grid(name: str = "full") -> dict:
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke "
                      "or many_workers")
+  # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
-      "data_parallel": {f"D{d}": dp(d) for d in (1, 2, 4, 8)},
+      "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},
       "dp_short_schedule": {
           f"D4_E{e}": dp(4, **{"train.num_steps": budget_steps(4 * 64, int(e * TRAIN_EXAMPLES))})
           for e in (0.25, 0.5, 1.0)},
-      "dp_small_model": {f"D{d}": dp(d, **{"model.width": 4}) for d in (1, 4, 8)},
-      "ensemble": {f"N{n}_L{budget_steps(64 * n)}": ensemble(n) for n in (2, 4, 8)},
-      "ensemble_pca_routed": {f"N{n}_L{budget_steps(64 * n)}": ensemble(n, **pca_routed)
-                              for n in (2, 4, 8)},
-      "diloco": {f"H{h}": diloco(h) for h in (10, 50, 300)},
+      "dp_small_model": {f"D{d}": tuned_schedule(dp(d, **{"model.width": 4})) for d in (1, 4, 8)},
+      "ensemble": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(ensemble(n))
+                   for n in (2, 4, 8)},
+      "ensemble_pca_routed": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(
+          ensemble(n, **pca_routed)) for n in (2, 4, 8)},
+      "diloco": {f"H{h}": tuned_schedule(diloco(h)) for h in (10, 50, 300)},
   }
 
 
