@@ -5,15 +5,25 @@ PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
 
-.PHONY: install data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+.PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
 	projection lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# uv installs what pip would (tools/uv_flags.py passes on pip's local wheels and
+# constraints), several times faster; where uv cannot, pip does. The demo needs the
+# package only; the tests add their extras (torch, transformers, Jupyter).
+UV_INSTALL = $(PY) -m uv pip install -q --python $(PY) $$($(PY) tools/uv_flags.py)
 
 $(VENV)/.installed: setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q --upgrade pip uv
+	$(UV_INSTALL) -e . || $(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(UV_INSTALL) -e ".[test]" || $(PY) -m pip install -q -e ".[test]"
 	touch $@
 
 # Embedded offline datasets from Debian packages (no root): Fashion-MNIST, Python docs.
@@ -21,10 +31,10 @@ data: install
 	$(PY) -m ensemble_jax.data.fetch
 
 # The whole suite; test-fast is its unit tier (tests/conftest.py's table), for the edit-run loop.
-test: install data
+test: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
 
-test-fast: install data
+test-fast: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=10 -m "unit and not slow" tests
 
 demo: install data

@@ -80,7 +80,11 @@ def _tuning_row(record: dict | None) -> dict | None:
   if not record:
     return None
   compute = record["compute"]
+  # With the schedule's length tuned: the whole-budget run's steps at the chosen rates
+  whole = [r for axis in record["axes"] if axis.get("key") == "train.schedule_fraction"
+           for r in axis["runs"] if r["value"] == 1.0]
   return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
+          "whole_schedule_steps": (whole[0]["steps_to_target"] or "missed") if whole else None,
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
           "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"],
           "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
@@ -306,11 +310,12 @@ def _tuning_table(pts) -> list[str]:
            "runs (on the tuning seed) and their training compute and modelled time, one run "
            "after another, on " + PRESETS[0] + "; the chosen tuning run's steps to target "
            "beside the reported seeds' median (the tuning seed is not among them where "
-           "others ran):", "",
+           "others ran); where the schedule's length was tuned, the chosen rates' run over "
+           "the whole budget:", "",
            "| curve | point | step budget | resolution (steps) | tuned values | tuning runs "
            "| tuning TFLOPs | tuning time " + PRESETS[0] + " (s) | chosen run's steps | "
-           "reported seeds' median |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "reported seeds' median | whole-budget schedule's steps |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
   totals: dict[str, list] = {}
   for p in pts:
     res = "-" if p["resolution_steps"] is None else str(p["resolution_steps"])
@@ -318,7 +323,7 @@ def _tuning_table(pts) -> list[str]:
     t = p["tuning"]
     if t is None:
       lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | untuned | 0 | 0 | 0 "
-                   f"| - | {_steps(p)} |")
+                   f"| - | {_steps(p)} | - |")
       continue
     chosen = ", ".join(f"{k.rsplit('.', 1)[-1]} {_value(v)}" for k, v in t["chosen"].items())
     edge = " *" if t["at_edge"] else ""
@@ -326,7 +331,7 @@ def _tuning_table(pts) -> list[str]:
     lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}{edge} | {runs} "
                  f"| {t['flops'] / 1e12:.2f} | {t['time_s'][PRESETS[0]]:.1f} "
                  f"| {_value(p['tuning_seed_steps']) if p['tuning_seed_steps'] else '-'} "
-                 f"| {_steps(p)} |")
+                 f"| {_steps(p)} | {_value(t['whole_schedule_steps'] or '-')} |")
     total = totals.setdefault(p["curve"], [0, 0.0, 0.0])
     total[0] += t["runs"]
     total[1] += t["flops"]
