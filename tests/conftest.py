@@ -73,7 +73,7 @@ TIERS = {
     "test_resume.py": "e2e", "test_routing.py": "unit", "test_samplers_sweep.py": "e2e",
     "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
     "test_train.py": "e2e", "test_tuning.py": "unit",
-    "test_workload_study.py": "e2e", "test_multihost_study.py": "subprocess",
+    "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
@@ -126,6 +126,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
         "test_per_position_routing_falls_back_per_position": "integration",
         "test_excluded_routed_experts_fall_back_to_the_healthy_workers": "integration"},
     "test_sweep.py": {
+        "test_the_study_on_two_processes_matches_one": "subprocess",
         "test_program_fingerprint_ignores_source_locations_and_scalar_constants": "unit",
         "test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8": "unit",
         "test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache": "unit"},

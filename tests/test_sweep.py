@@ -1,17 +1,21 @@
-"""The cost-vs-time sweep: calibration by compiled program, tuning, seeds, the report, and
-finished points skipped."""
+"""The cost-vs-time sweep: calibration by compiled program, tuning, seeds, the report,
+finished points skipped, and the same study under JAX's multi-controller runtime."""
+import glob
 import importlib
 import json
 import os
+import sys
 
+import numpy as np
 import pytest
 
 from ensemble_jax import validation
 from experiments.sweeps import cost_vs_time
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port, run_processes, subprocess_env
 
 CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
 SMOKE_POINTS = (("data_parallel", "D2"), ("ensemble", "N8_L4"))
+MULTIHOST_TIMEOUT_S = 240
 
 
 # make test runs each file's tests on one xdist worker (--dist loadfile): made once.
@@ -20,6 +24,65 @@ def smoke_sweep(tmp_path_factory):
   """The smoke grid swept once on seeds 0 and 1: (workdir, the run counts)."""
   workdir = tmp_path_factory.mktemp("smoke_sweep")
   return workdir, cost_vs_time.run(CONFIG, str(workdir), seeds=[0, 1], grid="smoke")
+
+
+def _records(workdir: str) -> dict:
+  """{run path: what a study decides from}: tuning records' choices and runs, and each
+  run's evaluations, final metrics and target (timings and costs left out)."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(workdir, "*", "*", "tuning.json"))):
+    with open(path) as f:
+      record = json.load(f)
+    out[os.path.relpath(path, workdir)] = {
+        "chosen": record["chosen"],
+        "runs": [{k: r[k] for k in ("run", "value", "reached", "steps_to_target", "final")}
+                 for axis in record["axes"] for r in axis["runs"]]}
+  for path in sorted(glob.glob(os.path.join(workdir, "*", "*", "*", "*", "results.json"))
+                     + glob.glob(os.path.join(workdir, "*", "*", "seed*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    out[os.path.relpath(path, workdir)] = {
+        "history": [{k: v for k, v in h.items() if not k.endswith("time_s")}
+                    for h in r["history"]],
+        "final": r["final"], "steps": r["steps"],
+        "target": {k: r["target"][k] for k in ("reached", "reached_step")}}
+  return out
+
+
+def _close(a, b, path=""):
+  if isinstance(a, dict):
+    assert a.keys() == b.keys(), path
+    for k in a:
+      _close(a[k], b[k], f"{path}/{k}")
+  elif isinstance(a, list):
+    assert len(a) == len(b), path
+    for i, (x, y) in enumerate(zip(a, b)):
+      _close(x, y, f"{path}/{i}")
+  elif isinstance(a, float):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=path)
+  else:
+    assert a == b, path
+
+
+@pytest.mark.slow
+def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
+  """2 processes x 4 fake CPU devices, each running the same `--distributed` command on one
+  shared workdir, make the records of the module's 1 process x 8 devices: the tuning
+  choice, every run's evaluations and target (timings and costs left out). First in the
+  module: later tests rewrite cost blocks only, which the records leave out."""
+  single, _ = smoke_sweep
+  multi = str(tmp_path / "multi")
+  cmd = [sys.executable, "-m", "experiments.sweeps.cost_vs_time", f"--config={CONFIG}",
+         f"--workdir={multi}", "--grid=smoke", "--seeds=0", "--compile_cache=",
+         "--distributed", f"--coordinator_address=localhost:{free_port()}",
+         "--num_processes=2"]
+  env = subprocess_env(4, JAX_PLATFORMS="cpu")
+  run_processes([cmd + [f"--process_id={i}"] for i in range(2)], env, str(tmp_path / "p"),
+                MULTIHOST_TIMEOUT_S)
+  assert os.path.exists(os.path.join(multi, "table.md"))  # process 0's report
+  got, want = _records(multi), _records(str(single))
+  assert any(k.endswith("tuning.json") for k in got) and any("seed0" in k for k in got)
+  _close(got, {k: want[k] for k in got})
 
 
 def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
@@ -208,7 +271,10 @@ def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(work
       # every point is a valid config
       validation.validate(cost_vs_time._point_config(configs, variant, overrides, 0, "w"))
     _, full = configs.sweep_grid("full")[curve][n8_point]
-    assert {k: v for k, v in n8.items() if not k.startswith(("optim.", "tune."))} == full
+    def trained(overrides):  # what the point trains, apart from its tuned values
+      return {k: v for k, v in overrides.items() if not k.startswith(("optim.", "tune."))}
+
+    assert trained(n8) == trained(full)
 
 
 def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monkeypatch,
