@@ -192,6 +192,10 @@ def sweep_grid(name: str = "full") -> dict:
                    for n in (2, 4, 8)},
       "ensemble_pca_routed": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(
           ensemble(n, **pca_routed)) for n in (2, 4, 8)},
+      # The method's small-model option, as dp_small_model is the baseline's: each expert's
+      # task (one cluster) is narrower than the whole data set's.
+      "ensemble_pca_routed_small": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(
+          ensemble(n, **pca_routed, **{"model.width": 4})) for n in (2, 4, 8)},
       "diloco": {f"H{h}": tuned_schedule(diloco(h)) for h in (10, 50, 300)},
   }
 

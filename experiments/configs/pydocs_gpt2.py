@@ -177,6 +177,10 @@ def sweep_grid(name: str = "full") -> dict:
                    for n in (2, 4, 8)},
       "ensemble_tfidf_routed": {f"N{n}_L{budget_steps(16 * n)}": tuned_schedule(
           ensemble(n, **routed)) for n in (2, 4, 8)},
+      # The method's small-model option, as dp_small_model is the baseline's: each expert's
+      # task (one cluster) is narrower than the whole corpus's.
+      "ensemble_tfidf_routed_small": {f"N{n}_L{budget_steps(16 * n)}": tuned_schedule(
+          ensemble(n, **routed, **{"model.size": "micro"})) for n in (2, 4, 8)},
       "diloco": {f"H{h}": tuned_schedule(("diloco,sweep", {
           "method.sync_every": h, "method.steps_per_worker": budget_steps(16 * 4)}))
                  for h in (10, 50, 300)},
