@@ -199,7 +199,7 @@ def test_many_workers_table_reads_the_docs_sweep_in_perplexity():
           (8, "ensemble_tfidf_routed"): [run(0, True, 200, 11.5)],
           (16, "ensemble"): [run(0, True, 240, 11.7)]}
   lines = many_workers_table.table(runs, "pydocs").splitlines()
-  assert lines[0].startswith("| N | ensemble: steps to perplexity 12 (seeds 0, 1, ...) | "
+  assert lines[0].startswith("| N | ensemble: steps to perplexity 12 (per reported seed) | "
                              "its workers' perplexity (exp of mean NLL) |")
   assert lines[2] == ("| 8 | missed (14.01), 250, 260 | 16.00 | 11.5 | 2.00 "
                       "| 200 | 4.0 | 10.0 | 2.00 |")
