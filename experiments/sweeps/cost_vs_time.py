@@ -125,7 +125,7 @@ def device_config(config):
   c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
-  c.eval.target_resolution = 0.0
+  c.eval.target_resolution, c.eval.score_rest_at_end = 0.0, False
   c.checkpoint.every_steps, c.seed = 0, 0
   c.optim.learning_rate, c.optim.lr_scaling = CALIBRATION_LEARNING_RATE, "none"
   c.optim.warmup_fraction = CALIBRATION_WARMUP_FRACTION
