@@ -41,6 +41,10 @@ SKIP = {  # command prefix -> why it does not run here
     "make study": "a whole cost-vs-time study; tests/test_workload_study.py runs the real "
                   "workloads' smoke grids through it",
     "tfds build imagenet2012": "needs the ImageNet tar files and TensorFlow",
+    "python -c 'from experiments.bench import input_pipeline": "writes the mock ImageNet the "
+        "next command reads; tests/test_input_pipeline.py writes and reads one",
+    "make imagenet DATA_DIR=/tmp/mock_tfds": "the smoke study on a mock ImageNet (minutes); "
+        "tests/test_workload_study.py runs it on tfds's mock data",
     "python -m ensemble_jax.main --config=experiments/configs/imagenet_resnet50.py":
         "needs ImageNet prepared as array_record",
     "python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py "
