@@ -508,12 +508,71 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   plt.close(fig)
 
 
+SCHEDULE = "train.schedule_fraction"
+
+
+def _whole_budget_seeds(point_dir: str, tuning_seed: int) -> list[int | None]:
+  """Steps to target (None: missed) of the point's runs over the whole budget on seeds
+  other than the tuning seed: its seed runs, or those set aside once a shorter schedule
+  was chosen (`superseded/`)."""
+  steps = []
+  for path in sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json"))
+                     + glob.glob(os.path.join(point_dir, "superseded", "seed*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    fraction = r["config"].get("train", {}).get("schedule_fraction", 1.0)
+    if r["config"]["seed"] != tuning_seed and fraction == 1.0:
+      steps.append(r["target"]["reached_step"] if r["target"]["reached"] else None)
+  return steps
+
+
+def schedule_check(results_dir: str) -> str:
+  """Does tuning the schedule's length move a point? Per point whose tuning record has the
+  schedule axis: its chosen rates' tuning runs at each fraction of the budget (seed 0),
+  the fraction chosen, and the whole-budget runs' range over the other seeds."""
+  lines = ["| curve | point | " + " | ".join(f"schedule x{f:g} (steps, seed 0)"
+                                             for f in (1.0, 0.5, 0.25))
+           + " | chosen | whole budget, other seeds (steps) |",
+           "|---|---|---|---|---|---|---|"]
+  records = sorted(glob.glob(os.path.join(results_dir, "*", "*", "tuning.json")),
+                   key=lambda p: _in_order(tuple(os.path.relpath(p, results_dir).split(os.sep)[:2])))
+  for path in records:
+    with open(path) as f:
+      record = json.load(f)
+    axis = next((a for a in record["axes"] if a.get("key") == SCHEDULE), None)
+    if axis is None:
+      continue
+    curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
+    by_value = {r["value"]: r for r in axis["runs"]}
+
+    def cell(fraction):
+      r = by_value.get(fraction)
+      if r is None:
+        return "-"
+      if r["reached"]:
+        return str(r["steps_to_target"])
+      return f"lost (stopped at {r['stopped_at_step']})" if r.get("stopped_at_step") else "missed"
+
+    seeds = _whole_budget_seeds(os.path.dirname(path), record["seed"])
+    reached = [s for s in seeds if s is not None]
+    spread = ("-" if not seeds else f"{min(reached)}-{max(reached)} ({len(seeds)} seeds)"
+              if len(reached) == len(seeds) else f"{len(reached)}/{len(seeds)} reached")
+    lines.append(f"| {curve} | {point} | " + " | ".join(cell(f) for f in (1.0, 0.5, 0.25))
+                 + f" | x{axis['chosen']:g} | {spread} |")
+  return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def write(results_dir: str, out: str) -> str:
   runs = load_runs(results_dir)
   if not runs:
     raise FileNotFoundError(f"no results.json under {results_dir}")
   os.makedirs(out, exist_ok=True)
   text = table(runs)
+  check = schedule_check(results_dir)
+  if check:
+    text += ("\nDoes the schedule's length move a point? The chosen rates' tuning runs at "
+             "each fraction of the budget (seed 0; 'lost': stopped once it could no longer "
+             "be chosen), and the whole-budget runs of the other seeds:\n\n" + check)
   with open(os.path.join(out, "table.md"), "w") as f:
     f.write(text)
   for preset in PRESETS:

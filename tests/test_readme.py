@@ -30,6 +30,8 @@ REPORT_TABLES = {
     (COST_VS_TIME, "## Fashion-MNIST, target"): ("fashion_mnist", 5),
     (COST_VS_TIME, "## Python docs (byte-level GPT-2"): ("pydocs_gpt2", 5),
 }
+# the schedule-length check (report.schedule_check) per cost-vs-time results directory
+SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?")}
 # the critical-batch sweep's table per workload
 CRITICAL_BATCH_TABLES = {"fashion": (REGIME, "### Fashion-MNIST's critical batch"),
                          "pydocs": (REGIME, "### The Python docs' critical batch")}
@@ -131,6 +133,17 @@ def _report_tables(pages: dict[str, str]) -> list[str]:
   return errors
 
 
+def _schedule_tables(pages: dict[str, str]) -> list[str]:
+  errors = []
+  for sub, anchor in SCHEDULE_TABLES.items():
+    generated = _tables(report.schedule_check(os.path.join(RESULTS, sub)))
+    mine = _tables_after(pages, anchor, 1)
+    errors += _compare(f"schedule check {sub}", f"python -m ensemble_jax.report "
+                       f"experiments/results/{sub} (its table.md's last table)",
+                       mine[0] if mine else [], generated[0] if generated else [], anchor)
+  return errors
+
+
 def _sampler_table(workload: str) -> list[str]:
   """What samplers.run writes under its table's caption, read back without training."""
   known, workdir, _ = samplers.WORKLOADS[workload]
@@ -196,8 +209,8 @@ def _regime_tables(pages: dict[str, str]) -> list[str]:
 
 def mismatches(pages: dict[str, str]) -> list[str]:
   """Every documented table that differs from its regeneration, one line each."""
-  return (_report_tables(pages) + _sampler_tables(pages) + _lipt_table(pages)
-          + _regime_tables(pages))
+  return (_report_tables(pages) + _schedule_tables(pages) + _sampler_tables(pages)
+          + _lipt_table(pages) + _regime_tables(pages))
 
 
 @pytest.fixture(scope="module")
