@@ -46,8 +46,8 @@ def load_runs(results_dir: str) -> list[dict]:
     curve, point, _ = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
     t, cost = r["target"], r["cost"]
     runs.append({
-        "curve": curve, "point": point, "method": r["method"], "seed": r["config"]["seed"],
-        "tuning_seed": (r.get("tuning") or {}).get("seed"),
+        "curve": curve, "point": point, "method": r["method"],
+        **dict(zip(("seed", "tuning_seed"), result_seeds(r))),
         "devices": cost["modelled"]["devices"],
         "reached": bool(t["reached"]),
         "steps": cost["measured"]["steps_to_target"],
@@ -94,10 +94,17 @@ def _spread(values: list[float]) -> dict:
   return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def reported(rs: list[dict]) -> list[dict]:
+def result_seeds(results: dict) -> tuple[int, int | None]:
+  """A results.json's (seed, the seed its point was tuned on; None: untuned)."""
+  return results["config"]["seed"], (results.get("tuning") or {}).get("seed")
+
+
+def reported(rs: list, seeds=lambda r: (r["seed"], r["tuning_seed"])) -> list:
   """The runs of one point that its row reports: all but the tuning seed's, when other
-  seeds ran (the tuning seed's run won the choice of values, so it is biased low)."""
-  others = [r for r in rs if r["seed"] != r["tuning_seed"]]
+  seeds ran (the tuning seed's run won the choice of values, so it is biased low).
+  `seeds(run)`: (its seed, the tuning seed); `load_runs` rows by default, `result_seeds`
+  for results.json dicts."""
+  others = [r for r in rs if seeds(r)[0] != seeds(r)[1]]
   return others or rs
 
 

@@ -64,7 +64,7 @@ import statistics
 
 from absl import flags
 
-from ensemble_jax import costs
+from ensemble_jax import costs, report
 from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
@@ -119,8 +119,7 @@ def load_points(results_dir: str) -> list[Point]:
       groups.setdefault((curve, name), []).append(json.load(f))
   points = []
   for (curve, name), every in sorted(groups.items()):
-    runs = [r for r in every if r["config"]["seed"] != (r.get("tuning") or {}).get("seed")]
-    runs = runs or every
+    runs = report.reported(every, report.result_seeds)
     if not all(r["target"]["reached"] for r in runs):
       continue
     r = runs[0]
