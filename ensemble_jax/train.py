@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import math
 import os
 from typing import Any
 
@@ -155,6 +156,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if progress.last_eval is None:  # resumed after the last step: evaluate the restored state
     progress.last_eval = _eval(s.method, s.method.deployable(state, progress.step, None),
                                eval_batches)
+  if math.isnan(progress.flops_per_step):  # no step this session: compile one for its FLOPs
+    batch = pipeline.to_global(train_batches.local_batch(0), train_batches.layout)
+    _compile(config, s, state, batch, _rngs(config)[1], progress)
   results = record.build(config, s, pool, state, progress, train_batches, eval_batches)
   if config.eval.score_rest_at_end:
     results["rest"] = _score_rest(config, s, pool, state, progress.step)

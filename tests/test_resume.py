@@ -259,6 +259,18 @@ def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(tiny_config, tmp
   assert second["steps"] == 4 and [h["step"] for h in second["history"]] == [2, 4]
 
 
+def test_a_run_killed_after_its_last_checkpoint_still_records_its_flops(tiny_config, tmp_path):
+  """Killed between its last checkpoint and results.json, a run that had stopped at its
+  target takes no step when resumed: its FLOPs are still read off its compiled step."""
+  tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
+  tiny_config.train.stop_at_target = True
+  first = run.train_and_evaluate(tiny_config, str(tmp_path))
+  os.remove(tmp_path / "results.json")
+  again = run.train_and_evaluate(tiny_config, str(tmp_path))
+  assert again["steps"] == first["steps"] == 2 and again["final"] == first["final"]
+  assert again["flops_per_step"] == first["flops_per_step"] > 0
+
+
 def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_path):
   from experiments.configs import fashion_mnist
 
