@@ -4,6 +4,7 @@ import glob
 import importlib
 import json
 import os
+import shutil
 import sys
 
 import numpy as np
@@ -112,15 +113,25 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
   again = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
   assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 4,
                    "diverged": 0}
-  # A finished seed run at another rate than the point's choice is not silently kept.
-  path = tmp_path / "data_parallel" / "D2" / "seed1" / "results.json"
-  text = path.read_text()
-  results = json.loads(text)
-  results["config"]["optim"]["learning_rate"] *= 3
-  path.write_text(json.dumps(results))
-  with pytest.raises(SystemExit, match="D2/seed1 .optim.learning_rate="):
-    cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
-  path.write_text(text)  # the shared sweep as it was
+  # A finished seed run at another rate than the point's choice (the point was tuned again)
+  # is set aside, kept, and trained again at the choice.
+  point = tmp_path / "data_parallel" / "D2"
+  results = json.loads((point / "seed1" / "results.json").read_text())
+  rate = results["config"]["optim"]["learning_rate"]
+  results["config"]["optim"]["learning_rate"] = 3 * rate
+  (point / "seed1" / "results.json").write_text(json.dumps(results))
+  third = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
+  assert third == {"tuning_runs": 0, "trained": 1, "from_tuning": 0, "skipped": 3,
+                   "diverged": 0}
+  aside = point / "superseded" / f"seed1-lr{3 * rate:.4g}"
+  assert json.loads((aside / "results.json").read_text()) == results
+  retrained = json.loads((point / "seed1" / "results.json").read_text())
+  assert retrained["config"]["optim"]["learning_rate"] == rate
+  def evals(r):
+    return [{k: v for k, v in h.items() if not k.endswith("time_s")} for h in r["history"]]
+
+  assert evals(retrained) == evals(results)  # the same run as before it was set aside
+  shutil.rmtree(point / "superseded")  # the shared sweep as it was
 
 
 def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path):

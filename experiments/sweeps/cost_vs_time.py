@@ -193,26 +193,19 @@ def calibrate(config, calibration_dir: str) -> float:
     return json.load(f)["step_time_s"]
 
 
-def _check_finished(workdir: str, keys, chosen: dict | None = None) -> None:
-  """Exits naming the finished seed runs that do not belong to the points as tuned now:
-  run before the tuning rule (no `tune` in their config), or, once `chosen` is known
-  ({point: config at its chosen values}), at other values than the chosen ones."""
+def _check_finished(workdir: str, keys) -> None:
+  """Exits naming the finished seed runs from before the tuning rule (no `tune` in their
+  config): they belong to no tuned point. Runs at other values than a point's choice are
+  set aside when their seed comes (`tuning.run_seed`)."""
   stale = []
   for key in keys:
     for path in sorted(glob.glob(os.path.join(workdir, *key, "seed*", run_lib.RESULTS_FILE))):
       with open(path) as f:
-        config = json.load(f)["config"]
-      if "tune" not in config:
-        stale.append(f"{os.path.dirname(path)} (run before the tuning rule)")
-        continue
-      for field in (chosen[key].tune.fields if chosen else ()):
-        have, want = tuning.trained_value(config, field), config_lib.get(chosen[key], field)
-        if have != want:
-          stale.append(f"{os.path.dirname(path)} ({field}={have}, chosen {want})")
-          break
+        if "tune" not in json.load(f)["config"]:
+          stale.append(os.path.dirname(path))
   if stale:
-    raise SystemExit("error: finished runs that this sweep would not run; delete them to "
-                     "rerun them under the current rules:\n  " + "\n  ".join(stale))
+    raise SystemExit("error: finished runs from before the tuning rule; delete them to rerun "
+                     "them under it:\n  " + "\n  ".join(stale))
 
 
 def _grid_curves(module, grid: str, curves: list[str] | None) -> dict:
@@ -245,7 +238,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   2. Tuning on seed `tune.seed` (`tuning.tune`), every point before any other seed.
   3. Seeds outermost, so an interrupted sweep has whole seeds of every point; seed
      `tune.seed`'s run is the chosen tuning run, copied. A finished seed run at other
-     values than the chosen ones stops the sweep with its path (`_check_finished`).
+     values than the chosen ones moves to `<point>/superseded/` and runs again.
 
   Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `from_tuning`
   (seed runs that are the chosen tuning run), `skipped` (finished before), `diverged`.
@@ -301,7 +294,6 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         c, run_dir, counts, "tuning_runs", pool_config=b))
     tuning.write_record(point_dir, tuned[key][1])
 
-  _check_finished(workdir, points, {key: chosen for key, (chosen, _) in tuned.items()})
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
   for seed in seeds:
     for key, (chosen, record) in tuned.items():
