@@ -75,8 +75,8 @@ def with_settings(module, settings: dict | None, tune_schedule: bool = False):
     config = module.get_config(arg)
     for key, value in (settings or {}).items():
       config_lib.set_dotted(config, key, value)
-    if tune_schedule and tuning.SCHEDULE not in config.tune.fields:
-      config.tune.fields = (*config.tune.fields, tuning.SCHEDULE)
+    if tune_schedule and config_lib.SCHEDULE_FRACTION not in config.tune.fields:
+      config.tune.fields = (*config.tune.fields, config_lib.SCHEDULE_FRACTION)
     return config
 
   return types.SimpleNamespace(**{**vars(module), "get_config": get_config})

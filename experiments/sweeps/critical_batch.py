@@ -30,7 +30,7 @@ import types
 import ml_collections
 from absl import flags
 
-from ensemble_jax import config_lib, validation
+from ensemble_jax import config_lib, report, validation
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
@@ -238,8 +238,7 @@ def summarize(workdir: str, w: Workload) -> dict:
     if not runs:
       continue
     every_seed = {s: _steps_to_target(r) for s, r in runs.items()}
-    # The tuning seed's run won the choice of values (biased low): left out when others ran.
-    runs = {s: r for s, r in runs.items() if s != record["seed"]} or runs
+    runs = dict(report.reported(list(runs.items()), seeds=lambda run: (run[0], record["seed"])))
     steps = {s: every_seed[s] for s in runs}
     reached = [v for v in steps.values() if v is not None]
     noise = [r["noise_scale"].get("b_simple_at_target") for r in runs.values()
@@ -254,7 +253,7 @@ def summarize(workdir: str, w: Workload) -> dict:
         "lr_factor": record["axes"][0]["chosen"] / record["axes"][0]["base"],
         "lr_at_edge": record["axes"][0]["at_edge"],
         # the schedule's length chosen (a fraction of step_budget); 1 where not tuned
-        "schedule_fraction": record["chosen"].get(tuning.SCHEDULE, 1.0),
+        "schedule_fraction": record["chosen"].get(config_lib.SCHEDULE_FRACTION, 1.0),
         "tuning_runs": record["compute"]["runs"],
         "tuning_flops": record["compute"]["flops"],
         "peak_learning_rate": _peak_lr(first["config"]),
@@ -330,8 +329,6 @@ def figure(summary: dict, path: str) -> None:
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-
-  from ensemble_jax import report
 
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   fig, ax = plt.subplots(figsize=(6.4, 4.6))

@@ -42,10 +42,10 @@ TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
 DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
 TUNING_FILE = "tuning.json"  # a point's record: the grid, each run, the choice, the compute
 SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr",
-               "train.schedule_fraction": "sched"}
-# The schedule's length: tried at tune.schedule_fractions of the point's budget, never
-# extended; at 1 (the whole budget) it is left out of a run's name.
-SCHEDULE = "train.schedule_fraction"
+               config_lib.SCHEDULE_FRACTION: "sched"}
+# The schedule's length (config_lib.SCHEDULE_FRACTION): tried at tune.schedule_fractions of
+# the point's budget, never extended; at 1 (the whole budget) it is left out of a run's name.
+SCHEDULE = config_lib.SCHEDULE_FRACTION
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
         "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
         "best = fewest steps to target, then the better final metric (also for runs that "
