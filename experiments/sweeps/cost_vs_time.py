@@ -122,7 +122,7 @@ def device_config(config):
     c.train.batch_size //= max(c.cost.devices, 1)
   c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
   c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
-  c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
+  c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = CALIBRATION_STEPS, 0.0, 1.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
   c.eval.target_resolution, c.eval.score_rest_at_end = 0.0, False
