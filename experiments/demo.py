@@ -3,8 +3,8 @@
   python -m experiments.demo --workdir=workdirs/demo [--grid=demo|smoke] [--seeds=0]
 
 A reduced cost-vs-time sweep (grid `demo` of experiments/configs/fashion_mnist.py):
-data-parallel at D = 1 and 8, the ensemble at N = 4, DiLoCo at H = 50, each at the learning
-rate and schedule length the full grid's tuning chose for it, on one seed. It ends with a
+data-parallel at D = 1 and 8 and the ensemble at N = 4, each at the learning rate and
+schedule length the full grid's tuning chose for it, on one seed. It ends with a
 few lines: each point's steps, compute and modelled time to 85%, and how the best method
 point compares with the strongest baseline; the full tables go to table.md, the figures to
 cost_vs_time_<preset>.png. Finished points are read back, not retrained; compiled programs

@@ -196,7 +196,7 @@ def calibrate(config, calibration_dir: str) -> float:
 def _check_finished(workdir: str, keys) -> None:
   """Exits naming the finished seed runs from before the tuning rule (no `tune` in their
   config): they belong to no tuned point. Runs at other values than a point's choice are
-  set aside when their seed comes (`tuning.run_seed`)."""
+  set aside before any seed trains (`tuning.ready_seeds`)."""
   stale = []
   for key in keys:
     for path in sorted(glob.glob(os.path.join(workdir, *key, "seed*", run_lib.RESULTS_FILE))):
@@ -295,6 +295,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     tuning.write_record(point_dir, tuned[key][1])
 
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
+  for key, (chosen, record) in tuned.items():
+    tuning.ready_seeds(chosen, record, os.path.join(workdir, *key), seeds, counts)
   for seed in seeds:
     for key, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, os.path.join(workdir, *key), seed, counts,

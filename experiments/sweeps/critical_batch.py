@@ -136,8 +136,8 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
   Every B is tuned on seed tune.seed before any other seed trains, small B first (the
   warm start needs the smaller B's choice), by the cost-vs-time sweep's rule
   (`tuning.tune`); then seeds outermost, so an interrupted sweep has whole seeds of every
-  B. A seed run at other values than its B's choice moves to `B<B>/superseded/` and runs
-  again (`tuning.run_seed`). Writes the summary, table and figure of every B finished
+  B. A seed run at other values than its B's choice moves to `B<B>/superseded/` before any
+  seed trains, and runs again (`tuning.ready_seeds`). Writes the summary, table and figure of every B finished
   under `workdir`; returns the run counts (`tuning_runs`, `trained`, `from_tuning`,
   `skipped`, `diverged`, as the cost-vs-time sweep's).
   """
@@ -159,6 +159,8 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
       record["warm_start_from_batch"] = previous
     tuned[batch] = chosen, record
     tuning.write_record(_point_dir(workdir, batch), record)
+  for batch, (chosen, record) in tuned.items():
+    tuning.ready_seeds(chosen, record, _point_dir(workdir, batch), seeds, counts)
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
