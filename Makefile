@@ -4,6 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
 PYTEST_WORKERS ?= 2
+# The committed CPU results ran on 8 simulated devices (XLA's host platform), so the demo and
+# the sweeps do too: the same layouts, the same numbers. The tests set their own; on a GPU
+# or TPU host the flag leaves the accelerators as they are.
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
 .PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
 	projection lipt pile pile-run imagenet imagenet-run study clean

@@ -36,6 +36,11 @@ class ConfigError(ValueError):
   """A config value that cannot work; the message names the field and the fix."""
 
 
+# The schedule's length, a fraction of the step budget: the one tuned field that is not a
+# rate (the sweeps try it at tune.schedule_fractions).
+SCHEDULE_FRACTION = "train.schedule_fraction"
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every field with its default; a workload config changes values, never adds keys."""
   c = ml_collections.ConfigDict()

@@ -81,7 +81,7 @@ def _tuning_row(record: dict | None) -> dict | None:
     return None
   compute = record["compute"]
   # With the schedule's length tuned: the whole-budget run's steps at the chosen rates
-  whole = [r for axis in record["axes"] if axis.get("key") == "train.schedule_fraction"
+  whole = [r for axis in record["axes"] if axis.get("key") == config_lib.SCHEDULE_FRACTION
            for r in axis["runs"] if r["value"] == 1.0]
   return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
           "whole_schedule_steps": (whole[0]["steps_to_target"] or "missed") if whole else None,
@@ -515,9 +515,6 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   plt.close(fig)
 
 
-SCHEDULE = "train.schedule_fraction"
-
-
 def _whole_budget_seeds(point_dir: str, tuning_seed: int) -> list[int | None]:
   """Steps to target (None: missed) of the point's runs over the whole budget on seeds
   other than the tuning seed: its seed runs, or those set aside once a shorter schedule
@@ -546,7 +543,8 @@ def schedule_check(results_dir: str) -> str:
   for path in records:
     with open(path) as f:
       record = json.load(f)
-    axis = next((a for a in record["axes"] if a.get("key") == SCHEDULE), None)
+    axis = next((a for a in record["axes"]
+                 if a.get("key") == config_lib.SCHEDULE_FRACTION), None)
     if axis is None:
       continue
     curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]

@@ -1,5 +1,12 @@
 """`make demo` ends with a few lines a newcomer reads: each point, then the verdict."""
+import json
+import os
+
+from ensemble_jax import validation
 from experiments import demo
+from experiments.configs import fashion_mnist
+from experiments.sweeps import cost_vs_time
+from tests.conftest import REPO
 from tests.test_report import _sweep
 
 
@@ -11,3 +18,23 @@ def test_the_demo_ends_with_its_points_and_the_verdict_in_few_lines(tmp_path):
   assert "missed the target" in next(line for line in lines if "N8_L50" in line)
   assert lines[-3].startswith("Best method point ensemble N4_L100: time ratio ")
   assert lines[-1].startswith(f"Full tables: {tmp_path}/table.md")
+
+
+def test_the_demo_trains_the_full_grids_points_at_the_choices_its_tuning_made():
+  """The demo's points are the full grid's, at each point's committed tuning.json choice:
+  the two must not drift apart when the grid is re-tuned."""
+  full = fashion_mnist.sweep_grid("full")
+  results = os.path.join(REPO, "experiments", "results", "fashion_mnist")
+  for curve, points in fashion_mnist.sweep_grid("demo").items():
+    for name, (variant, overrides) in points.items():
+      with open(os.path.join(results, curve, name, "tuning.json")) as f:
+        chosen = json.load(f)["chosen"]
+      assert {k: overrides[k] for k in chosen} == chosen, (curve, name)
+      assert overrides["tune.factors"] == (1.0,)
+      full_variant, full_overrides = full[curve][name]
+
+      def trained(o):  # what the point trains, apart from its tuned values
+        return {k: v for k, v in o.items() if not k.startswith("tune.") and k not in chosen}
+
+      assert variant == full_variant and trained(overrides) == trained(full_overrides)
+      validation.validate(cost_vs_time._point_config(fashion_mnist, variant, overrides, 0, "w"))

@@ -136,7 +136,8 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
 
 def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path):
   """DP at D = 2 (batch 64) and an ensemble worker (batch 32), tuned to other learning
-  rates and warm-ups, time one program once; the config-keyed cache timed them apart."""
+  rates, warm-ups and schedule lengths, time one program once (the calibration's own
+  schedule); the config-keyed cache timed them apart."""
   from experiments.configs import fashion_mnist
 
   dp = fashion_mnist.get_config("tiny")
@@ -144,6 +145,7 @@ def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path
   worker = fashion_mnist.get_config("ensemble,tiny")
   worker.optim.learning_rate *= 4
   worker.optim.warmup_fraction = 0.5
+  worker.train.schedule_fraction = 0.25
   calibration = str(tmp_path / "calibration")
   assert cost_vs_time.calibrate(dp, calibration) == cost_vs_time.calibrate(worker, calibration)
   assert len([d for d in (tmp_path / "calibration").iterdir() if d.is_dir()]) == 1

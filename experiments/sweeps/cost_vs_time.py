@@ -75,8 +75,8 @@ def with_settings(module, settings: dict | None, tune_schedule: bool = False):
     config = module.get_config(arg)
     for key, value in (settings or {}).items():
       config_lib.set_dotted(config, key, value)
-    if tune_schedule and tuning.SCHEDULE not in config.tune.fields:
-      config.tune.fields = (*config.tune.fields, tuning.SCHEDULE)
+    if tune_schedule and config_lib.SCHEDULE_FRACTION not in config.tune.fields:
+      config.tune.fields = (*config.tune.fields, config_lib.SCHEDULE_FRACTION)
     return config
 
   return types.SimpleNamespace(**{**vars(module), "get_config": get_config})
@@ -122,7 +122,7 @@ def device_config(config):
     c.train.batch_size //= max(c.cost.devices, 1)
   c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
   c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
-  c.train.num_steps, c.train.num_epochs = CALIBRATION_STEPS, 0.0
+  c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = CALIBRATION_STEPS, 0.0, 1.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
   c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
   c.eval.target_resolution, c.eval.score_rest_at_end = 0.0, False
@@ -196,7 +196,7 @@ def calibrate(config, calibration_dir: str) -> float:
 def _check_finished(workdir: str, keys) -> None:
   """Exits naming the finished seed runs from before the tuning rule (no `tune` in their
   config): they belong to no tuned point. Runs at other values than a point's choice are
-  set aside when their seed comes (`tuning.run_seed`)."""
+  set aside before any seed trains (`tuning.ready_seeds`)."""
   stale = []
   for key in keys:
     for path in sorted(glob.glob(os.path.join(workdir, *key, "seed*", run_lib.RESULTS_FILE))):
@@ -295,6 +295,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     tuning.write_record(point_dir, tuned[key][1])
 
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
+  for key, (chosen, record) in tuned.items():
+    tuning.ready_seeds(chosen, record, os.path.join(workdir, *key), seeds, counts)
   for seed in seeds:
     for key, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, os.path.join(workdir, *key), seed, counts,

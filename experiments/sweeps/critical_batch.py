@@ -30,7 +30,7 @@ import types
 import ml_collections
 from absl import flags
 
-from ensemble_jax import config_lib, validation
+from ensemble_jax import config_lib, report, validation
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
@@ -136,8 +136,8 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
   Every B is tuned on seed tune.seed before any other seed trains, small B first (the
   warm start needs the smaller B's choice), by the cost-vs-time sweep's rule
   (`tuning.tune`); then seeds outermost, so an interrupted sweep has whole seeds of every
-  B. A seed run at other values than its B's choice moves to `B<B>/superseded/` and runs
-  again (`tuning.run_seed`). Writes the summary, table and figure of every B finished
+  B. A seed run at other values than its B's choice moves to `B<B>/superseded/` before any
+  seed trains, and runs again (`tuning.ready_seeds`). Writes the summary, table and figure of every B finished
   under `workdir`; returns the run counts (`tuning_runs`, `trained`, `from_tuning`,
   `skipped`, `diverged`, as the cost-vs-time sweep's).
   """
@@ -159,6 +159,8 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
       record["warm_start_from_batch"] = previous
     tuned[batch] = chosen, record
     tuning.write_record(_point_dir(workdir, batch), record)
+  for batch, (chosen, record) in tuned.items():
+    tuning.ready_seeds(chosen, record, _point_dir(workdir, batch), seeds, counts)
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
       tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
@@ -238,8 +240,7 @@ def summarize(workdir: str, w: Workload) -> dict:
     if not runs:
       continue
     every_seed = {s: _steps_to_target(r) for s, r in runs.items()}
-    # The tuning seed's run won the choice of values (biased low): left out when others ran.
-    runs = {s: r for s, r in runs.items() if s != record["seed"]} or runs
+    runs = dict(report.reported(list(runs.items()), seeds=lambda run: (run[0], record["seed"])))
     steps = {s: every_seed[s] for s in runs}
     reached = [v for v in steps.values() if v is not None]
     noise = [r["noise_scale"].get("b_simple_at_target") for r in runs.values()
@@ -254,7 +255,7 @@ def summarize(workdir: str, w: Workload) -> dict:
         "lr_factor": record["axes"][0]["chosen"] / record["axes"][0]["base"],
         "lr_at_edge": record["axes"][0]["at_edge"],
         # the schedule's length chosen (a fraction of step_budget); 1 where not tuned
-        "schedule_fraction": record["chosen"].get(tuning.SCHEDULE, 1.0),
+        "schedule_fraction": record["chosen"].get(config_lib.SCHEDULE_FRACTION, 1.0),
         "tuning_runs": record["compute"]["runs"],
         "tuning_flops": record["compute"]["flops"],
         "peak_learning_rate": _peak_lr(first["config"]),
@@ -330,8 +331,6 @@ def figure(summary: dict, path: str) -> None:
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-
-  from ensemble_jax import report
 
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   fig, ax = plt.subplots(figsize=(6.4, 4.6))

@@ -42,10 +42,10 @@ TrainFn = Callable[[ml_collections.ConfigDict, str], "dict | None"]
 DIVERGED_FILE = "diverged.json"  # a run whose loss became NaN/inf: what it raised
 TUNING_FILE = "tuning.json"  # a point's record: the grid, each run, the choice, the compute
 SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr",
-               "train.schedule_fraction": "sched"}
-# The schedule's length: tried at tune.schedule_fractions of the point's budget, never
-# extended; at 1 (the whole budget) it is left out of a run's name.
-SCHEDULE = "train.schedule_fraction"
+               config_lib.SCHEDULE_FRACTION: "sched"}
+# The schedule's length (config_lib.SCHEDULE_FRACTION): tried at tune.schedule_fractions of
+# the point's budget, never extended; at 1 (the whole budget) it is left out of a run's name.
+SCHEDULE = config_lib.SCHEDULE_FRACTION
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
         "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
         "best = fewest steps to target, then the better final metric (also for runs that "
@@ -286,9 +286,6 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
   run_dir = os.path.join(point_dir, f"seed{seed}")
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   writer = sweeps.is_writer()
-  if writer:
-    _set_aside_if_stale(run_dir, chosen)
-  sweeps.sync(f"run_seed {run_dir}")
   if os.path.exists(path):
     counts["skipped"] += 1
   elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
@@ -302,6 +299,19 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
     train_run(config, run_dir, counts, "trained", pool_config)
   if writer and os.path.exists(path):
     attach(path, record)
+
+
+def ready_seeds(chosen: ml_collections.ConfigDict, record: dict, point_dir: str,
+                seeds: list[int], counts: dict) -> None:
+  """Before any seed of the point trains: its finished seed runs at other values than the
+  choice move aside (`_set_aside_if_stale`) and the tuning seed's run is the chosen tuning
+  run, so that a point never reports runs of two choices, even mid-sweep."""
+  if sweeps.is_writer():
+    for seed in sorted({chosen.tune.seed, *seeds}):
+      _set_aside_if_stale(os.path.join(point_dir, f"seed{seed}"), chosen)
+  sweeps.sync(f"ready_seeds {point_dir}")
+  if chosen.tune.seed not in seeds:
+    run_seed(chosen, record, point_dir, chosen.tune.seed, counts)
 
 
 def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None:
