@@ -191,6 +191,13 @@ class PreemptionWatch:
         self._previous[signum] = signal.signal(signum, self._notify)
       PreemptionWatch.active = self
 
+  @classmethod
+  def current(cls) -> tuple["PreemptionWatch", bool]:
+    """(the watch, whether the caller owns it and closes it). main.py installs one before
+    set-up, so that a Ctrl-C while data loads or the step compiles stops after step 1;
+    without one, the caller watches for its own length."""
+    return (cls.active, False) if cls.active is not None else (cls(), True)
+
   def _notify(self, signum, frame):
     del frame
     if signum == signal.SIGINT:  # the next Ctrl-C raises KeyboardInterrupt: abort now

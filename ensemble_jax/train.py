@@ -6,20 +6,18 @@ knows nothing about distillation: `run.py` builds a pool first and hands it over
 
 `fit` runs in phases: `set_up` (everything a config can get wrong, before the workdir is
 touched), `_restore`, `_streams`, `_train` (the steps), then `record.build`. The rooms
-beside it: `eval_schedule` (when to evaluate), `progress` (clocks and history), `resume`
+beside it: `eval_schedule` (when to evaluate), `replay` (a too-coarse crossing stepped
+again finely), `progress` (clocks and history), `resume`
 (what a rerun does), `record` (results.json), `checkpoint` (saves and stop requests).
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
-import math
 import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
@@ -27,7 +25,7 @@ from jax.experimental import multihost_utils
 
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, distributed, eval_schedule, noise_scale, optim
-from ensemble_jax import record, resume, validation, writers
+from ensemble_jax import record, replay, resume, validation, writers
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
@@ -151,14 +149,12 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if config.train.noise_scale:
     progress.noise = noise_scale.NoiseScaleTracker.from_record(meta.get("noise_scale"),
                                                    config.train.noise_scale_ema)
+  writer.write_hparams(config.to_dict(), [f"eval/{config.eval.target_metric}", "train/loss"])
   state = _train(config, workdir, s, state, train_batches, eval_batches, progress,
                  checkpointer, writer)
   if progress.last_eval is None:  # resumed after the last step: evaluate the restored state
     progress.last_eval = _eval(s.method, s.method.deployable(state, progress.step, None),
                                eval_batches)
-  if math.isnan(progress.flops_per_step):  # no step this session: compile one for its FLOPs
-    batch = pipeline.to_global(train_batches.local_batch(0), train_batches.layout)
-    _compile(config, s, state, batch, _rngs(config)[1], progress)
   results = record.build(config, s, pool, state, progress, train_batches, eval_batches)
   if config.eval.score_rest_at_end:
     results["rest"] = _score_rest(config, s, pool, state, progress.step)
@@ -224,41 +220,35 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
   """
   method, num_steps, step_rng = s.method, s.num_steps, _rngs(config)[1]
   end_step = p.step if _ended_before(config, p) else num_steps
+  evaluate = functools.partial(_evaluate, method, eval_batches, p, writer)
   batches = train_batches.iterate(p.step, end_step, config.data.prefetch,
                                   config.data.num_threads)
   next_eval = _next_eval(config, s, p)
   bar = writers.progress_bar(p.step, num_steps, s.is_main)
-  schedule = optim.create_schedule(config.optim, config.train.batch_size, num_steps,
-                                   s.steps_per_epoch)  # the optimizer's, to log
-  writer.write_hparams(config.to_dict(), [f"eval/{config.eval.target_metric}", "train/loss"])
-  # main.py installs a watch before set-up (a Ctrl-C while data loads or the step compiles
-  # stops after step 1); without one, this loop watches for its own length.
-  own_watch = checkpoint_lib.PreemptionWatch.active is None
-  watch = (checkpoint_lib.PreemptionWatch() if own_watch
-           else checkpoint_lib.PreemptionWatch.active)
-  step_fn = None
+  watch, own_watch = checkpoint_lib.PreemptionWatch.current()
   # Steps-to-target runs keep the state at the last eval that missed the target, to
-  # replay a crossing found too coarsely (`_refine`); from the start, if it is an eval's.
+  # replay a crossing found too coarsely (`replay.refine`); from the start, if an eval's.
   refine = config.train.stop_at_target and config.eval.target_resolution > 0
-  snapshot = _Snapshot.after_eval(state, p, method) if refine else None
+  snapshot = replay.Snapshot.after_eval(state, p, method) if refine else None
   try:
+    # Compiled before the first step, also when none remains: its FLOPs go in the results.
+    first = pipeline.to_global(train_batches.local_batch(0), train_batches.layout)
+    take_step = functools.partial(_take_step, _compile(config, s, state, first, step_rng, p),
+                                  step_rng, method, p)
     for step in range(p.step, end_step):
       batch = next(batches)
-      if step_fn is None:
-        step_fn = _compile(config, s, state, batch, step_rng, p)
-      state, step_metrics = _take_step(step_fn, state, batch, step_rng, step, method, p)
+      state, step_metrics = take_step(state, batch, step)
       done = step + 1
       bar.update(1)
       if done % config.train.log_every_steps == 0 or done == num_steps:
-        _log(writer, bar, done, step_metrics, p, config.train.log_every_steps,
-             float(schedule(step)))
+        _log(config, s, writer, bar, done, step_metrics, p)
       evaluated = done >= next_eval or done == num_steps
       if evaluated:
-        _evaluate(method, state, batch, done, eval_batches, p, writer)
+        evaluate(state, batch, done)
         if snapshot is not None and eval_schedule.too_coarse(p.tracker, config.eval):
           checkpointer.discard_after(snapshot.step)  # the replay rewrites what followed
-          state, batch, done = _refine(config, method, snapshot, step_fn, step_rng,
-                                       train_batches, eval_batches, p, writer)
+          state, batch, done = replay.refine(config, method, snapshot, train_batches, p,
+                                             take_step, evaluate)
         next_eval = _next_eval(config, s, p)
       end = _end_reason(config, done, num_steps, evaluated, p.tracker)
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
@@ -267,7 +257,7 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
       p.chrono.lap()
       p.step = done
       if refine:
-        snapshot = _Snapshot.after_eval(state, p, method) or snapshot
+        snapshot = replay.Snapshot.after_eval(state, p, method) or snapshot
       stop = watch.requested(done)
       with p.chrono.paused("checkpoint"):  # saving is not training
         checkpointer.save(done, state, p.record(method), force=end is not None or stop)
@@ -320,7 +310,7 @@ def _rngs(config) -> tuple[jax.Array, jax.Array]:
   return tuple(jax.random.split(jax.random.key(config.seed)))
 
 
-def _take_step(step_fn, state, batch, step_rng, step: int, method: Method, p: Progress):
+def _take_step(step_fn, step_rng, method: Method, p: Progress, state, batch, step: int):
   """One step -> (state, metrics on the host). The metrics are checked before anything
   reads the new state (an eval, a sync): a worker that diverged in this very update enters
   neither. The fetch waits for the step, so the lap times it; the noise scale reads it."""
@@ -331,69 +321,6 @@ def _take_step(step_fn, state, batch, step_rng, step: int, method: Method, p: Pr
   if p.noise is not None:
     p.noise.update(step_metrics)
   return state, step_metrics
-
-
-@dataclasses.dataclass
-class _Snapshot:
-  """The loop right after an eval that missed the target (its outer step done): what
-  replaying the steps after it needs."""
-  step: int
-  state: Any  # a copy: the step donates its input's buffers
-  history_len: int
-  train_s: float
-  host_state: dict
-  noise: dict | None
-
-  @classmethod
-  def after_eval(cls, state, p: Progress, method: Method) -> "_Snapshot | None":
-    """The loop now, if it stands at an eval that missed the target (or at the start)."""
-    if (p.history[-1]["step"] if p.history else 0) != p.step or p.tracker.reached:
-      return None
-    return cls(p.step, jax.tree.map(jnp.copy, state), len(p.history), p.chrono.train_s,
-               copy.deepcopy(method.host_state()),
-               None if p.noise is None else copy.deepcopy(p.noise.record()))
-
-
-def _refine(config, method: Method, snap: _Snapshot, step_fn, step_rng, train_batches,
-            eval_batches, p: Progress, writer):
-  """The target was first met `resolution_steps` after the previous eval, more coarsely
-  than `eval.target_resolution` allows: the metric jumped past the near-target window
-  between two regular evals. Rewinds to that eval (`snap`) and replays the same steps (the
-  same batches and keys: the same updates) with an eval every target_resolution x step
-  steps, up to the first that meets the target. The coarse eval leaves the history; the
-  thrown-away steps' training time leaves the training clock (recorded in
-  `target.refined_from`). Returns (state, batch, step) at the refined crossing, before
-  its `after_step`.
-  """
-  coarse = p.tracker
-  logging.info("target met at step %d, %d steps after the previous eval: replaying them "
-               "from step %d with evals every %g x step", coarse.reached_step,
-               coarse.resolution_steps, snap.step, config.eval.target_resolution)
-  p.tracker = TargetTracker(coarse.metric, coarse.value, refined_from={
-      "step": coarse.reached_step, "resolution_steps": coarse.resolution_steps,
-      "discarded_train_s": p.chrono.train_s - snap.train_s})
-  del p.history[snap.history_len:]
-  p.chrono.train_s = snap.train_s
-  method.load_host_state(copy.deepcopy(snap.host_state))
-  if p.noise is not None:
-    p.noise = noise_scale.NoiseScaleTracker.from_record(snap.noise, config.train.noise_scale_ema)
-  state, end = snap.state, coarse.reached_step
-  batches = train_batches.iterate(snap.step, end, config.data.prefetch,
-                                  config.data.num_threads)
-  next_eval = snap.step + eval_schedule.fine_interval(snap.step, config.eval)
-  for step in range(snap.step, end):
-    batch = next(batches)
-    state, _ = _take_step(step_fn, state, batch, step_rng, step, method, p)
-    done = step + 1
-    if done >= next_eval or done == end:
-      _evaluate(method, state, batch, done, eval_batches, p, writer)
-      if p.tracker.reached:
-        return state, batch, done
-      next_eval = done + eval_schedule.fine_interval(done, config.eval)
-    state = jax.block_until_ready(method.after_step(state, done, batch))
-    p.chrono.lap()
-  raise RuntimeError(f"replaying steps {snap.step}..{end} did not meet the target that step "
-                     f"{end} met: the steps are not deterministic on this backend")
 
 
 def _next_eval(config, s: Setup, p: Progress) -> int:
@@ -420,12 +347,13 @@ def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
   return step_fn
 
 
-def _log(writer, bar, step: int, step_metrics: dict, p: Progress, every: int,
-         learning_rate: float) -> None:
+def _log(config, s: Setup, writer, bar, step: int, step_metrics: dict, p: Progress) -> None:
   """The step's metrics (means over workers), the learning rate and the recent speed."""
-  since = p.durations[-min(every, len(p.durations)):]
+  since = p.durations[-min(config.train.log_every_steps, len(p.durations)):]
+  schedule = optim.create_schedule(config.optim, config.train.batch_size, s.num_steps,
+                                   s.steps_per_epoch)  # the optimizer's
   scalars = {f"train/{k}": float(np.mean(v)) for k, v in step_metrics.items()}
-  scalars |= {"train/learning_rate": learning_rate,
+  scalars |= {"train/learning_rate": float(schedule(step - 1)),
               "train/steps_per_s": len(since) / max(sum(since), 1e-9)}
   if p.noise is not None:
     scalars["train/b_simple"] = p.noise.ema.estimates()["b_simple"]
@@ -433,8 +361,8 @@ def _log(writer, bar, step: int, step_metrics: dict, p: Progress, every: int,
   bar.set_postfix(loss=f"{scalars['train/loss']:.3f}")
 
 
-def _evaluate(method: Method, state, batch, step: int, eval_batches, p: Progress,
-              writer) -> None:
+def _evaluate(method: Method, eval_batches, p: Progress, writer, state, batch,
+              step: int) -> None:
   """Scores the model at `step` (what a run stopping now deploys); tracks the target and
   reads the noise scale at it."""
   if p.noise is not None:

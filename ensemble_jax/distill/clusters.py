@@ -70,73 +70,92 @@ def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
   n, k = d2_ExK.shape
   if n >= 2**32:
     raise ValueError(f"at most 2^32 - 1 points, got {n}")
-  floor, extra = n // k, n % k
-  d2_ExK = np.ascontiguousarray(d2_ExK, np.float32) + np.float32(0.0)  # -0.0 -> +0.0
-  bits_ExK = d2_ExK.view(np.uint32)  # non-negative floats order as their bit patterns
-  cdt = np.int16 if k < 2**15 else np.int32  # small ints: numpy's stable sort is a radix sort
-  assign, count = np.full(n, -1, np.int32), np.zeros(k, np.int64)
-  open_k, num_extra = np.ones(k, bool), 0
+  greedy = _Greedy(d2_ExK)
+  rows = np.arange(n, dtype=np.int64)
+  cand, key = greedy.nearest_open(rows)
+  order = np.argsort(key)
+  seq = rows[order], cand[order], key[order]
+  while len(seq[0]):
+    seq = greedy.round(*seq)
+  return greedy.assign
 
-  def nearest_open(rows):
+
+class _Greedy:
+  """`_balanced_assign`'s state between rounds: the placements, the clusters' counts and
+  which are open."""
+
+  def __init__(self, d2_ExK: np.ndarray):
+    n, self.k = d2_ExK.shape
+    self.floor, self.extra = n // self.k, n % self.k
+    self.d2_ExK = np.ascontiguousarray(d2_ExK, np.float32) + np.float32(0.0)  # -0.0 -> +0.0
+    self.bits_ExK = self.d2_ExK.view(np.uint32)  # non-negative floats order as their bits
+    # small ints: numpy's stable sort is a radix sort
+    self.cdt = np.int16 if self.k < 2**15 else np.int32
+    self.assign, self.count = np.full(n, -1, np.int32), np.zeros(self.k, np.int64)
+    self.open_k, self.num_extra = np.ones(self.k, bool), 0
+
+  def nearest_open(self, rows):
     """The rows' nearest open clusters and their pair keys (distance bits, row): unique
     per point, and ordered as the greedy's pairs."""
-    sub = np.take(d2_ExK, rows, axis=0)
-    if not open_k.all():
-      sub[:, ~open_k] = np.inf
-    c = np.argmin(sub, axis=1).astype(cdt)  # the first minimum: the lower cluster on a tie
-    key = (bits_ExK[rows, c].astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
+    sub = np.take(self.d2_ExK, rows, axis=0)
+    if not self.open_k.all():
+      sub[:, ~self.open_k] = np.inf
+    c = np.argmin(sub, axis=1).astype(self.cdt)  # the first minimum: the lower cluster
+    key = (self.bits_ExK[rows, c].astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
     return c, key
 
-  rows = np.arange(n, dtype=np.int64)
-  cand, key = nearest_open(rows)
-  order = np.argsort(key)
-  seq_rows, seq_c, seq_key = rows[order], cand[order], key[order]
-  while len(seq_rows):
-    extras_mode = num_extra < extra
+  def round(self, seq_rows, seq_c, seq_key):
+    """Places the sorted sequence up to the closures it can take in order; returns the
+    sequence of the points still unplaced (empty when all are placed)."""
+    k, extras_mode = self.k, self.num_extra < self.extra
     sizes = np.bincount(seq_c, minlength=k)
-    need = (floor + 1 if extras_mode else floor) - count  # placements until it closes
-    closing = open_k & (sizes >= need)
+    need = (self.floor + 1 if extras_mode else self.floor) - self.count  # until it closes
+    closing = self.open_k & (sizes >= need)
     if not closing.any():  # no cluster fills: every point takes its nearest open one
-      assign[seq_rows] = seq_c
-      break
+      self.assign[seq_rows] = seq_c
+      return seq_rows[:0], seq_c[:0], seq_key[:0]
     by_c = np.argsort(seq_c, kind="stable")  # sequence positions grouped by cluster
     starts = np.cumsum(sizes) - sizes
-    ev = np.flatnonzero(closing)
+    close_pos, last, extras_spent = self._close(seq_rows, seq_key, by_c, starts, sizes, need,
+                                                np.flatnonzero(closing), extras_mode)
+    pos = np.arange(len(seq_rows))
+    done = pos <= last
+    took = done & (pos <= close_pos[seq_c])
+    self.assign[seq_rows[took]] = seq_c[took]
+    self.count += np.bincount(seq_c[took], minlength=k)
+    if extras_spent:
+      self.open_k &= self.count != self.floor
+    keep = ~done & self.open_k[seq_c]
+    moved = ~took & ~keep
+    if not moved.any():
+      return seq_rows[keep], seq_c[keep], seq_key[keep]
+    new_c, new_key = self.nearest_open(seq_rows[moved])
+    all_key = np.concatenate([seq_key[keep], new_key])
+    o = np.argsort(all_key, kind="stable")  # two sorted runs; keys are unique
+    return (np.concatenate([seq_rows[keep], seq_rows[moved]])[o],
+            np.concatenate([seq_c[keep], new_c])[o], all_key[o])
+
+  def _close(self, seq_rows, seq_key, by_c, starts, sizes, need, ev, extras_mode):
+    """Closes the clusters that fill, in sequence order, while no moved point's new pair
+    comes first: (each cluster's closing position, the last closure's, whether the ceil
+    clusters ran out)."""
     ev_pos = by_c[starts[ev] + need[ev] - 1]
     o = np.argsort(ev_pos)
-    close_pos = np.full(k, len(seq_rows), np.int64)
+    close_pos = np.full(self.k, len(seq_rows), np.int64)
     first_moved, last, extras_spent = _NO_KEY, -1, False
     for c, p in zip(ev[o].tolist(), ev_pos[o].tolist()):
       if seq_key[p] >= first_moved:  # a moved point may come first: next round
         break
-      open_k[c], close_pos[c], last = False, p, p
+      self.open_k[c], close_pos[c], last = False, p, p
       if extras_mode:
-        num_extra += 1
-        extras_spent = num_extra == extra
+        self.num_extra += 1
+        extras_spent = self.num_extra == self.extra
       if extras_spent:  # clusters at floor close too: next round
         break
       moved = by_c[starts[c] + need[c]:starts[c] + sizes[c]]
-      if len(moved) and open_k.any():
-        first_moved = min(first_moved, nearest_open(seq_rows[moved])[1].min())
-    pos = np.arange(len(seq_rows))
-    done = pos <= last
-    took = done & (pos <= close_pos[seq_c])
-    assign[seq_rows[took]] = seq_c[took]
-    count += np.bincount(seq_c[took], minlength=k)
-    if extras_spent:
-      open_k &= count != floor
-    keep = ~done & open_k[seq_c]
-    moved = ~took & ~keep
-    if moved.any():
-      new_c, new_key = nearest_open(seq_rows[moved])
-      all_key = np.concatenate([seq_key[keep], new_key])
-      o = np.argsort(all_key, kind="stable")  # two sorted runs; keys are unique
-      seq_rows = np.concatenate([seq_rows[keep], seq_rows[moved]])[o]
-      seq_c = np.concatenate([seq_c[keep], new_c])[o]
-      seq_key = all_key[o]
-    else:
-      seq_rows, seq_c, seq_key = seq_rows[keep], seq_c[keep], seq_key[keep]
-  return assign
+      if len(moved) and self.open_k.any():
+        first_moved = min(first_moved, self.nearest_open(seq_rows[moved])[1].min())
+    return close_pos, last, extras_spent
 
 
 def _balanced_assign_pairwise(d2_ExK: np.ndarray) -> np.ndarray:
