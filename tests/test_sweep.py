@@ -69,12 +69,15 @@ def _close(a, b, path=""):
 def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   """2 processes x 4 fake CPU devices, each running the same `--distributed` command on one
   shared workdir, make the records of the module's 1 process x 8 devices: the tuning
-  choice, every run's evaluations and target (timings and costs left out). First in the
-  module: later tests rewrite cost blocks only, which the records leave out."""
+  choice, every run's evaluations and target (timings and costs left out). The ensemble's
+  curve only, its 8 workers split across the processes (data-parallel across processes:
+  tests/test_multihost.py). First in the module: later tests rewrite cost blocks only,
+  which the records leave out."""
   single, _ = smoke_sweep
   multi = str(tmp_path / "multi")
   cmd = [sys.executable, "-m", "experiments.sweeps.cost_vs_time", f"--config={CONFIG}",
-         f"--workdir={multi}", "--grid=smoke", "--seeds=0", "--compile_cache=",
+         f"--workdir={multi}", "--grid=smoke", "--curves=ensemble", "--seeds=0",
+         "--compile_cache=",
          "--distributed", f"--coordinator_address=localhost:{free_port()}",
          "--num_processes=2"]
   env = subprocess_env(4, JAX_PLATFORMS="cpu")
@@ -83,6 +86,7 @@ def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   assert os.path.exists(os.path.join(multi, "table.md"))  # process 0's report
   got, want = _records(multi), _records(str(single))
   assert any(k.endswith("tuning.json") for k in got) and any("seed0" in k for k in got)
+  assert {k.split(os.sep)[0] for k in got} == {"ensemble"}
   _close(got, {k: want[k] for k in got})
 
 
