@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from ensemble_jax import validation
+from ensemble_jax import run, validation
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO, free_port, run_processes, subprocess_env
 
@@ -323,3 +323,19 @@ def test_points_select_a_subset_of_the_grid_and_unknown_names_fail_before_traini
   with pytest.raises(SystemExit, match=r"--points \['N3_L4'\] not in the curves.*N8_L4"):
     cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0], grid="smoke", point_names=["N3_L4"])
   assert not any(tmp_path.iterdir())  # nothing calibrated or trained
+
+
+def test_workers_widened_over_spare_devices_are_priced_on_one_device_each(tmp_path):
+  """N = 2 workers on 8 fake devices run as worker:2,data:4 (a layout), yet the point stands
+  for 2 devices, one worker each: the cost block prices 2 devices and no collective inside
+  a worker (it priced 8 and the workers' own gradient all-reduces)."""
+  from experiments.configs import fashion_mnist
+
+  config = cost_vs_time._point_config(fashion_mnist, "ensemble,tiny",
+                                      {"method.num_workers": 2}, 0, str(tmp_path))
+  assert config.mesh == "worker:2,data:4" and config.cost.devices == 2
+  results = run.train_and_evaluate(config, str(tmp_path / "run"))
+  assert results["mesh"] == {"worker": 2, "data": 4}
+  modelled = results["cost"]["modelled"]
+  assert modelled["devices"] == 2
+  assert len({round(t, 9) for t in modelled["critical_path_s"].values()}) == 1  # no network

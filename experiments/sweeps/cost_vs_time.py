@@ -106,12 +106,15 @@ def _fit_workers_to_devices(config, devices: int) -> None:
   """N workers on more devices than N (a multiple of N): each worker spans devices / N of
   them on `data` (per-worker data parallelism: the same updates, BatchNorm over the
   worker's whole batch), where one worker per device (`worker:-1,data:1`) cannot hold N.
-  A layout field: it changes what runs where, not what is trained."""
+  A layout field: it changes what runs where, not what is trained, nor the cluster the
+  point stands for and is priced on (N devices, one worker each, unless cost.devices
+  says otherwise)."""
   n = config.method.num_workers
   if (config.method.name == "data_parallel" or n % devices == 0 or devices % n
       or _mesh_text(config.mesh) != "worker:-1,data:1"):
     return
   config.mesh = f"worker:{n},data:{devices // n}"
+  config.cost.devices = config.cost.devices or n
 
 
 def device_config(config):
