@@ -1,5 +1,6 @@
 """The cost-vs-time sweep: calibration by compiled program, tuning, seeds, the report,
 finished points skipped, and the same study under JAX's multi-controller runtime."""
+import copy
 import glob
 import importlib
 import json
@@ -336,6 +337,18 @@ def test_workers_widened_over_spare_devices_are_priced_on_one_device_each(tmp_pa
   assert config.mesh == "worker:2,data:4" and config.cost.devices == 2
   results = run.train_and_evaluate(config, str(tmp_path / "run"))
   assert results["mesh"] == {"worker": 2, "data": 4}
-  modelled = results["cost"]["modelled"]
-  assert modelled["devices"] == 2
-  assert len({round(t, 9) for t in modelled["critical_path_s"].values()}) == 1  # no network
+
+  def priced(results):
+    modelled = results["cost"]["modelled"]
+    return modelled["devices"], len({round(t, 9) for t in modelled["critical_path_s"].values()})
+
+  assert priced(results) == (2, 1)  # 2 devices, no network on the critical path
+  # A run priced before on all 8 devices is read again on the point's 2 by --recost.
+  old = copy.deepcopy(config)
+  old.cost.devices = 0
+  stale = run.train_and_evaluate(old, str(tmp_path / "stale"))
+  assert priced(stale) == (8, 3)
+  path = str(tmp_path / "stale" / "results.json")
+  cost_vs_time._recost_file(path, None, config)
+  with open(path) as f:
+    assert priced(json.load(f)) == (2, 1)

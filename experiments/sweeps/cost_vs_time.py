@@ -345,7 +345,7 @@ def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
 def _recost_file(path: str, step_time: float | None, point_config=None) -> None:
   """`path`'s cost block at `step_time` (None: the device step it records), with the
   collectives the run recorded; with the run's `point_config`, those of a run whose own
-  reading failed are read now."""
+  reading failed, or that was priced on another cluster than the point's, are read now."""
   with open(path) as f:
     results = json.load(f)
   if step_time is None:
@@ -353,7 +353,12 @@ def _recost_file(path: str, step_time: float | None, point_config=None) -> None:
   cost = results["config"]["cost"]
   cost["device_step_time_s"] = step_time
   communication = None
-  if point_config is not None and costs.recorded_communication(results) is None:
+  cluster = 0 if point_config is None else point_config.cost.devices
+  if point_config is not None and (costs.recorded_communication(results) is None
+                                   or cluster and cost["devices"] != cluster):
+    # Priced on another cluster than its point's (workers spread over spare devices were
+    # priced on all of them): its programs are read again on the point's.
+    cost["devices"] = cluster or cost["devices"]
     communication = _read_communication(results, point_config, os.path.dirname(path))
   # Else the collectives the run recorded (older results: the legacy model, labelled).
   results["cost"] = costs.summary(results, communication, cost["devices"],
