@@ -164,8 +164,10 @@ def sweep_grid(name: str = "full") -> dict:
                                                **tune})},
             "ensemble": {"N8_L4": ("ensemble,tiny", tune)}}
   if name == "demo":  # make demo: the full grid's points at its tuning's choices, trained once
+    full = sweep_grid("full")
+
     def chosen(curve, point):
-      variant, overrides = sweep_grid("full")[curve][point]
+      variant, overrides = full[curve][point]
       kept = {k: v for k, v in overrides.items() if not k.startswith("tune.")}
       return variant, {**kept, **DEMO_CHOICES[curve][point], "tune.factors": (1.0,)}
 

@@ -137,9 +137,9 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
   warm start needs the smaller B's choice), by the cost-vs-time sweep's rule
   (`tuning.tune`); then seeds outermost, so an interrupted sweep has whole seeds of every
   B. A seed run at other values than its B's choice moves to `B<B>/superseded/` before any
-  seed trains, and runs again (`tuning.ready_seeds`). Writes the summary, table and figure of every B finished
-  under `workdir`; returns the run counts (`tuning_runs`, `trained`, `from_tuning`,
-  `skipped`, `diverged`, as the cost-vs-time sweep's).
+  seed trains, and runs again (`tuning.ready_seeds`). Writes the summary, table and figure
+  of every B finished under `workdir`; returns the run counts (`tuning_runs`, `trained`,
+  `from_tuning`, `skipped`, `diverged`, as the cost-vs-time sweep's).
   """
   w = load_workload(config, grid)
   batches = list(batches or w.batches)
