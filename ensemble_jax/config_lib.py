@@ -299,6 +299,9 @@ def _tune() -> ml_collections.ConfigDict:
   # train.schedule_fraction, when among `fields`: these values, not factors x its value,
   # never extended (above 1 the schedule would outgrow the point's budget).
   g.schedule_fractions = (1.0, 0.5, 0.25)
+  # ... each run on `seed`, then on each of these (never reported): a length counts its
+  # worst seed, since a short schedule often reaches the target only at its last evals.
+  g.schedule_seeds = (1000,)
   # Once a run has reached the target, later runs stop (train.stop_at_step) at their first
   # eval at or past its steps: one that has not reached it by then can no longer be chosen,
   # so the choice is the one full runs would give, for less compute.

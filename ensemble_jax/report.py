@@ -532,9 +532,10 @@ def _whole_budget_seeds(point_dir: str, tuning_seed: int) -> list[int | None]:
 
 def schedule_check(results_dir: str) -> str:
   """Does tuning the schedule's length move a point? Per point whose tuning record has the
-  schedule axis: its chosen rates' tuning runs at each fraction of the budget (seed 0),
-  the fraction chosen, and the whole-budget runs' range over the other seeds."""
-  lines = ["| curve | point | " + " | ".join(f"schedule x{f:g} (steps, seed 0)"
+  schedule axis: its chosen rates' tuning runs at each fraction of the budget (tune.seed,
+  then tune.schedule_seeds where run), the fraction chosen, and the whole-budget runs' range
+  over the reported seeds."""
+  lines = ["| curve | point | " + " | ".join(f"schedule x{f:g} (steps, tuning seeds)"
                                              for f in (1.0, 0.5, 0.25))
            + " | chosen | whole budget, other seeds (steps) |",
            "|---|---|---|---|---|---|---|"]
@@ -550,13 +551,14 @@ def schedule_check(results_dir: str) -> str:
     curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
     by_value = {r["value"]: r for r in axis["runs"]}
 
-    def cell(fraction):
-      r = by_value.get(fraction)
-      if r is None:
-        return "-"
+    def outcome(r):
       if r["reached"]:
         return str(r["steps_to_target"])
       return f"lost (stopped at {r['stopped_at_step']})" if r.get("stopped_at_step") else "missed"
+
+    def cell(fraction):  # the tuning seed's run, then the other tuning seeds' (if run)
+      r = by_value.get(fraction)
+      return "-" if r is None else " / ".join(map(outcome, [r, *r.get("other_seeds", ())]))
 
     seeds = _whole_budget_seeds(os.path.dirname(path), record["seed"])
     reached = [s for s in seeds if s is not None]
@@ -576,8 +578,9 @@ def write(results_dir: str, out: str) -> str:
   check = schedule_check(results_dir)
   if check:
     text += ("\nDoes the schedule's length move a point? The chosen rates' tuning runs at "
-             "each fraction of the budget (seed 0; 'lost': stopped once it could no longer "
-             "be chosen), and the whole-budget runs of the other seeds:\n\n" + check)
+             "each fraction of the budget (on the tuning seeds, 0 then 1000 where a length "
+             "reached the target on 0; 'lost': stopped once it could no longer be chosen), "
+             "and the whole-budget runs of the reported seeds:\n\n" + check)
   with open(os.path.join(out, "table.md"), "w") as f:
     f.write(text)
   for preset in PRESETS:

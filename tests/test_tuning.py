@@ -296,3 +296,44 @@ def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate_and_never_
   assert "lr0.003" in calls and "lr0.003_sched0.5" in calls and "lr0.003_sched0.25" in calls
   assert calls.count("lr0.003") == 1  # the rate's chosen run is the full schedule's
   assert record["chosen_run"] == os.path.join("tune", "lr0.003_sched0.5")
+
+
+def test_the_schedule_length_counts_its_worst_seed_and_reported_seeds_cannot_choose_it():
+  """A quarter schedule that reaches the target at its last eval on the tuning seed and
+  misses it on the other (data-parallel D = 8 on Fashion-MNIST: step 54 of 59 on seed 0,
+  missed on seeds 1-3) loses to the whole schedule, which reaches it on both; a length
+  that misses on the first seed is not run on the second; stopped losers are bounded by
+  the worst seed's steps."""
+  reached = {(1.0, 0): 72, (1.0, 1000): 80, (0.5, 0): None, (0.25, 0): 54, (0.25, 1000): None}
+  calls = []
+
+  def train(config, run_dir):
+    calls.append((os.path.basename(run_dir), config.train.stop_at_step))
+    return _results(reached[config.train.schedule_fraction, config.seed], 0.86, 1000)
+
+  config = _config(fields=("optim.learning_rate", "train.schedule_fraction"), factors=(1.0,))
+  config.tune.stop_losers = True
+  chosen, record = tuning.tune(config, "/point", train)
+  assert chosen.train.schedule_fraction == 1.0 and chosen.seed == 0
+  assert record["chosen_run"] == os.path.join("tune", "lr0.003")
+  assert record["schedule_seeds"] == [1000] and "worst seed" in record["rule"]
+  names = [name for name, _ in calls]
+  assert names == ["lr0.003", "lr0.003_sched0.25", "lr0.003_sched0.25_seed1000",
+                   "lr0.003_sched0.5", "lr0.003_seed1000"]  # sched0.5 missed seed 0
+  assert dict(calls)["lr0.003_seed1000"] == 0  # no length had reached on both seeds: no stop
+  rows = {r["value"]: r for r in record["axes"][1]["runs"]}
+  assert rows[0.25]["steps_to_target"] == 54
+  assert [(s["seed"], s["reached"]) for s in rows[0.25]["other_seeds"]] == [(1000, False)]
+  assert rows[1.0]["other_seeds"][0]["steps_to_target"] == 80 and "other_seeds" not in rows[0.5]
+  # once a length reached on both seeds, later runs stop at its worst seed's steps
+  reached[0.25, 1000] = 60
+  calls.clear()
+  chosen, _ = tuning.tune(config, "/point", train)
+  assert chosen.train.schedule_fraction == 0.25
+  assert dict(calls)["lr0.003_sched0.5"] == 60
+  # one seed: the single-seed choice, knife-edge as it was
+  config.tune.schedule_seeds = ()
+  reached[0.25, 1000] = None
+  assert tuning.tune(config, "/point", train)[0].train.schedule_fraction == 0.25
+  with pytest.raises(ValueError, match=r"seeds \[1000\].*--seeds=1,2,3"):
+    tuning.check_seeds(_config(), [1, 1000])

@@ -279,7 +279,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   for key in points:
     config = point_config(key, 0)
     device_step[key] = calibrate(config, calibration_dir) if simulated() else 0.0
-    for seed in sorted({config.tune.seed, *seeds}):
+    tuning.check_seeds(config, seeds)
+    for seed in sorted({*tuning.tuning_seeds(config), *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
   sweeps.sync("quiet phase done")
   counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
@@ -294,7 +295,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     base.cost.device_step_time_s = device_step[key]
     point_dir = os.path.join(workdir, *key)
     tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: tuning.train_run(
-        c, run_dir, counts, "tuning_runs", pool_config=b))
+        c, run_dir, counts, "tuning_runs", pool_config=tuning.on_seed(b, c.seed)))
     tuning.write_record(point_dir, tuned[key][1])
 
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.

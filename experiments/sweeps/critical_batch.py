@@ -151,6 +151,7 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
   for batch in sorted(batches):  # every B tuned before any other seed trains, small B first
     base = point_config(w, batch, seed=0)
     base.seed = base.tune.seed
+    tuning.check_seeds(base, seeds)
     previous, warm_start = _warm_start(workdir, w, batch, tuned)
     chosen, record = tuning.tune(base, _point_dir(workdir, batch), lambda c, run_dir:
                                  tuning.train_run(c, run_dir, counts, "tuning_runs"),
