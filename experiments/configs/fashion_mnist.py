@@ -121,7 +121,7 @@ DEMO_CHOICES = {
     "data_parallel": {
         "D1": {"optim.learning_rate": 0.006, "train.schedule_fraction": 0.25},
         "D8": {"optim.learning_rate": 0.006, "train.schedule_fraction": 0.25}},
-    "ensemble": {"N4_L469": {"optim.learning_rate": 0.012, "train.schedule_fraction": 0.5}},
+    "ensemble": {"N4_L469": {"optim.learning_rate": 0.012, "train.schedule_fraction": 1.0}},
 }
 
 
