@@ -325,12 +325,14 @@ def test_the_schedule_length_counts_its_worst_seed_and_reported_seeds_cannot_cho
   assert rows[0.25]["steps_to_target"] == 54
   assert [(s["seed"], s["reached"]) for s in rows[0.25]["other_seeds"]] == [(1000, False)]
   assert rows[1.0]["other_seeds"][0]["steps_to_target"] == 80 and "other_seeds" not in rows[0.5]
-  # once a length reached on both seeds, later runs stop at its worst seed's steps
+  # once a length reached on both seeds, later runs stop at its worst seed's steps, and a
+  # length whose first seed already took more is not run on the second
   reached[0.25, 1000] = 60
   calls.clear()
   chosen, _ = tuning.tune(config, "/point", train)
   assert chosen.train.schedule_fraction == 0.25
   assert dict(calls)["lr0.003_sched0.5"] == 60
+  assert "lr0.003_seed1000" not in dict(calls)  # 72 steps on seed 0 > 60: lost
   # one seed: the single-seed choice, knife-edge as it was
   config.tune.schedule_seeds = ()
   reached[0.25, 1000] = None

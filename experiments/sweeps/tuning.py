@@ -59,7 +59,8 @@ RULE = ("per key in turn, on seed tune.seed: factors x the configured value, ext
 SCHEDULE_RULE = ("; the schedule's length (train.schedule_fraction) at the values "
                  "tune.schedule_fractions of the budget, not extended, each on tune.seed and "
                  "then on each of tune.schedule_seeds: its steps are its worst seed's, and a "
-                 "length that misses the target on one seed loses (not run on the next)")
+                 "length that misses the target on one seed loses (not run on the next, nor "
+                 "one that already took more steps than another length's worst seed)")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
 STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
@@ -146,12 +147,19 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     return runs[name]
 
   def candidate(c, seeds, rivals) -> list:
-    """The candidate `c`'s runs on `seeds` in turn, up to the first that misses the target."""
+    """The candidate `c`'s runs on `seeds` in turn, up to the first that misses the target
+    (or, with tune.stop_losers, that took more steps than a rival's worst seed: it lost)."""
     done = []
     for seed in seeds:
       if done and not (done[-1] and done[-1]["target"]["reached"]):
         break
-      done.append(result(on_seed(c, seed), rivals))
+      bound = _fewest_steps([[runs.get(n, False) for n in group] for group in rivals])
+      run = on_seed(c, seed)
+      if done and t.stop_losers and bound is not None and (
+          done[-1]["target"]["reached_step"] > bound) and not os.path.exists(
+              os.path.join(point_dir, "tune", run_name(run), run_lib.RESULTS_FILE)):
+        break  # (one trained before, by an earlier bound, is read: its compute was spent)
+      done.append(result(run, rivals))
     return done
 
   for key in t.fields:
