@@ -339,3 +339,20 @@ def test_the_schedule_length_counts_its_worst_seed_and_reported_seeds_cannot_cho
   assert tuning.tune(config, "/point", train)[0].train.schedule_fraction == 0.25
   with pytest.raises(ValueError, match=r"seeds \[1000\].*--seeds=1,2,3"):
     tuning.check_seeds(_config(), [1, 1000])
+
+
+def test_the_tuning_compute_counts_one_pool_per_tuning_seed():
+  """Runs on one seed read one pool, built once; the schedule's second tuning seed has its
+  own pool, and its build is a cost too (once only the last run's pool was counted)."""
+  def run(seed, build):
+    r = _results(100, 0.9)
+    r["config"], r["distill"] = {"seed": seed}, {"build_flops": 1e6 * build}
+    r["cost"]["measured"]["pool_build_time_s"] = build
+    for p in r["cost"]["modelled"]["critical_path_s"]:
+      r["cost"]["modelled"]["critical_path_s"][p] += build  # a run's path holds its build
+    return r
+
+  compute = tuning.compute([run(0, 2.0), run(0, 2.0), run(1000, 3.0)])
+  assert compute["pool_build_time_s"] == pytest.approx(5.0)
+  assert compute["flops"] == pytest.approx(3 * 1e9 * 100 + 5e6)
+  assert compute["time_s"]["ib_xdr800"] == pytest.approx(3 * 0.01 * 100 + 5.0)

@@ -265,22 +265,26 @@ def _outcome(results: dict | None) -> dict:
 def compute(runs: list[dict | None]) -> dict:
   """What the tuning runs cost together: training FLOPs and modelled critical-path time
   and device-seconds per interconnect preset, summed over the runs (one after another),
-  plus the point's distilled pool once (every run reads the same pool). Diverged runs
-  stopped early with no results: they are counted in `diverged`, not in the sums."""
+  plus each distilled pool once: one per tuning seed (the runs on one seed read the same
+  pool). Diverged runs stopped early with no results: they are counted in `diverged`, not
+  in the sums."""
   done = [r for r in runs if r is not None]
   presets = tuple(costs.INTERCONNECTS)
   flops = sum(r["flops_per_step"] * r["steps"] for r in done)
   time_s = dict.fromkeys(presets, 0.0)
   device_s = dict.fromkeys(presets, 0.0)
-  pool_s = pool_flops = 0.0
+  pools = {}  # seed -> (build seconds, build FLOPs)
   for r in done:
     pool = r["cost"]["measured"]["pool_build_time_s"]
-    pool_s, pool_flops = pool, (r.get("distill") or {}).get("build_flops", 0.0)
+    pools[r.get("config", {}).get("seed")] = (pool, (r.get("distill") or {}).get("build_flops",
+                                                                                  0.0))
     devices = r["cost"]["modelled"]["devices"]
     for p in presets:
       train_s = r["cost"]["modelled"]["critical_path_s"][p] - pool
       time_s[p] += train_s
       device_s[p] += devices * train_s
+  pool_s = sum(build for build, _ in pools.values())
+  pool_flops = sum(build_flops for _, build_flops in pools.values())
   if done:
     devices = done[0]["cost"]["modelled"]["devices"]
     time_s = {p: t + pool_s for p, t in time_s.items()}
