@@ -1,5 +1,5 @@
 """Sensitivity: data-parallel D = 8 at its whole-budget schedule on the reported seeds."""
-import json, os, sys
+import json
 import ml_collections
 from ensemble_jax import run as run_lib
 src = json.load(open("experiments/results/fashion_mnist/data_parallel/D8/seed1/results.json"))
