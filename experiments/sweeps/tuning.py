@@ -134,15 +134,17 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   runs: dict[str, dict | None] = {}  # run name -> results (None: diverged)
   axes, chosen = [], config
 
+  def bound(rivals) -> int | None:
+    """The fewest steps to target of `rivals` (its own grid's candidates, each a list of run
+    names, one per seed: the choice is made among them) run so far."""
+    return _fewest_steps([[runs.get(n, False) for n in group] for group in rivals])
+
   def result(c, rivals=()):
-    """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals` (its own
-    grid's candidates, each a list of run names, one per seed: the choice is made among
-    them)."""
+    """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals`."""
     name = run_name(c)
     if name not in runs:
       if t.stop_losers:
-        c = _stopped_at(c, _fewest_steps([[runs.get(n, False) for n in group]
-                                          for group in rivals]))
+        c = _stopped_at(c, bound(rivals))
       runs[name] = train(c, os.path.join(point_dir, "tune", name))
     return runs[name]
 
@@ -153,17 +155,16 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     for seed in seeds:
       if done and not (done[-1] and done[-1]["target"]["reached"]):
         break
-      bound = _fewest_steps([[runs.get(n, False) for n in group] for group in rivals])
       run = on_seed(c, seed)
-      if done and t.stop_losers and bound is not None and (
-          done[-1]["target"]["reached_step"] > bound) and not os.path.exists(
+      if done and t.stop_losers and (best := bound(rivals)) is not None and (
+          done[-1]["target"]["reached_step"] > best) and not os.path.exists(
               os.path.join(point_dir, "tune", run_name(run), run_lib.RESULTS_FILE)):
         break  # (one trained before, by an earlier bound, is read: its compute was spent)
       done.append(result(run, rivals))
     return done
 
   for key in t.fields:
-    seeds = (t.seed, *t.schedule_seeds) if key == SCHEDULE else (t.seed,)
+    seeds = tuning_seeds(config) if key == SCHEDULE else (t.seed,)
     base = config_lib.get(chosen, key)
     factors = set(t.factors) | ({warm_start[key]} if key in warm_start else set())
     values = sorted(base * f for f in factors)
@@ -195,9 +196,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         # the best at an edge once the extensions ran out: the optimum may lie beyond
         "at_edge": len(values) > 1 and best in (values[0], values[-1]) and (
             key != SCHEDULE or best == values[0]),
-        "runs": [_row(run_name(_with(chosen, key, v)), v, base, result(_with(chosen, key, v)),
-                      others=[(s, run_name(on_seed(_with(chosen, key, v), s)))
-                              for s in seeds[1:]], runs=runs) for v in values],
+        "runs": [_row(v, base, [(s, n, runs[n]) for s, n in
+                                ((s, run_name(on_seed(_with(chosen, key, v), s))) for s in seeds)
+                                if n in runs]) for v in values],
     })
     chosen = _with(chosen, key, best)
   record = {
@@ -239,15 +240,15 @@ def _stopped_at(config, bound: int | None) -> ml_collections.ConfigDict:
   return c
 
 
-def _row(name: str, value: float, base: float, results: dict | None, others=(),
-         runs=None) -> dict:
-  """A candidate's row: its run on tune.seed, and (`others`: (seed, run name) pairs) its
-  runs on the other seeds it was tried on, if any."""
+def _row(value: float, base: float, tried: list[tuple]) -> dict:
+  """A candidate's row from its runs `tried`, (seed, run name, results) in seed order: the
+  first on tune.seed, then the other tuning seeds it was tried on, if any."""
+  (_, name, results), *others = tried
   row = {"run": os.path.join("tune", name), "value": value, "factor": value / base,
          **_outcome(results)}
-  if seeds := [{"seed": s, "run": os.path.join("tune", n), **_outcome(runs[n])}
-               for s, n in others if n in runs]:
-    row["other_seeds"] = seeds
+  if others:
+    row["other_seeds"] = [{"seed": s, "run": os.path.join("tune", n), **_outcome(r)}
+                          for s, n, r in others]
   return row
 
 
