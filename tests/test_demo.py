@@ -2,6 +2,8 @@
 import json
 import os
 
+import pytest
+
 from ensemble_jax import validation
 from experiments import demo
 from experiments.configs import fashion_mnist
@@ -20,21 +22,27 @@ def test_the_demo_ends_with_its_points_and_the_verdict_in_few_lines(tmp_path):
   assert lines[-1].startswith(f"Full tables: {tmp_path}/table.md")
 
 
-def test_the_demo_trains_the_full_grids_points_at_the_choices_its_tuning_made():
-  """The demo's points are the full grid's, at each point's committed tuning.json choice:
-  the two must not drift apart when the grid is re-tuned."""
+@pytest.mark.parametrize("grid", ["demo", "one_device"])
+def test_a_grid_of_the_full_grids_points_trains_them_at_the_choices_its_tuning_made(grid):
+  """The demo's points are the full grid's, at each point's committed tuning.json choice,
+  and so are the one-device study's (at other names, one device each)."""
   full = fashion_mnist.sweep_grid("full")
+  namesakes = {"B64": "D1", "B256": "D4"}
   results = os.path.join(REPO, "experiments", "results", "fashion_mnist")
-  for curve, points in fashion_mnist.sweep_grid("demo").items():
+  for curve, points in fashion_mnist.sweep_grid(grid).items():
     for name, (variant, overrides) in points.items():
+      name = namesakes.get(name, name)
       with open(os.path.join(results, curve, name, "tuning.json")) as f:
         chosen = json.load(f)["chosen"]
       assert {k: overrides[k] for k in chosen} == chosen, (curve, name)
       assert overrides["tune.factors"] == (1.0,)
       full_variant, full_overrides = full[curve][name]
 
-      def trained(o):  # what the point trains, apart from its tuned values
-        return {k: v for k, v in o.items() if not k.startswith("tune.") and k not in chosen}
+      def trained(o):  # what the point trains, apart from its tuned values and layout
+        return {k: v for k, v in o.items()
+                if not k.startswith("tune.") and k not in chosen and k != "cost.devices"}
 
       assert variant == full_variant and trained(overrides) == trained(full_overrides)
+      devices = 1 if grid == "one_device" else full_overrides.get("cost.devices")
+      assert overrides.get("cost.devices") == devices
       validation.validate(cost_vs_time._point_config(fashion_mnist, variant, overrides, 0, "w"))

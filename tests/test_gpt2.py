@@ -4,6 +4,7 @@ import functools
 import math
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -205,3 +206,38 @@ def test_fused_attention_matches_einsum_attention():
   np.testing.assert_allclose(loss_a, loss_b, rtol=1e-5, atol=1e-6)
   jax.tree_util.tree_map(
       lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads_a, grads_b)
+
+
+def _dot_operand_dtypes(jaxpr, shape) -> set:
+  """The dtypes of every dot_general operand of `shape` in `jaxpr`, sub-jaxprs included."""
+  found = set()
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      found |= {v.aval.dtype for v in eqn.invars if v.aval.shape == shape}
+    for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+      found |= _dot_operand_dtypes(sub, shape)
+  return found
+
+
+def test_bf16_head_backward_runs_in_bf16_and_matches_float32():
+  # The logits' gradient [N, V] feeds the step's two largest GEMMs: in bf16 compute they
+  # take it in bf16 (autodiff would keep it float32: TF32 GEMMs on GPU); in float32 the
+  # head is the plain product. Both backwards agree with float32 to bf16's precision.
+  tokens_BxT = _random_tokens(6)
+  model = _small_model()
+  params = _init(model, tokens_BxT)
+
+  def loss_fn(model, params):
+    logits_BxTxV = model.apply({'params': params}, tokens_BxT[:, :-1], train=True)
+    logp_BxTxV = jax.nn.log_softmax(logits_BxTxV)
+    return -jnp.mean(jnp.take_along_axis(logp_BxTxV, tokens_BxT[:, 1:, None], -1))
+
+  bf16 = model.clone(dtype=jnp.bfloat16)
+  n = tokens_BxT.shape[0] * (tokens_BxT.shape[1] - 1)
+  jaxpr = jax.make_jaxpr(jax.grad(functools.partial(loss_fn, bf16)))(params).jaxpr
+  assert _dot_operand_dtypes(jaxpr, (n, VOCAB)) == {jnp.dtype(jnp.bfloat16)}
+  grads_32 = jax.jit(jax.grad(functools.partial(loss_fn, model)))(params)
+  grads_16 = jax.jit(jax.grad(functools.partial(loss_fn, bf16)))(params)
+  wte_32, wte_16 = grads_32['wte']['embedding'], grads_16['wte']['embedding']
+  assert wte_16.dtype == jnp.float32
+  np.testing.assert_allclose(wte_16, wte_32, atol=0.05 * float(jnp.abs(wte_32).max()))

@@ -22,6 +22,7 @@ RESULTS = os.path.join(REPO, "experiments", "results")
 # page (a path relative to the repository), before its next heading.
 COST_VS_TIME = "docs/results/cost_vs_time.md"
 REGIME = "docs/results/regime.md"
+ONE_DEVICE = "docs/results/one_device.md"
 # (page, heading) -> (the cost-vs-time sweep's results directory, how many of its report's
 # tables the page holds: the points, the matched ratios to the strongest baseline, their
 # best-over-budgets summary, the budgets and tuning per point and per curve; the
@@ -29,6 +30,7 @@ REGIME = "docs/results/regime.md"
 REPORT_TABLES = {
     (COST_VS_TIME, "## Fashion-MNIST, target"): ("fashion_mnist", 5),
     (COST_VS_TIME, "## Python docs (byte-level GPT-2"): ("pydocs_gpt2", 5),
+    (ONE_DEVICE, "## Fashion-MNIST on one NVIDIA H200"): ("one_device_h200/fashion_mnist", 1),
 }
 # the schedule-length check (report.schedule_check) per cost-vs-time results directory
 SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?")}

@@ -231,12 +231,50 @@ class GPT2(nn.Module):
     x_BxTxD = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            param_dtype=jnp.float32, use_fast_variance=False,
                            name="ln_f")(x_BxTxD)
-    # Tied output layer (what `wte.attend` computes), but accumulated and returned in
-    # float32 so bf16 compute does not round the logits to bf16.
-    embedding_VxD = wte.embedding.astype(self.dtype)
-    logits_NxV = jnp.einsum("nd,vd->nv", _tokens(x_BxTxD), embedding_VxD,
-                            preferred_element_type=jnp.float32)
+    logits_NxV = tied_logits(_tokens(x_BxTxD), wte.embedding)
     return logits_NxV.reshape(*x_BxTxD.shape[:-1], -1)
+
+
+def tied_logits(x_NxD: jax.Array, embedding_VxD: jax.Array) -> jax.Array:
+  """The tied output layer (what `wte.attend` computes) in x's compute dtype, accumulated
+  and returned in float32 so bf16 compute does not round the logits to bf16.
+
+  In bf16 its backward is bf16 too: the logits' gradient [N, V] is rounded to bf16 before
+  the two GEMMs that consume it (accumulating in float32), as mixed-precision training
+  does everywhere else in the model; autodiff would run both in float32 (TF32 on GPU), the
+  largest GEMMs of GPT-2 small's step. In float32 it is the plain product."""
+  if x_NxD.dtype == jnp.float32:
+    return jnp.einsum("nd,vd->nv", x_NxD, embedding_VxD.astype(jnp.float32),
+                      preferred_element_type=jnp.float32)
+  return _low_precision_logits(x_NxD, embedding_VxD)
+
+
+_NxD_VxD = (((1,), (1,)), ((), ()))  # dot_general: contract D of [N, D] and [V, D]
+
+
+@jax.custom_vjp
+def _low_precision_logits(x_NxD, embedding_VxD):
+  return _low_precision_logits_fwd(x_NxD, embedding_VxD)[0]
+
+
+def _low_precision_logits_fwd(x_NxD, embedding_VxD):
+  e_VxD = embedding_VxD.astype(x_NxD.dtype)
+  logits_NxV = jax.lax.dot_general(x_NxD, e_VxD, _NxD_VxD, preferred_element_type=jnp.float32)
+  return logits_NxV, (x_NxD, embedding_VxD)  # the parameter: alive anyway
+
+
+def _low_precision_logits_bwd(residuals, g_NxV):
+  x_NxD, embedding_VxD = residuals
+  e_VxD = embedding_VxD.astype(x_NxD.dtype)
+  g_NxV = g_NxV.astype(x_NxD.dtype)
+  dx_NxD = jax.lax.dot_general(g_NxV, e_VxD, (((1,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+  de_VxD = jax.lax.dot_general(g_NxV, x_NxD, (((0,), (0,)), ((), ())),
+                               preferred_element_type=jnp.float32)
+  return dx_NxD.astype(x_NxD.dtype), de_VxD.astype(embedding_VxD.dtype)
+
+
+_low_precision_logits.defvjp(_low_precision_logits_fwd, _low_precision_logits_bwd)
 
 
 def create_model(name: str, *, vocab_size: int, context: int, dtype=jnp.float32,

@@ -1,7 +1,7 @@
 """Train-step throughput and MFU of the headline models (ResNet-50, GPT-2 small) on one device.
 
   python -m experiments.bench.throughput [--models=resnet50,gpt2_small] [--steps=20] \
-      [--resnet_batch=256] [--gpt2_batch=16] [--attention=einsum,fused] [--dtype=bfloat16] \
+      [--resnet_batch=256] [--gpt2_batch=16,32] [--attention=einsum,fused] [--dtype=bfloat16] \
       [--out=results.json]
 
 Each model is built from its workload config (`imagenet_resnet50.py`, `pile_gpt2.py`: its
@@ -13,7 +13,7 @@ analytically (what MFU conventionally uses): GPT-2 6 N + 12 L T D per token (PaL
 ResNet-50 3 x its forward FLOPs (2 x 4.09 G multiply-adds per 224x224 image). MFU is the
 analytic FLOPs per second over the device's dense bf16 peak (H100/H200 SXM: 989 TFLOP/s; pass
 `--peak_tflops` for another device). GPT-2 runs once per `--attention` implementation
-(`config.model.attention`), side by side.
+(`config.model.attention`) and `--gpt2_batch`, side by side.
 Nothing is modelled: every time is measured.
 """
 from __future__ import annotations
@@ -36,7 +36,8 @@ FLAGS = flags.FlagValues()
 flags.DEFINE_string("models", "resnet50,gpt2_small", "comma-separated", flag_values=FLAGS)
 flags.DEFINE_integer("steps", 20, "timed steps per model", flag_values=FLAGS)
 flags.DEFINE_integer("resnet_batch", 256, "ResNet-50's batch", flag_values=FLAGS)
-flags.DEFINE_integer("gpt2_batch", 16, "GPT-2's batch (sequences)", flag_values=FLAGS)
+flags.DEFINE_list("gpt2_batch", ["16"], "GPT-2's batches (sequences), each timed",
+                  flag_values=FLAGS)
 flags.DEFINE_integer("gpt2_vocab", 50257, "50304 (a multiple of 128, as nanoGPT pads) "
                      "measures aligned LM-head GEMMs", flag_values=FLAGS)
 flags.DEFINE_string("attention", "einsum,fused", "GPT-2's, each timed", flag_values=FLAGS)
@@ -56,7 +57,7 @@ def _peak_tflops(device, override: float) -> float | None:
   return next((v for k, v in PEAK_TFLOPS.items() if k in device.device_kind), None)
 
 
-def _workload(name: str, args, attention: str = "einsum"):
+def _workload(name: str, args, attention: str = "einsum", gpt2_batch: int = 16):
   """(config, model, batch, analytic train FLOPs per step, items per step, item name)."""
   import numpy as np
 
@@ -75,21 +76,22 @@ def _workload(name: str, args, attention: str = "einsum"):
   if name == "gpt2_small":
     config = pile_gpt2.get_config()
     config.model.dtype, config.model.attention = args.dtype, attention
-    b, t, vocab = args.gpt2_batch, config.data.context, args.gpt2_vocab
+    b, t, vocab = gpt2_batch, config.data.context, args.gpt2_vocab
     model = create_model(config.model, num_classes=vocab, context=t)
     batch = {"tokens": rng.integers(0, vocab, (b, t + 1), dtype=np.int32)}
     return config, model, batch, None, b * t, "tokens"
   raise ValueError(f"unknown model {name!r}; choose from resnet50, gpt2_small")
 
 
-def measure(name: str, args, attention: str = "einsum") -> dict:
+def measure(name: str, args, attention: str = "einsum", gpt2_batch: int = 16) -> dict:
   import jax
   import jax.numpy as jnp
 
   from ensemble_jax import costs, optim
   from ensemble_jax.methods import step as step_lib
 
-  config, model, batch, flops_analytic, items, item_name = _workload(name, args, attention)
+  config, model, batch, flops_analytic, items, item_name = _workload(name, args, attention,
+                                                                     gpt2_batch)
   b = len(next(iter(batch.values())))
   tx = optim.create_optimizer(config.optim, b, total_steps=1000, steps_per_epoch=100)
   cfg = step_lib.StepConfig.from_config(config)
@@ -114,7 +116,7 @@ def measure(name: str, args, attention: str = "einsum") -> dict:
   times, state, m = step_times(compiled, state, batch, rng, args.steps, warmup=2)
   step_s = statistics.median(times)
   if args.trace_dir:
-    label = name + (f"_{attention}" if name.startswith("gpt2") else "")
+    label = name + (f"_{attention}_b{b}" if name.startswith("gpt2") else "")
     with jax.profiler.trace(f"{args.trace_dir}/{label}", create_perfetto_trace=True):
       for _ in range(3):
         state, m = compiled(state, batch, rng)
@@ -171,10 +173,11 @@ def main(argv: list[str]) -> int:
     top_kernels(FLAGS.top_kernels)
     return 0
   rows = []
-  runs = [(name, a) for name in FLAGS.models.split(",")
-          for a in (FLAGS.attention.split(",") if name.startswith("gpt2") else ["einsum"])]
-  for name, attention in runs:
-    row = measure(name, FLAGS, attention)
+  gpt2 = [(a, int(b)) for a in FLAGS.attention.split(",") for b in FLAGS.gpt2_batch]
+  runs = [(name, *run) for name in FLAGS.models.split(",")
+          for run in (gpt2 if name.startswith("gpt2") else [("einsum", 0)])]
+  for name, attention, gpt2_batch in runs:
+    row = measure(name, FLAGS, attention, gpt2_batch)
     rows.append(row)
     item = "images" if "images_per_s" in row else "tokens"
     mfu = f"{100 * row['mfu']:.1f}%" if row["mfu"] is not None else "n/a"

@@ -13,6 +13,9 @@ ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test 
 evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
 (SWEEP_EXAMPLES), small enough for 3 seeds of every point on 2 CPU cores.
 """
+import json
+import os
+
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
 from experiments.configs import tuned_schedule
@@ -115,14 +118,26 @@ SWEEP_EXAMPLES = 2 * TRAIN_EXAMPLES
 # make demo's points, the headline in under 10 minutes on 2 cores: the cheapest and the
 # fastest data-parallel point and the ensemble's middle point (DiLoCo, at ~3.5 minutes a
 # point, is left to the full grid), at what the full grid's tuning chose for them on seed 0
-# (each point's tuning.json "chosen"; a test keeps the two equal). The demo trains them
-# once, on seed 0: its runs repeat those tuning runs.
-DEMO_CHOICES = {
-    "data_parallel": {
-        "D1": {"optim.learning_rate": 0.006, "train.schedule_fraction": 0.25},
-        "D8": {"optim.learning_rate": 0.006, "train.schedule_fraction": 0.25}},
-    "ensemble": {"N4_L469": {"optim.learning_rate": 0.012, "train.schedule_fraction": 1.0}},
-}
+# (`tuned_choice`). The demo trains them once, on seed 0: its runs repeat those tuning runs.
+DEMO_POINTS = {"data_parallel": ("D1", "D8"), "ensemble": ("N4_L469",)}
+
+
+def tuned_choice(curve: str, point: str) -> dict:
+  """What the full grid's tuning chose for `point` (its committed tuning.json's "chosen")."""
+  path = os.path.join(os.path.dirname(__file__), "..", "results", "fashion_mnist", curve,
+                      point, "tuning.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} not found: the one_device grid trains at the full "
+                            "grid's choices; run the full grid (make sweep-fashion) first")
+  with open(path) as f:
+    return json.load(f)["chosen"]
+
+
+def _at_tuned_choice(curve: str, point: str, **extra) -> tuple[str, dict]:
+  """The full grid's `point` at its tuning's choice, trained once (no tuning of its own)."""
+  variant, overrides = sweep_grid("full")[curve][point]
+  kept = {k: v for k, v in overrides.items() if not k.startswith("tune.")}
+  return variant, {**kept, **tuned_choice(curve, point), "tune.factors": (1.0,), **extra}
 
 
 def budget_steps(examples_per_step: int, examples: int = SWEEP_EXAMPLES) -> int:
@@ -164,15 +179,8 @@ def sweep_grid(name: str = "full") -> dict:
                                                **tune})},
             "ensemble": {"N8_L4": ("ensemble,tiny", tune)}}
   if name == "demo":  # make demo: the full grid's points at its tuning's choices, trained once
-    full = sweep_grid("full")
-
-    def chosen(curve, point):
-      variant, overrides = full[curve][point]
-      kept = {k: v for k, v in overrides.items() if not k.startswith("tune.")}
-      return variant, {**kept, **DEMO_CHOICES[curve][point], "tune.factors": (1.0,)}
-
-    return {curve: {point: chosen(curve, point) for point in points}
-            for curve, points in DEMO_CHOICES.items()}
+    return {curve: {point: _at_tuned_choice(curve, point) for point in points}
+            for curve, points in DEMO_POINTS.items()}
   if name == "many_workers":  # does averaging more short runs ever reach 85%?
     # Every N trains L = 235 steps (the full grid's budget at N = 8) at the learning rate
     # the full grid's tuning chose at N = 8 (experiments/results/fashion_mnist/<curve>/
@@ -194,9 +202,20 @@ def sweep_grid(name: str = "full") -> dict:
             "ensemble_pca_routed": {f"N{n}_L235": ensemble(n, 235, **pca_routed,
                                                            **fixed("ensemble_pca_routed", n))
                                     for n in sizes}}
+  if name == "one_device":  # one real accelerator: every point on it, its times measured
+    # What trains fastest to 85% on ONE device: one model at batch 64 or 256, four models
+    # stacked (vmapped) at 64 each, eight small-model routed experts; each at what the full
+    # grid's tuning chose for its namesake (its committed tuning.json), seeds reported as
+    # there. cost.devices 1: nothing is scaled, the time is the device's own.
+    one = {"cost.devices": 1}
+    return {"data_parallel": {"B64": _at_tuned_choice("data_parallel", "D1", **one),
+                              "B256": _at_tuned_choice("data_parallel", "D4", **one)},
+            "ensemble": {"N4_L469": _at_tuned_choice("ensemble", "N4_L469", **one)},
+            "ensemble_pca_routed_small": {
+                "N8_L235": _at_tuned_choice("ensemble_pca_routed_small", "N8_L235", **one)}}
   if name != "full":
-    raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke "
-                     "or many_workers")
+    raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke, "
+                     "many_workers or one_device")
   # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
       "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},
