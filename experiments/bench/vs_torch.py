@@ -6,8 +6,8 @@
 Per size, the codebase's data-parallel train step (`step.train_step`: forward, backward,
 clipped AdamW; float32, dropout 0) is timed beside the same model in Hugging Face
 `GPT2LMHeadModel` with `torch.optim.AdamW` eager, on the same token batch, and, with
-`--baseline_rev`, beside this codebase's GPT-2 as it was at that revision (its
-`gpt2.py` read with `git show`). Each implementation lives in its own worker process
+`--baseline_rev`, beside this codebase as it was at that revision (its `ensemble_jax`
+package extracted with `git archive`: the model and the step). Each implementation lives in its own worker process
 (in one process, the idle framework's thread pool slowed the other up to 8x); they take
 turns step by step, their order rotated each round, so a busy machine slows each alike.
 Every step's wall time and its worker's CPU time (all threads) are recorded; ratios are
@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 
 from absl import flags
@@ -32,7 +33,7 @@ flags.DEFINE_string("sizes", "small,mini,tiny", "comma-separated", flag_values=F
 flags.DEFINE_integer("rounds", 5, "timed steps per implementation", flag_values=FLAGS)
 flags.DEFINE_integer("batch", 4, "GPT-2 small's batch (sequences)", flag_values=FLAGS)
 flags.DEFINE_integer("context", 256, "GPT-2 small's sequence length", flag_values=FLAGS)
-flags.DEFINE_string("baseline_rev", "", "also time gpt2.py as of this git revision",
+flags.DEFINE_string("baseline_rev", "", "also time ensemble_jax as of this git revision",
                     flag_values=FLAGS)
 flags.DEFINE_string("torch_threads", "0,1", "torch runs once per entry (0: torch's "
                     "default, one per core); ratios are to the fastest", flag_values=FLAGS)
@@ -51,35 +52,36 @@ def _config(size: str):
   return config
 
 
-def _gpt2_module(rev: str):
-  """This codebase's gpt2 module, or its source at git revision `rev` as a module."""
-  from ensemble_jax.models import gpt2
-
-  if not rev:
-    return gpt2
-  import sys
-  import types
-
+def package_at(rev: str, where: str) -> str:
+  """The `ensemble_jax` package as of git revision `rev`, extracted under `where`; the
+  folder to put first on a worker's sys.path."""
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  source = subprocess.run(["git", "show", f"{rev}:ensemble_jax/models/gpt2.py"], cwd=root,
-                          check=True, capture_output=True, text=True).stdout
-  module = types.ModuleType(f"gpt2_at_{rev}")
-  sys.modules[module.__name__] = module  # flax's dataclasses look their module up
-  exec(compile(source, f"gpt2.py@{rev}", "exec"), module.__dict__)
-  return module
+  archive = subprocess.run(["git", "archive", rev, "ensemble_jax"], cwd=root, check=True,
+                           capture_output=True).stdout
+  subprocess.run(["tar", "-x", "-C", where], input=archive, check=True)
+  return where
 
 
-def jax_step(size: str, tokens, rev: str = ""):
-  """A zero-argument callable running one jitted train step and waiting for it."""
+def jax_step(size: str, tokens, package_dir: str = ""):
+  """A zero-argument callable running one jitted train step and waiting for it, of this
+  codebase or of the `ensemble_jax` package in `package_dir` (`package_at`)."""
+  if package_dir:  # this worker process imported the current package already: drop it
+    import sys
+    sys.path.insert(0, package_dir)
+    for name in [m for m in sys.modules if m.split(".")[0] == "ensemble_jax"]:
+      del sys.modules[name]
   import jax
   import jax.numpy as jnp
 
   from ensemble_jax import optim
   from ensemble_jax.methods import step as step_lib
+  from ensemble_jax.models import gpt2
 
+  if package_dir and not gpt2.__file__.startswith(package_dir):
+    raise RuntimeError(f"ensemble_jax was imported from {gpt2.__file__} before {package_dir}")
   config = _config(size)
   vocab, t = WORKLOADS[size][0], tokens.shape[1] - 1
-  model = _gpt2_module(rev).create_model(size, vocab_size=vocab, context=max(t, 256),
+  model = gpt2.create_model(size, vocab_size=vocab, context=max(t, 256),
                                          dtype=jnp.float32)
   tx = optim.create_optimizer(config.optim, len(tokens), total_steps=1000,
                               steps_per_epoch=100)
@@ -160,7 +162,7 @@ def compare(size: str, rounds: int, baseline_rev: str) -> dict:
   tokens = np.random.default_rng(0).integers(0, vocab, (b, t + 1), dtype=np.int32)
   impls = {"jax": ("jax", "")}
   if baseline_rev:
-    impls["jax_before"] = ("jax", baseline_rev)
+    impls["jax_before"] = ("jax", package_at(baseline_rev, tempfile.mkdtemp()))
   for n in map(int, FLAGS.torch_threads.split(",")):
     impls["torch" + (f"_{n}thread" if n else "")] = ("torch", n)
   ctx = multiprocessing.get_context("spawn")
