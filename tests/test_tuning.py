@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs
 from experiments.sweeps import tuning
 
@@ -267,6 +268,23 @@ def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
   seed_run("seed2", BASE)  # superseded twice at the same rate: both kept
   tuning._set_aside_if_stale(str(stale), chosen)
   assert (tmp_path / "superseded" / "seed2-lr0.003.1" / "results.json").exists()
+
+
+def test_a_seed_stopped_part_way_at_a_superseded_value_is_set_aside_too(tmp_path, monkeypatch):
+  # A sweep stopped mid-run, then re-tuned to another schedule: the half-trained run (its
+  # checkpoints' config, no results.json) moves aside instead of refusing to resume.
+  fields = ("optim.learning_rate", "train.schedule_fraction")
+  chosen, trained = _config(fields), _config(fields)
+  chosen.train.schedule_fraction, trained.train.schedule_fraction = 0.5, 1.0
+  records = {str(tmp_path / "seed3" / "checkpoints"): {"step": 1, "config": trained.to_dict()},
+             str(tmp_path / "seed4" / "checkpoints"): {"step": 1, "config": chosen.to_dict()}}
+  monkeypatch.setattr(checkpoint_lib, "latest_record", lambda d: records.get(d))
+  for name in ("seed3", "seed4", "seed5"):  # seed5: nothing trained yet
+    (tmp_path / name / "checkpoints").mkdir(parents=True)
+    tuning._set_aside_if_stale(str(tmp_path / name), chosen)
+  assert not (tmp_path / "seed3").exists()
+  assert (tmp_path / "superseded" / f"seed3-lr{BASE:.4g}").is_dir()
+  assert (tmp_path / "seed4").is_dir() and (tmp_path / "seed5").is_dir()
 
 
 def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate_and_never_extended():

@@ -240,7 +240,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
      for every seed, so the pool's build time is measured as quietly as the steps.
   2. Tuning on seed `tune.seed` (`tuning.tune`), every point before any other seed.
   3. Seeds outermost, so an interrupted sweep has whole seeds of every point; seed
-     `tune.seed`'s run is the chosen tuning run, copied. A finished seed run at other
+     `tune.seed`'s run is the chosen tuning run, copied. A seed run (finished or not) at other
      values than the chosen ones moves to `<point>/superseded/` and runs again.
 
   Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `from_tuning`

@@ -38,8 +38,10 @@ from typing import Callable
 
 import ml_collections
 
+from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, optim
 from ensemble_jax import run as run_lib
+from ensemble_jax import train as train_lib
 from experiments import sweeps
 
 # (config, run_dir) -> the run's results.json, or None when it diverged.
@@ -378,9 +380,9 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
 
 def ready_seeds(chosen: ml_collections.ConfigDict, record: dict, point_dir: str,
                 seeds: list[int], counts: dict) -> None:
-  """Before any seed of the point trains: its finished seed runs at other values than the
-  choice move aside (`_set_aside_if_stale`) and the tuning seed's run is the chosen tuning
-  run, so that a point never reports runs of two choices, even mid-sweep."""
+  """Before any seed of the point trains: its seed runs at other values than the choice
+  (finished or not) move aside (`_set_aside_if_stale`) and the tuning seed's run is the
+  chosen tuning run, so that a point never reports runs of two choices, even mid-sweep."""
   if sweeps.is_writer():
     for seed in sorted({chosen.tune.seed, *seeds}):
       _set_aside_if_stale(os.path.join(point_dir, f"seed{seed}"), chosen)
@@ -390,12 +392,15 @@ def ready_seeds(chosen: ml_collections.ConfigDict, record: dict, point_dir: str,
 
 
 def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None:
-  """A finished seed run at other tuned values than `chosen` (the point was tuned again, e.g.
-  under a wider grid) moves to `<point>/superseded/<seed dir>-<its run name>`: it is kept,
-  and the seed runs again at the chosen values."""
+  """A seed run at other tuned values than `chosen` (the point was tuned again, e.g. under a
+  wider grid), finished or stopped part-way (its checkpoints' config), moves to
+  `<point>/superseded/<seed dir>-<its run name>`: it is kept, and the seed runs again at the
+  chosen values."""
   _, results = read_run(run_dir)
-  if results is None:  # not finished (or diverged): nothing was counted
-    return
+  if results is None:  # not finished: its newest checkpoint says what it was trained at
+    results = checkpoint_lib.latest_record(os.path.join(run_dir, train_lib.CHECKPOINTS))
+  if not results or not isinstance(results.get("config"), dict):
+    return  # nothing trained (or diverged: nothing was counted)
   trained = ml_collections.ConfigDict(results["config"])
   if all(math.isclose(trained_value(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
          for k in chosen.tune.fields):
