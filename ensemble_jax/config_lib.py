@@ -251,6 +251,10 @@ def _distill() -> ml_collections.ConfigDict:
   # | "pca" (the top `pca_dim` principal components of the standardised pixels; no proxy)
   g.embedding = "proxy"
   g.pca_dim = 32
+  # "pca": the covariance's precision: "float64" (each chunk of pixels in float64, the full
+  # eigendecomposition) | "float32" (float32 products of mean-shifted chunks, only the top
+  # `pca_dim` eigenvectors: ~2x less arithmetic; other components in the last bits)
+  g.pca_covariance = "float64"
   # aggregation 'routed' (kmeans): softmax(-d^2 / T) over the top-k nearest clusters,
   # d^2 the squared distance of standardised proxy embeddings divided by their dimension
   # (images), or of the unit-norm tf-idf embeddings (text)

@@ -227,6 +227,8 @@ def _validate_distill(config) -> None:
   _need(d.embedding in ("proxy", "pca"), "distill.embedding", d.embedding,
         "choose 'proxy' or 'pca'.")
   _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
+  _need(d.pca_covariance in ("float64", "float32"), "distill.pca_covariance",
+        d.pca_covariance, "choose 'float64' or 'float32'.")
   routed = "routed" in aggregation_modes(config)
   _need(not (config.eval.score_rest_at_end and routed and (
       config.task == "lm" or d.embedding != "pca")), "eval.score_rest_at_end",

@@ -75,6 +75,7 @@ TIERS = {
     "test_train.py": "e2e", "test_tuning.py": "unit",
     "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit",
+    "test_clusters_build.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {

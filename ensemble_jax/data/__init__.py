@@ -35,6 +35,18 @@ class Head:
       raise IndexError(f"example {index} outside [0, {self.n})")
     return self.source.get(index)
 
+  def get_range(self, begin: int, end: int) -> dict | None:
+    if not 0 <= begin <= end <= self.n:
+      raise IndexError(f"range [{begin}, {end}) outside [0, {self.n})")
+    return get_range(self.source, begin, end)
+
+
+def get_range(source, begin: int, end: int) -> dict | None:
+  """Examples [begin, end) of a source stacked per field, from its `get_range` if it has one
+  (array-backed sources: a slice); None where it reads examples one by one."""
+  get_range_fn = getattr(source, "get_range", None)
+  return None if get_range_fn is None else get_range_fn(begin, end)
+
 
 def load(config) -> Data:
   """Images or token windows; the training set cut to config.data.train_examples if > 0."""

@@ -46,6 +46,18 @@ class ImageSource:
       image = image[..., None]
     return {"image": image, "label": np.int32(label)}
 
+  def get_range(self, begin: int, end: int) -> dict[str, np.ndarray] | None:
+    """Examples [begin, end) stacked, as `get` gives them one by one; None when the images
+    are records read one at a time (TFDS: their sizes may differ)."""
+    if self.labels is None or not isinstance(self.images, np.ndarray):
+      return None
+    if not 0 <= begin <= end <= len(self):
+      raise IndexError(f"range [{begin}, {end}) outside [0, {len(self)})")
+    images = self.images[begin:end]
+    if images.ndim == 3:
+      images = images[..., None]
+    return {"image": images, "label": np.asarray(self.labels[begin:end], np.int32)}
+
 
 @dataclasses.dataclass
 class ImageData:
@@ -246,7 +258,21 @@ def make_transform(data_config, train: bool) -> Callable[[dict, np.ndarray], dic
     image_fn = lambda image, u: _crop_flip(image, u, size, data_config.crop_padding)  # noqa: E731
   else:
     image_fn = lambda image, u: _inception_crop(image, u, size)  # noqa: E731
-  return lambda example, u: {**example, "image": image_fn(example["image"], u)}
+  transform = lambda example, u: {**example, "image": image_fn(example["image"], u)}  # noqa: E731
+  if not train or data_config.train_augment == "none":
+    # Deterministic: a batch [B, H, W, C] of equal-size images at once, as the examples one
+    # by one would give it (`transform.batch(examples, uniforms)`).
+    resize = data_config.eval_resize if not train else 0
+    transform.batch = lambda examples, u: {  # noqa: E731
+        **examples, "image": _center_crop_batch(examples["image"], size, resize)}
+  return transform
+
+
+def _center_crop_batch(images: np.ndarray, size: int, resize_to: int) -> np.ndarray:
+  """`_center_crop` of every image of [B, H, W, C]: no copy when that is the identity."""
+  if not resize_to and images.shape[1:3] == (size, size):
+    return images
+  return np.stack([_center_crop(image, size, resize_to) for image in images])
 
 
 def normalize(images_u8, mean, std):

@@ -42,3 +42,14 @@ class PackedTokens:
       raise IndexError(f"window {index} out of range for {self._len} windows of {self.name}")
     start = index * self.context
     return {"tokens": np.asarray(self.stream[start:start + self.context + 1], dtype=np.int32)}
+
+  def get_range(self, begin: int, end: int) -> dict[str, np.ndarray]:
+    """Windows [begin, end) stacked [end - begin, context + 1], as `get` gives them."""
+    if not 0 <= begin <= end <= self._len:
+      raise IndexError(f"windows [{begin}, {end}) outside [0, {self._len}) of {self.name}")
+    c = self.context
+    if begin == end:
+      return {"tokens": np.zeros((0, c + 1), np.int32)}
+    span = np.asarray(self.stream[begin * c:(end - 1) * c + c + 1], dtype=np.int32)
+    windows = np.lib.stride_tricks.sliding_window_view(span, c + 1)[::c]
+    return {"tokens": np.ascontiguousarray(windows)}

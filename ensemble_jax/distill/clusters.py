@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ensemble_jax import data as data_lib
+
 
 @jax.jit
 def _sq_distances(x_ExD: jax.Array, c_KxD: jax.Array) -> jax.Array:
@@ -259,48 +261,91 @@ class PixelPCA:
   Images are read through `transform`, the eval transform at the model's input size. They
   are cast to float, standardised per channel with `mean` / `std` as the model sees them,
   and flattened to P = H * W * I values. `fit` centres them, eigendecomposes the P x P
-  covariance and returns the projections [E, dim]. The covariance is accumulated in float64
-  over chunks, so memory is O(P^2) whatever E. `transform` projects any split the same way.
+  covariance and returns the projections [E, dim]. The covariance is accumulated over
+  chunks, so memory is O(P^2) whatever E (plus the standardised training pixels, kept for
+  the projections while they take at most `cache_bytes`). `transform` projects any split
+  the same way.
+
+  `covariance` is the precision of the chunks' products: "float64" (each chunk cast to
+  float64, the full eigendecomposition) or "float32" (float32 products of the chunks
+  shifted by the first chunk's mean, summed over chunks in float64; only the top `dim`
+  eigenvectors computed): ~2x less arithmetic, other components in the last bits.
   """
 
-  def __init__(self, dim: int, mean, std, transform, chunk: int = 4096):
+  COVARIANCES = ("float64", "float32")
+
+  def __init__(self, dim: int, mean, std, transform, chunk: int = 4096,
+               covariance: str = "float64", cache_bytes: int = 1 << 28):
     if dim < 1:
       raise ValueError(f"dim must be >= 1, got {dim}")
+    if covariance not in self.COVARIANCES:
+      raise ValueError(f"covariance must be one of {self.COVARIANCES}, got {covariance!r}")
     self.dim, self.chunk, self.transform_fn = int(dim), int(chunk), transform
+    self.covariance, self.cache_bytes = covariance, int(cache_bytes)
     self.mean_I, self.std_I = np.asarray(mean, np.float32), np.asarray(std, np.float32)
     self.center_P = self.components_PxD = None
     self.flops = 0.0  # multiply-adds x 2 of the covariance and the projections
 
   def _chunks(self, source):
     zeros = np.zeros(8, np.float32)  # the eval transform ignores its uniforms
+    batch_fn = getattr(self.transform_fn, "batch", None)
     for begin in range(0, len(source), self.chunk):
-      rows = range(begin, min(begin + self.chunk, len(source)))
-      images = np.stack([self.transform_fn(source.get(i), zeros)["image"] for i in rows])
+      end = min(begin + self.chunk, len(source))
+      # A slice of an array-backed source through the batched transform (the same images
+      # as one by one, without a Python call per image); else one by one.
+      examples = None if batch_fn is None else data_lib.get_range(source, begin, end)
+      if examples is not None:
+        images = batch_fn(examples, np.zeros((end - begin, 8), np.float32))["image"]
+      else:
+        images = np.stack([self.transform_fn(source.get(i), zeros)["image"]
+                           for i in range(begin, end)])
       x = (images.astype(np.float32) / 255.0 - self.mean_I) / self.std_I
       yield x.reshape(len(x), -1)
 
   def fit(self, source) -> np.ndarray:
-    total, cross, n = None, None, 0
+    total, cross, shift, n = None, None, None, 0
+    cached, cached_bytes = [], 0  # the chunks, projected once the components are known
     for x_BxP in self._chunks(source):
-      x64 = x_BxP.astype(np.float64)
-      total = x64.sum(0) if total is None else total + x64.sum(0)
-      cross = x64.T @ x64 if cross is None else cross + x64.T @ x64
-      n += len(x64)
+      cached_bytes += x_BxP.nbytes
+      if cached is not None:
+        cached = cached + [x_BxP] if cached_bytes <= self.cache_bytes else None
+      if self.covariance == "float64":
+        x64 = x_BxP.astype(np.float64)
+        total = x64.sum(0) if total is None else total + x64.sum(0)
+        cross = x64.T @ x64 if cross is None else cross + x64.T @ x64
+      else:  # shifted near the mean: the float32 products lose little to cancellation
+        shift = x_BxP.mean(0) if shift is None else shift
+        s_BxP = x_BxP - shift
+        total = s_BxP.sum(0, dtype=np.float64) + (0.0 if total is None else total)
+        cross = (s_BxP.T @ s_BxP).astype(np.float64) + (0.0 if cross is None else cross)
+      n += len(x_BxP)
     p = cross.shape[0]
     if not 1 <= self.dim <= p:
       raise ValueError(f"dim must lie in [1, P={p} pixels], got {self.dim}")
     center = total / n
     cov = cross / n - np.outer(center, center)
-    _, vectors_PxP = np.linalg.eigh(cov)  # ascending eigenvalues
+    if self.covariance == "float64":
+      _, vectors_PxP = np.linalg.eigh(cov)  # ascending eigenvalues
+      vectors_PxD = vectors_PxP[:, ::-1][:, :self.dim]
+    else:
+      import scipy.linalg
+
+      center = center + shift
+      _, vectors_PxD = scipy.linalg.eigh(cov, subset_by_index=[p - self.dim, p - 1],
+                                         driver="evr")
+      vectors_PxD = vectors_PxD[:, ::-1]
     self.center_P = center.astype(np.float32)
-    self.components_PxD = vectors_PxP[:, ::-1][:, :self.dim].astype(np.float32)
+    self.components_PxD = vectors_PxD.astype(np.float32)
     self.flops += 2.0 * n * p * p
-    return self.transform(source)
+    return self._project(cached if cached is not None else self._chunks(source))
 
   def transform(self, source) -> np.ndarray:
     if self.components_PxD is None:
       raise ValueError("PixelPCA.transform before fit")
-    out = [(x - self.center_P) @ self.components_PxD for x in self._chunks(source)]
+    return self._project(self._chunks(source))
+
+  def _project(self, chunks) -> np.ndarray:
+    out = [(x - self.center_P) @ self.components_PxD for x in chunks]
     self.flops += 2.0 * sum(len(o) for o in out) * self.components_PxD.size
     return np.concatenate(out)
 
@@ -327,8 +372,7 @@ class TfIdf:
 
     parts = []
     for begin in range(0, len(source), self.chunk):
-      rows_BxT = np.stack([source.get(i)["tokens"]
-                           for i in range(begin, min(begin + self.chunk, len(source)))])
+      rows_BxT = _tokens(source, begin, min(begin + self.chunk, len(source)))
       if rows_BxT.max() >= self.vocab_size or rows_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
                          f"[{rows_BxT.min()}, {rows_BxT.max()}]")
@@ -380,12 +424,12 @@ class TfIdf:
     # Token v adds idf[v] * components[:, v] to the unnormalised projection.
     proj_VxD = idf_V[:, None] * self.components_DxV.T.astype(np.float64)
     n = len(source)
-    t = len(source.get(0)["tokens"]) - 1 if n else 0
+    t = _tokens(source, 0, 1).shape[1] - 1 if n else 0
     out_ExTxD = np.zeros((n, t, proj_VxD.shape[1]), np.float32)
     rows = max(1, min(self.chunk, budget // max(1, t * proj_VxD.shape[1])))
     for begin in range(0, n, rows):
       end = min(begin + rows, n)
-      inputs_BxT = np.stack([source.get(i)["tokens"][:-1] for i in range(begin, end)])
+      inputs_BxT = np.ascontiguousarray(_tokens(source, begin, end)[:, :-1])
       if inputs_BxT.max() >= self.vocab_size or inputs_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
                          f"[{inputs_BxT.min()}, {inputs_BxT.max()}]")
@@ -402,6 +446,14 @@ class TfIdf:
   def _project(self, x_ExV) -> np.ndarray:
     z = np.asarray(x_ExV @ self.components_DxV.T, np.float32)
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+
+
+def _tokens(source, begin: int, end: int) -> np.ndarray:
+  """Windows [begin, end) of a text source [B, T]: one slice where the source has ranges."""
+  examples = data_lib.get_range(source, begin, end)
+  if examples is not None:
+    return examples["tokens"]
+  return np.stack([source.get(i)["tokens"] for i in range(begin, end)])
 
 
 def _earlier_occurrences(tokens_BxT: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import config_lib, costs, train
+from ensemble_jax import data as data_lib
 from ensemble_jax.data import pipeline, samplers
 from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.methods import ensemble
@@ -113,10 +114,21 @@ class _Head:
       raise IndexError(i)
     return self.source.get(i)
 
+  def get_range(self, begin: int, end: int):
+    if not 0 <= begin <= end <= self.n:
+      raise IndexError((begin, end))
+    return data_lib.get_range(self.source, begin, end)
+
+
+# distill fields added after pools were cached, with the value every earlier pool was built
+# with: at that value a field stays out of the key, so those pools are read back.
+_ADDED_FIELDS = {"pca_covariance": "float64"}
+
 
 def cache_key(config, data, num_consumers: int) -> str:
   """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
-  fields = {"distill": {k: v for k, v in config.distill.items() if k != "cache_dir"},
+  fields = {"distill": {k: v for k, v in config.distill.items() if k != "cache_dir" and not (
+                k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])},
             "routed": _routed(config), "eval_split": config.eval.split,
             "model": config.model.to_dict(), "data": config.data.to_dict(),
             "optim": config.optim.to_dict(), "batch": config.train.batch_size,
@@ -272,14 +284,23 @@ def _coreset(config, logits_MxExC, features_MxExD, labels_E, num_consumers: int)
   return selected, weights, split(selected, num_consumers, config.seed, d.split)
 
 
+def pixel_embedding(config, data):
+  """What the PCA pool clusters: (the fitted `PixelPCA`, the training images' standardised
+  projections [E, pca_dim], their mean and std before standardising)."""
+  d = config.distill
+  pca = clusters.PixelPCA(d.pca_dim, config.data.mean, config.data.std, data.eval_transform,
+                          covariance=d.pca_covariance)
+  train_ExD = pca.fit(data.train)
+  mean, std = train_ExD.mean(0), train_ExD.std(0) + 1e-6
+  return pca, (train_ExD - mean) / std, mean, std
+
+
 def _pixel_clusters(config, data, num_consumers: int, start: float):
   """Balanced k-means of the standardised pixels' top principal components, no proxy;
   with `routed` aggregation each eval image is routed by its own projection."""
   d, iters = config.distill, 20
-  pca = clusters.PixelPCA(d.pca_dim, config.data.mean, config.data.std, data.eval_transform)
-  train_ExD = pca.fit(data.train)
-  mean, std = train_ExD.mean(0), train_ExD.std(0) + 1e-6
-  assignment, centroids = clusters.kmeans((train_ExD - mean) / std, num_consumers,
+  pca, train_ExD, mean, std = pixel_embedding(config, data)
+  assignment, centroids = clusters.kmeans(train_ExD, num_consumers,
                                           seed=config.seed, iters=iters, balanced=d.balanced)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
@@ -299,8 +320,11 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
     # part of the run's cost); the scored rows stay the timed routing's.
     route = np.concatenate([route, routing(len(data.eval))[len(route):]])
   n, dim = train_ExD.shape
+  features = f"PCA of standardised pixels to {dim}"
+  if d.pca_covariance != "float64":
+    features += f" ({d.pca_covariance} covariance)"
   info = {
-      "method": "kmeans", "features": f"PCA of standardised pixels to {dim}",
+      "method": "kmeans", "features": features,
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
       "build_time_s": build_time_s,
       # The covariance and projections (PixelPCA.flops) plus Lloyd's distances (3 E k D
@@ -312,12 +336,17 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
   return pools, None, route, info
 
 
+def text_embedding(config, data):
+  """What the text pool clusters: (the fitted `TfIdf`, the training windows' embeddings)."""
+  tfidf = clusters.TfIdf(data.num_classes, config.distill.tfidf_dim)
+  return tfidf, tfidf.fit(data.train, seed=config.seed)
+
+
 def _text_clusters(config, data, num_consumers: int, start: float):
   """c-BTM: balanced k-means of the training windows' tf-idf; each eval position routed by
   the tf-idf of its running prefix [E, T, N], so no prediction's routing sees its target."""
   d = config.distill
-  tfidf = clusters.TfIdf(data.num_classes, d.tfidf_dim)
-  train_ExD = tfidf.fit(data.train, seed=config.seed)
+  tfidf, train_ExD = text_embedding(config, data)
   iters = 20
   assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
                                           iters=iters, balanced=d.balanced)

@@ -1,29 +1,38 @@
-"""Routed pools' build time, old and new side by side in one run.
+"""Routed pools' build time: a baseline revision's build, the current one and its opt-in
+variants side by side in one run.
 
   python -m experiments.bench.pools [--cases=fm8,fm32,fm64,pydocs64] [--rounds=3] \\
-      [--out=experiments/results/bench/pools.json]
+      [--baseline_rev=main] [--out=experiments/results/bench/pools.json]
 
 Cases are the many-worker grids' routed points: the Fashion-MNIST PCA-routed pool
 (`fm<N>`, experiments/configs/fashion_mnist.py) and the Python-docs tf-idf pool
 (`pydocs<N>`, pydocs_gpt2.py), built by `pools.build` as a run builds them (no cache).
-"old" is the previous build: the pair-at-a-time balanced greedy
-(`clusters._balanced_assign_pairwise`) at every Lloyd step, and every eval example routed;
-"new" is the library's build: the same greedy in numpy rounds (`_balanced_assign`), and
-only the examples the evaluation scores routed. Each round builds old then new, or new
-then old on odd rounds, so a load that comes and goes on a shared machine falls on both.
-Both wall clock and the process's CPU time (time.process_time) are reported: the median
-over rounds. Each round also checks the two builds give the same pools, bit for bit, and
-the same routing weights on the scored eval examples.
+"old" is the build as of `--baseline_rev`: its `clusters.py` and `pools.py` read with
+`git show` and run on the same data. "new" is the library's default build. The PCA pools'
+opt-in variant "float32_covariance" (`distill.pca_covariance='float32'`) is built too.
+Each round builds them all, its order rotated round by round, so a load that comes and
+goes on a shared machine falls on each alike. Wall clock and the process's CPU time (all
+threads, time.process_time) are reported: the median over rounds, with the load average
+before and after the case.
+
+Every round checks that old and new give the same pools, bit for bit, and the same
+routing weights; `digest` hashes the new build's, to compare runs in other environments
+(OPENBLAS_NUM_THREADS, recorded). A variant's pools are scored by the k-means objective
+(the sum of squared distances to their cluster means) in the default build's features,
+the standardised PCA projections, against the default's pools: `objective_ratio` > 1 is
+worse.
 """
 from __future__ import annotations
 
-import contextlib
+import hashlib
 import json
 import os
 import re
 import statistics
+import subprocess
 import tempfile
 import time
+import types
 
 import numpy as np
 from absl import flags
@@ -32,92 +41,155 @@ from experiments import cli
 from experiments.configs import fashion_mnist, pydocs_gpt2
 from ensemble_jax import config_lib
 from ensemble_jax import data as data_lib
-from ensemble_jax.distill import clusters, pools
+from ensemble_jax.distill import pools
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_string("cases", "fm8,fm32,fm64,pydocs64", "comma-separated fm<N> / pydocs<N>",
                     flag_values=FLAGS)
-flags.DEFINE_integer("rounds", 3, "old/new pairs per case", flag_values=FLAGS)
+flags.DEFINE_integer("rounds", 3, "rounds of every build per case", flag_values=FLAGS)
+flags.DEFINE_string("baseline_rev", "main", "the git revision whose build is 'old'",
+                    flag_values=FLAGS)
 flags.DEFINE_string("out", "", "write the rows as JSON here", flag_values=FLAGS)
 
+# The opt-in variants, per kind of case: config overrides.
+VARIANTS = {"fm": {"float32_covariance": {"distill.pca_covariance": "float32"}},
+            "pydocs": {}}
 
-def case_config(case: str):
+
+def case_config(case: str, **overrides):
   """The many-worker grid's routed point at N = int(case's digits), seed 0."""
   name, n = re.fullmatch(r"([a-z]+)(\d+)", case).groups()
   module, curve = {"fm": (fashion_mnist, "ensemble_pca_routed"),
                    "pydocs": (pydocs_gpt2, "ensemble_tfidf_routed")}[name]
   points = module.sweep_grid("many_workers")[curve]
-  variant, overrides = next(v for k, v in points.items() if k.startswith(f"N{n}_"))
+  variant, point = next(v for k, v in points.items() if k.startswith(f"N{n}_"))
   config = module.get_config(variant)
-  for key, value in overrides.items():
+  for key, value in {**point, **overrides}.items():
     config_lib.set_dotted(config, key, value)
   return config
 
 
-@contextlib.contextmanager
-def old_build():
-  """The build as it was: the pair-at-a-time greedy, and the whole eval split routed."""
-  assign, scored = clusters._balanced_assign, pools._scored_eval
-  clusters._balanced_assign = clusters._balanced_assign_pairwise
-  pools._scored_eval = lambda config, data: data.eval
-  try:
-    yield
-  finally:
-    clusters._balanced_assign, pools._scored_eval = assign, scored
+def _module_at(rev: str, path: str, **globals_):
+  """The module at `path` as of git revision `rev`, its named globals replaced."""
+  source = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
+  module = types.ModuleType(f"{path}@{rev}")
+  module.__file__ = f"{rev}:{path}"
+  exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102
+  for name, value in globals_.items():
+    setattr(module, name, value)
+  return module
 
 
-def timed_build(config, data, n: int):
+def baseline_build(rev: str):
+  """`pools.build` as of `rev`, with that revision's `clusters`."""
+  old_clusters = _module_at(rev, "ensemble_jax/distill/clusters.py")
+  return _module_at(rev, "ensemble_jax/distill/pools.py", clusters=old_clusters).build
+
+
+def timed_build(build, config, data, n: int):
   with tempfile.TemporaryDirectory() as proxy_dir:
     wall, cpu = time.perf_counter(), time.process_time()
-    built = pools.build(config, data, n, os.path.join(proxy_dir, "proxy"))
+    built = build(config, data, n, os.path.join(proxy_dir, "proxy"))
     return built, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def bench(case: str, rounds: int) -> dict:
-  config = case_config(case)
+def objective(x_ExD: np.ndarray, pools_: list[np.ndarray]) -> float:
+  """k-means' objective of a partition: squared distances to the cluster means, summed."""
+  total = 0.0
+  for p in pools_:
+    x = x_ExD[p].astype(np.float64)
+    total += float(((x - x.mean(0)) ** 2).sum())
+  return total
+
+
+def features(config, data) -> np.ndarray:
+  """The default build's k-means features."""
+  if config.task == "lm":
+    return pools.text_embedding(config, data)[1]
+  return pools.pixel_embedding(config, data)[1]
+
+
+def digest(built) -> str:
+  """A hash of a build's pools and routing weights: builds in other processes compared."""
+  pools_, _, route, _ = built
+  h = hashlib.sha256()
+  for p in pools_:
+    h.update(np.asarray(p, np.int64).tobytes() + b"|")
+  h.update(np.ascontiguousarray(route).tobytes())
+  return h.hexdigest()[:16]
+
+
+def bench(case: str, rounds: int, old_build) -> dict:
+  kind = re.match(r"[a-z]+", case).group()
+  configs = {"old": case_config(case), "new": case_config(case)}
+  configs.update({name: case_config(case, **o) for name, o in VARIANTS[kind].items()})
+  builds = {name: old_build if name == "old" else pools.build for name in configs}
+  config = configs["new"]
   data = data_lib.load(config)
   n = config.method.num_workers
-  scored = len(pools._scored_eval(config, data))
-  times = {"old": {"wall_s": [], "cpu_s": []}, "new": {"wall_s": [], "cpu_s": []}}
-  timed_build(config, data, n)  # compiles the jitted pieces for both
+  load_before = os.getloadavg()
+  for name in configs:  # compiles each build's jitted pieces
+    timed_build(builds[name], configs[name], data, n)
+  names = list(configs)
+  times = {name: {"wall_s": [], "cpu_s": []} for name in names}
+  out = {}
   for r in range(rounds):
-    out = {}
-    for which in (("old", "new") if r % 2 == 0 else ("new", "old")):
-      with old_build() if which == "old" else contextlib.nullcontext():
-        out[which], wall, cpu = timed_build(config, data, n)
-      times[which]["wall_s"].append(wall)
-      times[which]["cpu_s"].append(cpu)
+    for name in names[r % len(names):] + names[:r % len(names)]:
+      out[name], wall, cpu = timed_build(builds[name], configs[name], data, n)
+      times[name]["wall_s"].append(wall)
+      times[name]["cpu_s"].append(cpu)
     (old_pools, _, old_route, _), (new_pools, _, new_route, _) = out["old"], out["new"]
-    same_pools = all(np.array_equal(a, b) for a, b in zip(old_pools, new_pools))
-    same_route = old_route.shape[1:] == new_route.shape[1:] and np.array_equal(
-        old_route[:scored], new_route)
+    same_pools = len(old_pools) == len(new_pools) and all(
+        np.array_equal(a, b) for a, b in zip(old_pools, new_pools))
+    same_route = old_route.shape == new_route.shape and np.array_equal(old_route, new_route)
     if not (same_pools and same_route):
       raise SystemExit(f"{case}: the builds differ (pools equal: {same_pools}, routing "
                        f"equal: {same_route})")
+  load_after = os.getloadavg()
+  x_ExD = features(config, data)
+  default_objective = objective(x_ExD, out["new"][0])
   row = {"case": case, "workers": n, "train_examples": len(data.train),
-         "eval_routed": {"old": len(data.eval), "new": scored},
-         "pools_identical": True, "routing_identical": True, "rounds": rounds}
-  for which, t in times.items():
-    row[which] = {**t, "median_wall_s": statistics.median(t["wall_s"]),
-                  "median_cpu_s": statistics.median(t["cpu_s"])}
+         "eval_routed": int(out["new"][2].shape[0]), "pools_identical": True,
+         "routing_identical": True, "digest": digest(out["new"]), "rounds": rounds,
+         "loadavg_1_5_15": {"before": list(load_before), "after": list(load_after)},
+         "objective": {"new": default_objective}}
+  for name, t in times.items():
+    row[name] = {**t, "median_wall_s": statistics.median(t["wall_s"]),
+                 "median_cpu_s": statistics.median(t["cpu_s"])}
+    if name not in ("old", "new"):
+      pools_ = out[name][0]
+      sizes = [len(p) for p in pools_]
+      row[name].update(config=VARIANTS[kind][name],
+                       objective=objective(x_ExD, pools_),
+                       objective_ratio=objective(x_ExD, pools_) / default_objective,
+                       sizes_within_one=max(sizes) - min(sizes) <= 1)
   row["speedup_wall"] = row["old"]["median_wall_s"] / row["new"]["median_wall_s"]
+  row["speedup_cpu"] = row["old"]["median_cpu_s"] / row["new"]["median_cpu_s"]
   return row
 
 
 def main(argv):
   cli.parse(FLAGS, argv, __doc__)
+  rev = subprocess.check_output(["git", "rev-parse", FLAGS.baseline_rev], text=True).strip()
+  old_build = baseline_build(rev)
   rows = []
   for case in FLAGS.cases.split(","):
-    row = bench(case, FLAGS.rounds)
+    row = bench(case, FLAGS.rounds, old_build)
     rows.append(row)
-    print(f"{case:>9}: old {row['old']['median_wall_s']:6.2f} s wall "
-          f"{row['old']['median_cpu_s']:6.2f} s cpu | new {row['new']['median_wall_s']:5.2f} s "
-          f"wall {row['new']['median_cpu_s']:5.2f} s cpu | x{row['speedup_wall']:.1f}; "
-          "pools and routing identical", flush=True)
+    line = [f"{case:>9}: load {row['loadavg_1_5_15']['before'][0]:.1f}"]
+    for name in [k for k in row if isinstance(row[k], dict) and "median_wall_s" in row[k]]:
+      line.append(f"{name} {row[name]['median_wall_s']:.2f} s wall "
+                  f"{row[name]['median_cpu_s']:.2f} s cpu"
+                  + (f" (objective x{row[name]['objective_ratio']:.4f})"
+                     if "objective_ratio" in row[name] else ""))
+    print(" | ".join(line) + f" | new x{row['speedup_wall']:.2f} wall, "
+          f"x{row['speedup_cpu']:.2f} cpu; old and new identical", flush=True)
   if FLAGS.out:
     os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
     with open(FLAGS.out, "w") as f:
-      json.dump({"rows": rows, "cpu_count": os.cpu_count()}, f, indent=1)
+      json.dump({"rows": rows, "baseline_rev": rev, "cpu_count": os.cpu_count(),
+                 "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")}, f,
+                indent=1)
 
 
 if __name__ == "__main__":
