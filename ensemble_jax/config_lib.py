@@ -282,6 +282,9 @@ def _cost() -> ml_collections.ConfigDict:
   # > 0: one device's step time measured apart (the sweep's calibration run of one model at
   # the per-device batch); 0: the run's own host step / D
   g.device_step_time_s = 0.0
+  # The sweeps' calibration run on CPU hosts (experiments/sweeps/cost_vs_time.py): its
+  # steps, the first third untimed, the median of the rest its device step.
+  g.calibration_steps = 60
   return g
 
 

@@ -174,6 +174,8 @@ def _validate_cost(config) -> None:
         "must be >= 0 (0: one device per replica or worker).")
   _need(config.cost.device_step_time_s >= 0, "cost.device_step_time_s",
         config.cost.device_step_time_s, "must be >= 0 (0: the run's host step / devices).")
+  _need(config.cost.calibration_steps >= 3, "cost.calibration_steps",
+        config.cost.calibration_steps, "must be >= 3 (a third warm-up, the rest timed).")
   _need(0.0 <= config.cost.overlap <= 1.0, "cost.overlap", config.cost.overlap,
         "is a fraction in [0, 1].")
 

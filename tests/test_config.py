@@ -2,14 +2,13 @@
 import importlib
 import os
 import shutil
-import subprocess
-import sys
 
 import ml_collections
 import pytest
 
 from ensemble_jax import config_lib, run, sharding, validation
 from ensemble_jax.config_lib import ConfigError
+from tests import forked_cli
 from tests.conftest import REPO
 
 
@@ -152,7 +151,7 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(tiny_config, tmp_pa
   assert not workdir.exists() or not os.listdir(workdir)
 
 
-@pytest.mark.parametrize("override,message", [
+OVERRIDES = [
     ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
     ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
@@ -160,16 +159,16 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(tiny_config, tmp_pa
     ("surplus_positional", "unexpected arguments ['surplus_positional']"),
     ("--config=experiments/configs/fashon_mnist.py",
      "no such config file. Did you mean experiments/configs/fashion_mnist.py?"),
-])
-def test_cli_exits_2_on_bad_override(tmp_path, override, message):
-  cmd = [sys.executable, "-m", "ensemble_jax.main",
-         "--config=experiments/configs/fashion_mnist.py:tiny", f"--workdir={tmp_path}",
-         override]
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+]
+
+
+@pytest.mark.parametrize("override,message", OVERRIDES)
+def test_cli_exits_2_on_bad_override(cli, override, message):
+  workdir, proc = cli[("override", override)]
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert message in proc.stderr
-  assert not os.listdir(tmp_path)
+  assert not os.listdir(workdir)
 
 
 def test_choice_lists_are_the_registries():
@@ -226,15 +225,11 @@ def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
     validation.validate(config)
 
 
-def test_cli_reports_a_config_files_syntax_error_as_file_and_line(tmp_path):
-  bad = tmp_path / "bad.py"
-  bad.write_text("def get_config(:\n  pass\n")
-  cmd = [sys.executable, "-m", "ensemble_jax.main", f"--config={bad}",
-         f"--workdir={tmp_path / 'run'}"]
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+def test_cli_reports_a_config_files_syntax_error_as_file_and_line(cli):
+  bad, proc = cli["syntax error"]
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == [f"error: --config: {bad}:1: invalid syntax"]
-  assert not (tmp_path / "run").exists()
+  assert not (bad.parent / "run").exists()
 
 
 @pytest.fixture(scope="module")
@@ -280,15 +275,9 @@ BAD_INPUTS = [  # (what, arguments ({root}: the fixture's files), what the one l
 
 
 @pytest.mark.parametrize("what,args,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
-def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inputs, tmp_path,
+def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inputs, cli,
                                                                          what, args, message):
-  workdir = tmp_path / "wd"
-  args = [a.format(root=bad_inputs) for a in args]
-  config = [a for a in args if a.startswith("--config=")] or [
-      "--config=experiments/configs/fashion_mnist.py:tiny"]
-  cmd = [sys.executable, "-m", "ensemble_jax.main", *config, f"--workdir={workdir}",
-         *[a for a in args if not a.startswith("--config=")]]
-  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  workdir, proc = cli[("bad input", what)]
   errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
   assert proc.returncode == 2 and len(errors) == 1, (what, proc.stderr[-3000:])
   assert proc.stderr.strip().splitlines()[-1] == errors[0] and "Traceback" not in proc.stderr
@@ -296,15 +285,43 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
   assert not workdir.exists()
 
 
-def test_help_names_the_config_files_their_variants_and_the_schema():
-  result = subprocess.run([sys.executable, "-m", "ensemble_jax.main", "--help"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+def test_help_names_the_config_files_their_variants_and_the_schema(cli):
+  _, result = cli["help"]
   assert result.returncode == 0
   for line in ("experiments/configs/fashion_mnist.py[:smoke,tiny,ensemble,diloco,sweep]",
                "experiments/configs/pydocs_gpt2.py[:smoke,tiny,ensemble,diloco,sweep]",
                "experiments/configs/imagenet_resnet50.py",
                "ensemble_jax/config_lib.py:base_config()"):
     assert line in result.stdout
+
+
+# Every command above is `python -m ensemble_jax.main` in a process of its own: the forks of
+# one process that imported the package once (tests/forked_cli.py), not 14 fresh starts.
+@pytest.fixture(scope="module")
+def cli(bad_inputs, tmp_path_factory):
+  """{case: (its workdir or config file, its CompletedProcess)} for the cases above."""
+  root = tmp_path_factory.mktemp("cli")
+  cases = {}  # case -> (path, arguments)
+  for i, (override, _) in enumerate(OVERRIDES):
+    workdir = root / f"override{i}"  # exists, and must stay empty
+    workdir.mkdir()
+    cases[("override", override)] = (workdir, [
+        "--config=experiments/configs/fashion_mnist.py:tiny", f"--workdir={workdir}", override])
+  bad = root / "syntax" / "bad.py"
+  bad.parent.mkdir()
+  bad.write_text("def get_config(:\n  pass\n")
+  cases["syntax error"] = (bad, [f"--config={bad}", f"--workdir={bad.parent / 'run'}"])
+  for i, (what, args, _) in enumerate(BAD_INPUTS):
+    workdir = root / f"bad_input{i}" / "wd"
+    args = [a.format(root=bad_inputs) for a in args]
+    config = [a for a in args if a.startswith("--config=")] or [
+        "--config=experiments/configs/fashion_mnist.py:tiny"]
+    cases[("bad input", what)] = (workdir, [
+        *config, f"--workdir={workdir}", *[a for a in args if not a.startswith("--config=")]])
+  cases["help"] = (None, ["--help"])
+  procs = forked_cli.run_commands("ensemble_jax.main", [a for _, a in cases.values()],
+                                  dict(os.environ), timeout_s=300, cwd=REPO)
+  return {case: (path, proc) for (case, (path, _)), proc in zip(cases.items(), procs)}
 
 
 def test_a_batch_larger_than_the_training_set_names_the_fix(tiny_config, tmp_path):

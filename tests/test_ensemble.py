@@ -124,6 +124,12 @@ def test_hlo_parser_reads_both_replica_group_formats():
   assert not hlo.spanning([c], groups, 8)
 
 
+# One worker's step, compiled once for every worker of every case: its state's apply_fn is
+# one model's (a new model's apply is another static argument: a compile per worker).
+_one_step = jax.jit(step_lib.train_step, static_argnums=3)
+_ONE_MODEL = _tiny_model()
+
+
 def _separate_steps(engine, config, state, local_batch, rng):
   """Reference: each worker stepped alone with the key the engine gives it."""
   cfg = step_lib.StepConfig.from_config(config)
@@ -131,10 +137,9 @@ def _separate_steps(engine, config, state, local_batch, rng):
   outs = []
   for i in range(engine.num_workers):
     one = jax.tree.map(lambda x: x[i], host)
-    one = one.replace(apply_fn=_tiny_model().apply, tx=state.tx)
+    one = one.replace(apply_fn=_ONE_MODEL.apply, tx=state.tx)
     batch = {k: v[i] for k, v in local_batch.items()}
-    new, _ = jax.jit(step_lib.train_step, static_argnums=3)(
-        one, batch, jax.random.fold_in(rng, i), cfg)
+    new, _ = _one_step(one, batch, jax.random.fold_in(rng, i), cfg)
     outs.append(jax.device_get(new.params))
   return outs
 

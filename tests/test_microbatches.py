@@ -17,10 +17,15 @@ from ensemble_jax.sharding import make_mesh
 VOCAB, CONTEXT = 97, 16  # tests/test_gpt2.py's small model
 
 
+# One model for every test: a state's apply_fn is a static argument of the jitted step, and
+# another model's is another one (a compile of the same step per test).
+_GPT2 = gpt2.GPT2(vocab_size=VOCAB, context=CONTEXT, num_layers=2, num_heads=2, embed_dim=32)
+_train_step = jax.jit(step_lib.train_step, static_argnums=3)
+
+
 def _gpt2_state(tx=optax.sgd(1.0)):
   # lr 1: a parameter moves by exactly its gradient, so params compare the gradients.
-  model = gpt2.GPT2(vocab_size=VOCAB, context=CONTEXT, num_layers=2, num_heads=2, embed_dim=32)
-  return step_lib.create_train_state(model, tx, jax.random.key(0, impl="rbg"),
+  return step_lib.create_train_state(_GPT2, tx, jax.random.key(0, impl="rbg"),
                                      jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
 
 
@@ -34,7 +39,7 @@ def _gpt2_batch(rows=8, weighted=False):
 
 def _step(state, batch, k, noise=False):
   cfg = step_lib.StepConfig(task="lm", microbatches=k, noise_scale=noise)
-  return jax.jit(step_lib.train_step, static_argnums=3)(state, batch, jax.random.key(1), cfg)
+  return _train_step(state, batch, jax.random.key(1), cfg)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -246,7 +251,7 @@ def test_resnet_convolutions_in_the_microbatch_loop_are_canonical_on_cpu():
   against 2.2 s unsplit), so the model writes them so (models/conv.py)."""
   def conv_labels(canonical):
     model = resnet.create_model("resnet18", num_classes=10, width=4, stem="small",
-                                canonical_conv_grads=canonical)
+                                canonical_conv_grads=canonical, stage_sizes=(1, 1))
     state = step_lib.create_train_state(model, optax.sgd(0.1), jax.random.key(0, impl="rbg"),
                                         jax.ShapeDtypeStruct((1, 28, 28, 1), jnp.float32))
     batch = {"image": jax.ShapeDtypeStruct((8, 28, 28, 1), jnp.uint8),

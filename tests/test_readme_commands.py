@@ -5,7 +5,8 @@ Training commands run with tiny overrides appended (later flags win), in a tempo
 workdir, on two simulated CPU devices (one per worker of the overrides' two, so a run reads
 its programs' collectives on its own mesh: measured, the Python docs ensemble command
 37 s on one device, 20 s on two; the child process that one device needs is
-tests/test_communication.py's); commands that need data or hardware a test machine lacks are
+tests/test_communication.py's), each in a fork of one process that imported the package
+once (tests/forked_cli.py); commands that need data or hardware a test machine lacks are
 skipped with the reason. A command this file does not know fails until it is given its
 overrides or a skip reason.
 """
@@ -13,11 +14,11 @@ import glob
 import os
 import re
 import shlex
-import subprocess
 import sys
 
 import pytest
 
+from tests import forked_cli
 from tests.conftest import REPO, subprocess_env
 
 TINY = {  # config file -> overrides that keep its run to seconds on a CPU
@@ -108,15 +109,30 @@ def test_commands_in_docs_pages_are_collected():
   assert any(":sweep,ensemble" in c for c in COMMANDS), COMMANDS
 
 
+RUNS = [c for c in COMMANDS if _plan(c)[0]]
+
+
+# One child process imports the package once; each command runs to its end in a fork of it,
+# as `python -m ensemble_jax.main` (tests/forked_cli.py), on its own workdir.
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """{command: (its workdir, its CompletedProcess)} for every command that runs here."""
+  root = tmp_path_factory.mktemp("readme_commands")
+  workdirs = [root / str(i) / "wd" for i in range(len(RUNS))]
+  argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
+           for command, workdir in zip(RUNS, workdirs)]
+  assert all(argv[:3] == [sys.executable, "-m", "ensemble_jax.main"] for argv in argvs)
+  procs = forked_cli.run_commands("ensemble_jax.main", [argv[3:] for argv in argvs],
+                                  subprocess_env(2), timeout_s=600, cwd=REPO)
+  return dict(zip(RUNS, zip(workdirs, procs)))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c in COMMANDS if _plan(c)[0] or _plan(c)[1]])
-def test_readme_command_runs(command, tmp_path):
+def test_readme_command_runs(command, request):
   argv, reason = _plan(command)
   if reason:
     pytest.skip(reason)
-  workdir = tmp_path / "wd"
-  env = subprocess_env(2)
-  proc = subprocess.run([a.format(workdir=workdir) for a in argv], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=600)
+  workdir, proc = request.getfixturevalue("runs")[command]
   assert proc.returncode == 0, (command, proc.stderr[-3000:])
   assert proc.stdout.strip().splitlines()[-1].startswith(f"results: {workdir}/results.json; ")

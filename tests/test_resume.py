@@ -7,8 +7,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import jax
@@ -18,7 +16,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from ensemble_jax import checkpoint, config_lib, run
-from tests.conftest import REPO, subprocess_env
+from tests import forked_cli
+from tests.conftest import subprocess_env
 
 STEPS, EVERY = 12, 3
 # A finished checkpoint's directory is its step alone: orbax writes into
@@ -27,24 +26,28 @@ _STEP_DIR = re.compile(r"\d+")
 _RESUMED = re.compile(r"Resumed from step (\d+) in ")
 
 
-def _cmd(workdir, variant="tiny"):
-  return [sys.executable, "-m", "ensemble_jax.main",
-          f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
+def _args(workdir, variant="tiny"):
+  """The arguments of `python -m ensemble_jax.main` for a 12-step run checkpointed every 3."""
+  return [f"--config=experiments/configs/fashion_mnist.py:{variant}", f"--workdir={workdir}",
           f"--config.train.num_steps={STEPS}", f"--config.checkpoint.every_steps={EVERY}",
           "--config.eval.every_steps=6", "--config.method.steps_per_worker=0"]
 
 
-def _env():
-  # 8 devices, one per worker of `ensemble,tiny`: on 2, its 8 workers compile unrolled 4 to
-  # a device and its programs are priced in a child process with 8 (measured beside other
-  # jobs: 166 s against 26 s for its 12 steps; the data-parallel run 70 s against 31 s).
-  return subprocess_env(8)
+# make test runs each file's tests on one xdist worker (--dist loadfile): started once.
+@pytest.fixture(scope="module")
+def cli():
+  """Starts `python -m ensemble_jax.main` runs as forks of one process that imported the
+  package once (tests/forked_cli.py): each its own process, killed or signalled by its pid.
+  8 devices, one per worker of `ensemble,tiny`: on 2, its 8 workers compile unrolled 4 to
+  a device and its programs are priced in a child process with 8 (measured beside other
+  jobs: 166 s against 26 s for its 12 steps; the data-parallel run 70 s against 31 s)."""
+  with forked_cli.Forks("ensemble_jax.main", subprocess_env(8)) as forks:
+    yield forks
 
 
-def _run(workdir, variant="tiny") -> str:
+def _run(cli, workdir, variant="tiny") -> str:
   """Runs to the end; returns the log (stderr)."""
-  proc = subprocess.run(_cmd(workdir, variant), cwd=REPO, env=_env(), capture_output=True,
-                        text=True, timeout=600)
+  proc = cli.run(_args(workdir, variant), timeout_s=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc.stderr
 
@@ -105,32 +108,32 @@ def _wait_for_checkpoint(workdir, proc, step=1, timeout=300):
     time.sleep(0.02)
 
 
-# make test runs each file's tests on one xdist worker (--dist loadfile): made once.
+# Made once, like `cli`.
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(cli, tmp_path_factory):
   out = {}
   for variant in ("tiny", "ensemble,tiny"):
     workdir = str(tmp_path_factory.mktemp("reference"))
-    _run(workdir, variant)
+    _run(cli, workdir, variant)
     out[variant] = workdir
   return out
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["tiny", "ensemble,tiny"])
-def test_kill_9_at_random_steps_then_resume_is_bit_identical(reference, tmp_path, variant):
+def test_kill_9_at_random_steps_then_resume_is_bit_identical(cli, reference, tmp_path,
+                                                             variant):
   # Killed at a random moment after a random one of the first checkpoints (step 3 or 6 of
   # 12): anywhere in a step, an eval or a checkpoint write, with half the run still to go.
   rng = random.Random(variant)
   workdir = str(tmp_path)
-  proc = subprocess.Popen(_cmd(workdir, variant), cwd=REPO, env=_env(),
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = cli.start(_args(workdir, variant))
   _wait_for_checkpoint(workdir, proc, step=EVERY * rng.randint(1, 2))
   time.sleep(rng.uniform(0.0, 0.1))
   proc.send_signal(signal.SIGKILL)
   assert proc.wait() == -signal.SIGKILL, "the run ended before the kill; the test proved nothing"
   saved = _steps(workdir)
-  log = _run(workdir, variant)  # the same command resumes from the latest complete checkpoint
+  log = _run(cli, workdir, variant)  # the same command resumes from the latest complete checkpoint
   # A kill before the first checkpoint was finished would restart from scratch and pass
   # the comparison trivially: the resumed run must say it restored a saved step.
   assert saved and _resumed_step(log) == max(saved) > 0, (saved, log[-2000:])
@@ -325,15 +328,14 @@ def _logged_twice(workdir) -> list[tuple[int, str]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code, said", [
     (signal.SIGTERM, 143, "a preemption notice (SIGTERM)"), (signal.SIGINT, 130, "Ctrl-C")])
-def test_a_stop_request_checkpoints_exits_then_resumes_identically(reference, tmp_path,
+def test_a_stop_request_checkpoints_exits_then_resumes_identically(cli, reference, tmp_path,
                                                                      signum, code, said):
   """SIGTERM (a preemption notice) and Ctrl-C (a person's): the step ends, a checkpoint is
   saved, one line says so (no traceback), and the rerun resumes and ends identical to an
   uninterrupted run, each step logged once. The Ctrl-C case fails on 1e4c37a, where SIGINT
   raised KeyboardInterrupt from inside JAX and saved nothing."""
   workdir = str(tmp_path)
-  proc = subprocess.Popen(_cmd(workdir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+  proc = cli.start(_args(workdir))
   _wait_for_checkpoint(workdir, proc)
   proc.send_signal(signum)
   _, err = proc.communicate(timeout=300)
@@ -344,7 +346,7 @@ def test_a_stop_request_checkpoints_exits_then_resumes_identically(reference, tm
   stopped = _steps(workdir)
   assert max(stopped) < STEPS
   assert f"stopped at step {max(stopped)} of {STEPS} on {said}" in err
-  log = _run(workdir)
+  log = _run(cli, workdir)
   assert _resumed_step(log) == max(stopped) > 0, log[-2000:]
   _assert_identical(workdir, reference["tiny"])
   assert _logged_twice(workdir) == []

@@ -28,9 +28,18 @@ def smoke_sweep(tmp_path_factory):
   return workdir, cost_vs_time.run(CONFIG, str(workdir), seeds=[0, 1], grid="smoke")
 
 
+def _untimed(tree):
+  """`tree` without its host timings (keys ending in time_s or steps_per_s)."""
+  if isinstance(tree, dict):
+    return {k: _untimed(v) for k, v in tree.items()
+            if not str(k).endswith(("time_s", "steps_per_s"))}
+  return [_untimed(v) for v in tree] if isinstance(tree, list) else tree
+
+
 def _records(workdir: str) -> dict:
   """{run path: what a study decides from}: tuning records' choices and runs, and each
-  run's evaluations, final metrics and target (timings and costs left out)."""
+  run's evaluations, final metrics, target, the ensemble's per-worker and ensemble blocks
+  and its logged metric lines (timings and costs left out)."""
   out = {}
   for path in sorted(glob.glob(os.path.join(workdir, "*", "*", "tuning.json"))):
     with open(path) as f:
@@ -43,11 +52,15 @@ def _records(workdir: str) -> dict:
                      + glob.glob(os.path.join(workdir, "*", "*", "seed*", "results.json"))):
     with open(path) as f:
       r = json.load(f)
-    out[os.path.relpath(path, workdir)] = {
-        "history": [{k: v for k, v in h.items() if not k.endswith("time_s")}
-                    for h in r["history"]],
-        "final": r["final"], "steps": r["steps"],
-        "target": {k: r["target"][k] for k in ("reached", "reached_step")}}
+    metrics, lines = os.path.join(os.path.dirname(path), "metrics.jsonl"), None
+    if os.path.exists(metrics):  # a seed run taken from tuning has none of its own
+      with open(metrics) as f:
+        lines = [json.loads(line) for line in f]
+    out[os.path.relpath(path, workdir)] = _untimed({
+        "history": r["history"], "final": r["final"], "steps": r["steps"],
+        "target": {k: r["target"][k] for k in ("reached", "reached_step")},
+        "metrics_lines": lines,
+        **{k: r[k] for k in ("num_params_per_worker", "per_worker", "ensemble") if k in r}})
   return out
 
 
@@ -70,9 +83,10 @@ def _close(a, b, path=""):
 def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   """2 processes x 4 fake CPU devices, each running the same `--distributed` command on one
   shared workdir, make the records of the module's 1 process x 8 devices: the tuning
-  choice, every run's evaluations and target (timings and costs left out). The ensemble's
-  curve only, its 8 workers split across the processes (data-parallel across processes:
-  tests/test_multihost.py). First in the module: later tests rewrite cost blocks only,
+  choice, every run's evaluations, target, per-worker and ensemble results and metric
+  lines (timings and costs left out). The ensemble's curve only, its 8 workers split
+  across the processes: the test of one ensemble run on two processes
+  (data-parallel's: tests/test_multihost.py). First in the module: later tests rewrite cost blocks only,
   which the records leave out."""
   single, _ = smoke_sweep
   multi = str(tmp_path / "multi")

@@ -105,6 +105,7 @@ def get_config(arg: str = ""):
     c.eval.every_steps, c.eval.batch_size, c.eval.num_examples = 2, 8, 16
     c.eval.target_value = 1e6  # an untrained tiny model's perplexity is below it
     c.checkpoint.every_steps = 2
+    c.cost.calibration_steps = 6  # a sweep's calibration run: its mechanism, not a timing
   return c
 
 

@@ -44,7 +44,6 @@ from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
 from experiments.sweeps import tuning
 
-CALIBRATION_STEPS = 60
 # The calibration run's schedule: values that only set scalar constants of the step, so its
 # time does not depend on them. Canonical, so that points tuned to other rates or warm-ups
 # compile to one text: XLA merges equal constants, and a coincidence of two values (a
@@ -125,9 +124,10 @@ def device_config(config):
     c.train.batch_size //= max(c.cost.devices, 1)
   c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", -1)], 1
   c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
-  c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = CALIBRATION_STEPS, 0.0, 1.0
-  c.train.stop_at_target, c.train.timing_warmup_steps = False, 20
-  c.eval.every_steps, c.eval.num_examples = CALIBRATION_STEPS, c.eval.batch_size
+  steps = c.cost.calibration_steps
+  c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = steps, 0.0, 1.0
+  c.train.stop_at_target, c.train.timing_warmup_steps = False, steps // 3
+  c.eval.every_steps, c.eval.num_examples = steps, c.eval.batch_size
   c.eval.target_resolution, c.eval.score_rest_at_end = 0.0, False
   c.checkpoint.every_steps, c.seed = 0, 0
   c.optim.learning_rate, c.optim.lr_scaling = CALIBRATION_LEARNING_RATE, "none"
