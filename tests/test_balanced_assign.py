@@ -39,3 +39,22 @@ def test_rounds_equal_the_pairwise_greedy_on_k_means_points(n, k):
   d2 = np.asarray(clusters._sq_distances(x, c))
   np.testing.assert_array_equal(clusters._balanced_assign(d2),
                                 clusters._balanced_assign_pairwise(d2))
+
+
+def test_device_lloyd_steps_keep_the_sizes_and_all_balanced_is_todays_schedule():
+  """kmeans(balanced_iters=b): the first 20 - b Lloyd steps unconstrained on the device;
+  the final assignment is balanced whatever b, deterministic; b = 20 is the default."""
+  rng = np.random.default_rng(0)
+  x = np.concatenate([rng.normal(size=(300, 4)) + 4 * rng.normal(size=4) for _ in range(5)])
+  x = x.astype(np.float32)
+  today = clusters.kmeans(x, 7, seed=1, balanced=True)
+  np.testing.assert_array_equal(clusters.kmeans(x, 7, seed=1, balanced=True,
+                                                balanced_iters=20)[0], today[0])
+  for b in (0, 3):
+    a, _ = clusters.kmeans(x, 7, seed=1, balanced=True, balanced_iters=b)
+    sizes = np.bincount(a, minlength=7)
+    assert sizes.max() - sizes.min() <= 1
+    np.testing.assert_array_equal(
+        a, clusters.kmeans(x, 7, seed=1, balanced=True, balanced_iters=b)[0])
+  with pytest.raises(ValueError, match="balanced_iters"):
+    clusters.kmeans(x, 7, balanced=True, balanced_iters=-1)

@@ -194,25 +194,40 @@ def _update(x_ExD, a_E, c_KxD, k: int):
   return jnp.where(count_K[:, None] > 0, mean_KxD, c_KxD)
 
 
-def _kmeans(x_ExD, rng, k: int, iters: int, balanced: bool):
+@functools.partial(jax.jit, static_argnames=("k", "iters"))
+def _lloyd(x_ExD, c_KxD, k: int, iters: int):
+  """`iters` unconstrained Lloyd steps in one device program."""
+  def body(_, c_KxD):
+    return _update(x_ExD, jnp.argmin(_sq_distances(x_ExD, c_KxD), axis=-1), c_KxD, k)
+
+  return jax.lax.fori_loop(0, iters, body, c_KxD)
+
+
+def _kmeans(x_ExD, rng, k: int, iters: int, balanced: bool, balanced_iters: int | None):
   def assign(c_KxD):
     d2_ExK = _sq_distances(x_ExD, c_KxD)
     return (jnp.asarray(_balanced_assign(np.asarray(d2_ExK))) if balanced
             else jnp.argmin(d2_ExK, axis=-1))
 
   c_KxD = _plus_plus(x_ExD, k, rng)
-  for _ in range(iters):  # Lloyd's steps, driven from the host (the balanced greedy is)
+  host_iters = iters if balanced_iters is None or not balanced else min(balanced_iters, iters)
+  if host_iters < iters:  # the unconstrained steps first, on the device
+    c_KxD = _lloyd(x_ExD, c_KxD, k, iters - host_iters)
+  for _ in range(host_iters):  # Lloyd's steps, driven from the host (the balanced greedy is)
     c_KxD = _update(x_ExD, assign(c_KxD), c_KxD, k)
   return assign(c_KxD), c_KxD
 
 
-def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
-           ) -> tuple[np.ndarray, np.ndarray]:
+def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False,
+           balanced_iters: int | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Lloyd's k-means from k-means++ seeds: (assignments [E] int, centroids [K, D]).
 
   Deterministic in seed. balanced=True assigns greedily under capacity ceil(E/k), with
   sizes within 1 of each other (`_balanced_assign`: a host pass of at most k + 1 numpy
-  rounds per iteration).
+  rounds per iteration). `balanced_iters` (None: all): only the last that many Lloyd
+  steps assign under the capacities, the others unconstrained in one device program; the
+  final assignment is balanced either way (experiments/bench/kmeans_schedules.py measures
+  what it costs the objective).
   """
   x_ExD = np.asarray(x_ExD, np.float32)
   if x_ExD.ndim != 2:
@@ -221,7 +236,10 @@ def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
     raise ValueError(f"k must lie in [1, E={len(x_ExD)}], got k={k}")
   if iters < 0:
     raise ValueError(f"iters must be >= 0, got {iters}")
-  a_E, c_KxD = _kmeans(jnp.asarray(x_ExD), jax.random.key(seed), k, iters, balanced)
+  if balanced_iters is not None and balanced_iters < 0:
+    raise ValueError(f"balanced_iters must be >= 0 or None, got {balanced_iters}")
+  a_E, c_KxD = _kmeans(jnp.asarray(x_ExD), jax.random.key(seed), k, iters, balanced,
+                       balanced_iters)
   return np.asarray(a_E), np.asarray(c_KxD)
 
 
