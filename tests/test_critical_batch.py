@@ -58,8 +58,9 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   assert partial["steps_to_target"] == {"0": critical_batch._steps_to_target(chosen)}
   assert not (tmp_path / "B16" / "seed0").exists()  # read, not trained or copied
   # A sweep over some B reports every B finished under the workdir, not only its own.
-  shutil.rmtree(tmp_path / "B8")
-  critical_batch.run("fashion", str(tmp_path), seeds=[0], grid="smoke", batches=[8])
+  (tmp_path / "summary.json").unlink()
+  assert critical_batch.run("fashion", str(tmp_path), seeds=[0], grid="smoke",
+                            batches=[8])["trained"] == 0
   rows = json.loads((tmp_path / "summary.json").read_text())["rows"]
   assert [r["batch"] for r in rows] == [8, 16]
 
