@@ -142,8 +142,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
         "test_every_grid_point_and_variant_is_a_valid_config": "unit",
         "test_plan_has_a_quiet_phase_one_line_per_point_and_the_report": "unit",
         "test_make_without_its_data_exits_2_naming_what_it_needs": "subprocess"},
-    "test_train.py": {"test_main_subprocess": "subprocess",
-                      "test_metric_writer_does_not_import_torch": "subprocess",
+    "test_train.py": {"test_metric_writer_does_not_import_torch": "subprocess",
                       "test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on": "subprocess"},
 }
 
