@@ -10,8 +10,8 @@ PYTEST_WORKERS ?= 2
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 # Every Python process here imports jax: from cached bytecode, not its sources compiled anew
 # (measured: the package's import 7.1 s with PYTHONDONTWRITEBYTECODE=1, 3.0 s with the
-# bytecode written once; the test suite starts ~40 such processes). An environment that
-# forbids writing bytecode gets it written for the targets below.
+# bytecode written once; each test worker, child process and notebook kernel imports it).
+# An environment that forbids writing bytecode gets it written for the targets below.
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
