@@ -45,6 +45,15 @@ def subprocess_env(devices: int, **extra: str) -> dict:
   return {**os.environ, "XLA_FLAGS": " ".join(flags), **extra}
 
 
+def untimed(tree):
+  """A results tree without its host timings (keys ending in time_s or steps_per_s), which
+  differ run to run: what two runs of one config must agree on."""
+  if isinstance(tree, dict):
+    return {k: untimed(v) for k, v in tree.items()
+            if not str(k).endswith(("time_s", "steps_per_s"))}
+  return [untimed(v) for v in tree] if isinstance(tree, list) else tree
+
+
 def documented_results_fields() -> set[str]:
   """The top-level results.json fields docs/results_json.md's table documents (its first
   column)."""

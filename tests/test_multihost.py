@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import free_port, run_processes, subprocess_env
+from tests.conftest import free_port, run_processes, subprocess_env, untimed
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def _read(workdir: str) -> dict:
 
 
 def _numbers(tree, prefix=""):
-  """Flattens nested dicts/lists to {path: number}; timings are left out."""
+  """Flattens nested dicts/lists to {path: number}."""
   if isinstance(tree, dict):
     items = tree.items()
   elif isinstance(tree, list):
@@ -68,14 +68,13 @@ def _numbers(tree, prefix=""):
     return {prefix: float(tree)} if isinstance(tree, (int, float)) else {}
   out = {}
   for k, v in items:
-    if not str(k).endswith(("time_s", "steps_per_s")):  # host timings differ run to run
-      out.update(_numbers(v, f"{prefix}/{k}"))
+    out.update(_numbers(v, f"{prefix}/{k}"))
   return out
 
 
 def _assert_match(multi: dict, single: dict, keys: tuple[str, ...]):
   for key in keys:
-    got, want = _numbers(multi[key]), _numbers(single[key])
+    got, want = _numbers(untimed(multi[key])), _numbers(untimed(single[key]))
     assert got.keys() == want.keys(), key
     assert want, key
     np.testing.assert_allclose([got[k] for k in want], list(want.values()),

@@ -13,7 +13,7 @@ import pytest
 
 from ensemble_jax import run, validation
 from experiments.sweeps import cost_vs_time
-from tests.conftest import REPO, free_port, run_processes, subprocess_env
+from tests.conftest import REPO, free_port, run_processes, subprocess_env, untimed
 
 CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
 SMOKE_POINTS = (("data_parallel", "D2"), ("ensemble", "N8_L4"))
@@ -26,14 +26,6 @@ def smoke_sweep(tmp_path_factory):
   """The smoke grid swept once on seeds 0 and 1: (workdir, the run counts)."""
   workdir = tmp_path_factory.mktemp("smoke_sweep")
   return workdir, cost_vs_time.run(CONFIG, str(workdir), seeds=[0, 1], grid="smoke")
-
-
-def _untimed(tree):
-  """`tree` without its host timings (keys ending in time_s or steps_per_s)."""
-  if isinstance(tree, dict):
-    return {k: _untimed(v) for k, v in tree.items()
-            if not str(k).endswith(("time_s", "steps_per_s"))}
-  return [_untimed(v) for v in tree] if isinstance(tree, list) else tree
 
 
 def _records(workdir: str) -> dict:
@@ -56,10 +48,11 @@ def _records(workdir: str) -> dict:
     if os.path.exists(metrics):  # a seed run taken from tuning has none of its own
       with open(metrics) as f:
         lines = [json.loads(line) for line in f]
-    out[os.path.relpath(path, workdir)] = _untimed({
+    out[os.path.relpath(path, workdir)] = untimed({
         "history": r["history"], "final": r["final"], "steps": r["steps"],
         "target": {k: r["target"][k] for k in ("reached", "reached_step")},
-        "metrics_lines": lines,
+        "metrics_lines": lines, "method": r["method"], "mesh": r["mesh"],
+        "num_devices": r["num_devices"],
         **{k: r[k] for k in ("num_params_per_worker", "per_worker", "ensemble") if k in r}})
   return out
 
@@ -85,8 +78,8 @@ def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   shared workdir, make the records of the module's 1 process x 8 devices: the tuning
   choice, every run's evaluations, target, per-worker and ensemble results and metric
   lines (timings and costs left out). The ensemble's curve only, its 8 workers split
-  across the processes: the test of one ensemble run on two processes
-  (data-parallel's: tests/test_multihost.py). First in the module: later tests rewrite cost blocks only,
+  across the processes: the test of one ensemble run on two processes (data-parallel's:
+  tests/test_multihost.py). First in the module: later tests rewrite cost blocks only,
   which the records leave out."""
   single, _ = smoke_sweep
   multi = str(tmp_path / "multi")
@@ -102,6 +95,9 @@ def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   got, want = _records(multi), _records(str(single))
   assert any(k.endswith("tuning.json") for k in got) and any("seed0" in k for k in got)
   assert {k.split(os.sep)[0] for k in got} == {"ensemble"}
+  for record in (v for k, v in got.items() if k.endswith("results.json")):
+    assert record["method"] == "ensemble" and record["num_devices"] == 8
+    assert record["mesh"] == {"worker": 8, "data": 1}
   _close(got, {k: want[k] for k in got})
 
 

@@ -236,7 +236,7 @@ def test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on(tmp_path):
   assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s); mesh data:1;" in lines[0]
   # Long phases say what they did and how long it took; the parameter table is a file.
   assert "data: fashion_mnist, 60000 train / 10000 eval examples, loaded in " in proc.stderr
-  assert f"(per-parameter table: {tmp_path}/parameters.txt)" in proc.stderr
+  assert f"parameters: 5,122 (per-parameter table: {tmp_path}/parameters.txt)" in proc.stderr
   table = (tmp_path / "parameters.txt").read_text()
   assert "| head/kernel " in table and "head/kernel" not in proc.stderr
   assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
