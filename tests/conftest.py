@@ -91,7 +91,7 @@ TIERS = {
     "test_train.py": "e2e", "test_tuning.py": "unit",
     "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit",
-    "test_clusters_build.py": "unit",
+    "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {
@@ -179,6 +179,7 @@ HEAVIEST_FIRST = {name: rank for rank, name in enumerate([
     "test_resume.py", "test_sweep.py", "test_microbatches.py", "test_readme_commands.py",
     "test_pools.py", "test_workload_study.py", "test_train.py", "test_ensemble.py",
     "test_config.py", "test_notebooks.py", "test_critical_batch.py", "test_multihost.py",
+    "test_pools_multihost.py",
     "test_lm.py", "test_samplers_sweep.py", "test_data.py", "test_communication.py",
     "test_eval_cadence.py", "test_diloco.py", "test_gpt2.py", "test_flops.py",
     "test_golden.py"])}

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ensemble_jax import data as data_lib
+from ensemble_jax.distill import shards
 
 
 @jax.jit
@@ -288,26 +289,35 @@ class PixelPCA:
   float64, the full eigendecomposition) or "float32" (float32 products of the chunks
   shifted by the first chunk's mean, summed over chunks in float64; only the top `dim`
   eigenvectors computed): ~2x less arithmetic, other components in the last bits.
+
+  In a multi-process run (`processes`, by default JAX's runtime's) each process reads and
+  projects only its contiguous share of the chunks; the chunks' sums and products and the
+  projections are all-gathered and the sums added in chunk order (`shards`), so the
+  components and projections are the one-process build's bits whatever the process count.
   """
 
   COVARIANCES = ("float64", "float32")
 
   def __init__(self, dim: int, mean, std, transform, chunk: int = 4096,
-               covariance: str = "float64", cache_bytes: int = 1 << 28):
+               covariance: str = "float64", cache_bytes: int = 1 << 28,
+               processes: shards.Processes | None = None):
     if dim < 1:
       raise ValueError(f"dim must be >= 1, got {dim}")
     if covariance not in self.COVARIANCES:
       raise ValueError(f"covariance must be one of {self.COVARIANCES}, got {covariance!r}")
     self.dim, self.chunk, self.transform_fn = int(dim), int(chunk), transform
     self.covariance, self.cache_bytes = covariance, int(cache_bytes)
+    self.processes = shards.Processes() if processes is None else processes
     self.mean_I, self.std_I = np.asarray(mean, np.float32), np.asarray(std, np.float32)
     self.center_P = self.components_PxD = None
     self.flops = 0.0  # multiply-adds x 2 of the covariance and the projections
 
-  def _chunks(self, source):
+  def _chunks(self, source, chunks: range | None = None):
+    """The standardised pixels [B, P] of the source's chunks (all, or the given ones)."""
     zeros = np.zeros(8, np.float32)  # the eval transform ignores its uniforms
     batch_fn = getattr(self.transform_fn, "batch", None)
-    for begin in range(0, len(source), self.chunk):
+    for c in range(-(-len(source) // self.chunk)) if chunks is None else chunks:
+      begin = c * self.chunk
       end = min(begin + self.chunk, len(source))
       # A slice of an array-backed source through the batched transform (the same images
       # as one by one, without a Python call per image); else one by one.
@@ -320,23 +330,74 @@ class PixelPCA:
       x = (images.astype(np.float32) / 255.0 - self.mean_I) / self.std_I
       yield x.reshape(len(x), -1)
 
-  def fit(self, source) -> np.ndarray:
-    total, cross, shift, n = None, None, None, 0
-    cached, cached_bytes = [], 0  # the chunks, projected once the components are known
-    for x_BxP in self._chunks(source):
-      cached_bytes += x_BxP.nbytes
-      if cached is not None:
-        cached = cached + [x_BxP] if cached_bytes <= self.cache_bytes else None
+  def _mine(self, source) -> range:
+    """This process's chunks of `source`: a contiguous share, or all in one process."""
+    num_chunks = -(-len(source) // self.chunk)
+    return self.processes.share(num_chunks) if self.processes.sharded else range(num_chunks)
+
+  def _chunk_stats(self, x_BxP, shift):
+    """A chunk's (sum [P], products [P, P]), both float64, as the covariance adds them."""
+    if self.covariance == "float64":
+      x64 = x_BxP.astype(np.float64)
+      return x64.sum(0), x64.T @ x64
+    s_BxP = x_BxP - shift  # shifted near the mean: the float32 products lose little
+    return s_BxP.sum(0, dtype=np.float64), (s_BxP.T @ s_BxP).astype(np.float64)
+
+  def _accumulate(self, stats):
+    """The chunks' stats summed in chunk order: (total [P], cross [P, P] or rows of it)."""
+    total = cross = None
+    for s_P, g_PxP in stats:
       if self.covariance == "float64":
-        x64 = x_BxP.astype(np.float64)
-        total = x64.sum(0) if total is None else total + x64.sum(0)
-        cross = x64.T @ x64 if cross is None else cross + x64.T @ x64
-      else:  # shifted near the mean: the float32 products lose little to cancellation
-        shift = x_BxP.mean(0) if shift is None else shift
-        s_BxP = x_BxP - shift
-        total = s_BxP.sum(0, dtype=np.float64) + (0.0 if total is None else total)
-        cross = (s_BxP.T @ s_BxP).astype(np.float64) + (0.0 if cross is None else cross)
-      n += len(x_BxP)
+        total = s_P if total is None else total + s_P
+        cross = g_PxP if cross is None else cross + g_PxP
+      else:
+        total = s_P + (0.0 if total is None else total)
+        cross = g_PxP + (0.0 if cross is None else cross)
+    return total, cross
+
+  def _gathered_sums(self, stats, p: int, budget_bytes: int = 1 << 28):
+    """`_accumulate` of every process's chunk stats, all-gathered: each entry summed over
+    the chunks in global chunk order, as one process sums it. The [P, P] products are
+    exchanged a block of rows at a time: a round holds every chunk's rows of that block."""
+    sums_MxP = np.stack([s for s, _ in stats]) if stats else np.zeros((0, p))
+    cross_MxPxP = np.stack([g for _, g in stats]) if stats else np.zeros((0, p, p))
+    sums_CxP = np.concatenate(shards.allgather(sums_MxP))
+    rows = max(1, budget_bytes // max(1, 8 * p * len(sums_CxP)))
+    total, blocks = None, []
+    for r in range(0, p, rows):
+      cross_CxRxP = np.concatenate(shards.allgather(cross_MxPxP[:, r:r + rows]))
+      total, block = self._accumulate(zip(sums_CxP, cross_CxRxP))
+      blocks.append(block)
+    return total, np.concatenate(blocks)
+
+  def fit(self, source) -> np.ndarray:
+    """Fits the components on `source`'s images; returns their projections [E, dim].
+
+    In a multi-process run each process reads only its share of the chunks (and the first,
+    for the float32 covariance's shift); the result is the same bits as one process's."""
+    n, mine = len(source), self._mine(source)
+    if n == 0:
+      raise ValueError("PixelPCA.fit needs at least one image")
+    shift = None  # float32: the first chunk's mean (a process without it reads it)
+    if self.covariance == "float32" and (not mine or mine[0] != 0):
+      shift = next(self._chunks(source, range(1))).mean(0)
+    cached, cached_bytes = [], 0  # this process's chunks, projected once components are known
+
+    def stats():
+      nonlocal cached, cached_bytes, shift
+      for x_BxP in self._chunks(source, mine):
+        shift = x_BxP.mean(0) if shift is None and self.covariance == "float32" else shift
+        cached_bytes += x_BxP.nbytes
+        if cached is not None:
+          cached = cached + [x_BxP] if cached_bytes <= self.cache_bytes else None
+        yield self._chunk_stats(x_BxP, shift)
+
+    if self.processes.sharded:
+      local = list(stats())  # a process with no chunk reads one for the pixel count
+      p = local[0][0].shape[0] if local else next(self._chunks(source, range(1))).shape[1]
+      total, cross = self._gathered_sums(local, p)
+    else:
+      total, cross = self._accumulate(stats())
     p = cross.shape[0]
     if not 1 <= self.dim <= p:
       raise ValueError(f"dim must lie in [1, P={p} pixels], got {self.dim}")
@@ -355,17 +416,21 @@ class PixelPCA:
     self.center_P = center.astype(np.float32)
     self.components_PxD = vectors_PxD.astype(np.float32)
     self.flops += 2.0 * n * p * p
-    return self._project(cached if cached is not None else self._chunks(source))
+    return self._project(cached if cached is not None else self._chunks(source, mine))
 
   def transform(self, source) -> np.ndarray:
+    """The projections [E, dim] of `source`'s images (each process projecting its share)."""
     if self.components_PxD is None:
       raise ValueError("PixelPCA.transform before fit")
-    return self._project(self._chunks(source))
+    return self._project(self._chunks(source, self._mine(source)))
 
   def _project(self, chunks) -> np.ndarray:
+    """This process's chunks projected, then every process's in chunk order."""
     out = [(x - self.center_P) @ self.components_PxD for x in chunks]
-    self.flops += 2.0 * sum(len(o) for o in out) * self.components_PxD.size
-    return np.concatenate(out)
+    mine_ExD = np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+    all_ExD = shards.gather_rows(mine_ExD, self.processes)
+    self.flops += 2.0 * len(all_ExD) * self.components_PxD.size
+    return all_ExD
 
 
 class TfIdf:
@@ -376,12 +441,21 @@ class TfIdf:
   without the targets.
   Counts are built in chunks of sparse rows, so a corpus of many windows never materialises
   a dense [E, vocab] matrix.
+
+  In a multi-process run (`processes`) each process reads and counts its contiguous share
+  of the chunks, and embeds its share of the prefixes; the counts' sparse rows and the
+  prefix embeddings are all-gathered in row order (`shards`). The truncated SVD then runs in
+  every process on the whole matrix: its products sum over all windows, and summing them
+  across processes would round apart from one process. So the result is the one-process
+  build's bits whatever the process count.
   """
 
-  def __init__(self, vocab_size: int, dim: int = 64, chunk: int = 4096):
+  def __init__(self, vocab_size: int, dim: int = 64, chunk: int = 4096,
+               processes: shards.Processes | None = None):
     if dim < 1:
       raise ValueError(f"dim must be >= 1, got {dim}")
     self.vocab_size, self.dim, self.chunk = int(vocab_size), int(dim), int(chunk)
+    self.processes = shards.Processes() if processes is None else processes
     self.idf_V = self.components_DxV = None
 
   def counts(self, source) -> "scipy.sparse.csr_matrix":  # noqa: F821
@@ -389,7 +463,9 @@ class TfIdf:
     from scipy import sparse
 
     parts = []
-    for begin in range(0, len(source), self.chunk):
+    num_chunks = -(-len(source) // self.chunk)
+    mine = self.processes.share(num_chunks) if self.processes.sharded else range(num_chunks)
+    for begin in (c * self.chunk for c in mine):
       rows_BxT = _tokens(source, begin, min(begin + self.chunk, len(source)))
       if rows_BxT.max() >= self.vocab_size or rows_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
@@ -397,7 +473,18 @@ class TfIdf:
       r = np.repeat(np.arange(len(rows_BxT)), rows_BxT.shape[1])
       parts.append(sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_BxT.ravel())),
                                      shape=(len(rows_BxT), self.vocab_size)))
-    return sparse.vstack(parts).tocsr()  # duplicates summed: counts
+    if not self.processes.sharded:
+      return sparse.vstack(parts).tocsr()  # duplicates summed: counts
+    local = (sparse.vstack(parts).tocsr() if parts else
+             sparse.csr_matrix((0, self.vocab_size), dtype=np.float32))
+    # vstack concatenates its parts' rows: the processes' stacks concatenated are the same.
+    data = np.concatenate(shards.allgather(local.data))
+    indices = np.concatenate(shards.allgather(local.indices.astype(np.int64)))
+    row_nnz = np.concatenate(shards.allgather(np.diff(local.indptr).astype(np.int64)))
+    index_dtype = np.int32 if len(indices) < 2**31 else np.int64
+    indptr = np.concatenate([[0], np.cumsum(row_nnz)]).astype(index_dtype)
+    return sparse.csr_matrix((data, indices.astype(index_dtype), indptr),
+                             shape=(len(row_nnz), self.vocab_size))
 
   def _normalised_tfidf(self, counts_ExV):
     from scipy import sparse
@@ -443,10 +530,12 @@ class TfIdf:
     proj_VxD = idf_V[:, None] * self.components_DxV.T.astype(np.float64)
     n = len(source)
     t = _tokens(source, 0, 1).shape[1] - 1 if n else 0
-    out_ExTxD = np.zeros((n, t, proj_VxD.shape[1]), np.float32)
+    # Each window's rows are its own running sums: a share of the windows, then gathered.
+    share = self.processes.share(n) if self.processes.sharded else range(n)
+    out_ExTxD = np.zeros((len(share), t, proj_VxD.shape[1]), np.float32)
     rows = max(1, min(self.chunk, budget // max(1, t * proj_VxD.shape[1])))
-    for begin in range(0, n, rows):
-      end = min(begin + rows, n)
+    for begin in range(share.start, share.stop, rows):
+      end = min(begin + rows, share.stop)
       inputs_BxT = np.ascontiguousarray(_tokens(source, begin, end)[:, :-1])
       if inputs_BxT.max() >= self.vocab_size or inputs_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
@@ -458,8 +547,8 @@ class TfIdf:
       z_BxTxD = np.cumsum(proj_VxD[inputs_BxT], axis=1)
       z_BxTxD /= np.maximum(np.sqrt(sq_norm_BxT), 1e-12)[..., None]
       z_BxTxD /= np.maximum(np.linalg.norm(z_BxTxD, axis=-1, keepdims=True), 1e-12)
-      out_ExTxD[begin:end] = z_BxTxD
-    return out_ExTxD
+      out_ExTxD[begin - share.start:end - share.start] = z_BxTxD
+    return shards.gather_rows(out_ExTxD, self.processes)
 
   def _project(self, x_ExV) -> np.ndarray:
     z = np.asarray(x_ExV @ self.components_DxV.T, np.float32)
