@@ -255,6 +255,10 @@ def _distill() -> ml_collections.ConfigDict:
   # eigendecomposition) | "float32" (float32 products of mean-shifted chunks, only the top
   # `pca_dim` eigenvectors: ~2x less arithmetic; other components in the last bits)
   g.pca_covariance = "float64"
+  # "pca": the side of the square images the components are of: 0 is the model's input
+  # size; a smaller one downsamples first (ImageNet at 224: 150,528 pixels a covariance
+  # cannot hold; at 16, 768 pixels, the size of a Fashion-MNIST image)
+  g.pca_image_size = 0
   # aggregation 'routed' (kmeans): softmax(-d^2 / T) over the top-k nearest clusters,
   # d^2 the squared distance of standardised proxy embeddings divided by their dimension
   # (images), or of the unit-norm tf-idf embeddings (text)

@@ -206,3 +206,37 @@ def _set(config, covariance):
   c = copy.deepcopy(config)
   c.distill.pca_covariance = covariance
   return c
+
+
+def test_pca_image_size_downsamples_and_enters_the_cache_key_only_when_set():
+  config = _fm_config()
+  config.data.train_examples = 256
+  data = data_lib.load(config)
+  key = pools.cache_key(config, data, 4)
+  before = copy.deepcopy(config)
+  with before.distill.unlocked():
+    del before.distill["pca_image_size"]
+  assert pools.cache_key(before, data, 4) == key  # pools cached before the field: read back
+  small = copy.deepcopy(config)
+  small.distill.pca_image_size = 14
+  assert pools.cache_key(small, data, 4) != key
+  image = pools.pca_transform(small, data)(data.train.get(0), np.zeros(8))["image"]
+  assert image.shape == (14, 14, 1)
+  assert pools.pca_transform(config, data) is data.eval_transform
+  small.distill.pca_image_size = -1
+  with pytest.raises(config_lib.ConfigError, match="distill.pca_image_size"):
+    validation.validate(small)
+
+
+def test_process_shares_are_contiguous_and_cover_the_items():
+  from ensemble_jax.distill import shards
+
+  for count in (1, 2, 3, 8):
+    got = [shards.Processes(i, count).share(7) for i in range(count)]
+    assert [r for s in got for r in s] == list(range(7))
+    assert max(map(len, got)) - min(map(len, got)) <= 1
+  assert not shards.Processes(0, 1).sharded and shards.Processes(1, 2).sharded
+  with pytest.raises(ValueError, match=r"process index must lie in \[0, 2\)"):
+    shards.Processes(2, 2)
+  with pytest.raises(ValueError, match="at least one image"):
+    clusters.PixelPCA(2, (0.5,), (0.25,), _eval_transform()).fit(_image_source(0))

@@ -48,7 +48,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import config_lib, costs, train
 from ensemble_jax import data as data_lib
-from ensemble_jax.data import pipeline, samplers
+from ensemble_jax.data import images, pipeline, samplers
 from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
@@ -122,7 +122,7 @@ class _Head:
 
 # distill fields added after pools were cached, with the value every earlier pool was built
 # with: at that value a field stays out of the key, so those pools are read back.
-_ADDED_FIELDS = {"pca_covariance": "float64"}
+_ADDED_FIELDS = {"pca_covariance": "float64", "pca_image_size": 0}
 
 
 def cache_key(config, data, num_consumers: int) -> str:
@@ -288,11 +288,23 @@ def pixel_embedding(config, data):
   """What the PCA pool clusters: (the fitted `PixelPCA`, the training images' standardised
   projections [E, pca_dim], their mean and std before standardising)."""
   d = config.distill
-  pca = clusters.PixelPCA(d.pca_dim, config.data.mean, config.data.std, data.eval_transform,
-                          covariance=d.pca_covariance)
+  pca = clusters.PixelPCA(d.pca_dim, config.data.mean, config.data.std,
+                          pca_transform(config, data), covariance=d.pca_covariance)
   train_ExD = pca.fit(data.train)
   mean, std = train_ExD.mean(0), train_ExD.std(0) + 1e-6
   return pca, (train_ExD - mean) / std, mean, std
+
+
+def pca_transform(config, data):
+  """The images the PCA reads: the eval transform's, at `distill.pca_image_size` if set
+  (the eval resize scaled alike, then the center crop)."""
+  size = config.distill.pca_image_size
+  if not size or size == config.data.image_size:
+    return data.eval_transform
+  small = copy.deepcopy(config.data)
+  small.image_size = size
+  small.eval_resize = round(config.data.eval_resize * size / config.data.image_size)
+  return images.make_transform(small, train=False)
 
 
 def _pixel_clusters(config, data, num_consumers: int, start: float):
@@ -321,6 +333,8 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
     route = np.concatenate([route, routing(len(data.eval))[len(route):]])
   n, dim = train_ExD.shape
   features = f"PCA of standardised pixels to {dim}"
+  if d.pca_image_size and d.pca_image_size != config.data.image_size:
+    features += f" (images at {d.pca_image_size}x{d.pca_image_size})"
   if d.pca_covariance != "float64":
     features += f" ({d.pca_covariance} covariance)"
   info = {
