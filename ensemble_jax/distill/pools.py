@@ -17,6 +17,9 @@ pool=)`): this module stands above the loop, which knows nothing about distillat
   craig | gradmatch    a weighted coreset of `fraction` on closed-form last-layer gradients
                        of all proxies (concatenated), per class; the weights go into the loss
 A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
+In a multi-process run the proxy-free routed pools (PCA, tf-idf) are built sharded: each
+process reads and featurises its share of the training chunks, and every process ends
+with the one-process pool, bit for bit (`shards`, `clusters.PixelPCA`, `clusters.TfIdf`).
 
 The proxy is `distill.proxy_models` ResNets of width `proxy_width`, trained
 `proxy_steps` each by the stacked engine through the one training loop (its results.json
