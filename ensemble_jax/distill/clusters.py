@@ -394,7 +394,8 @@ class PixelPCA:
 
     if self.processes.sharded:
       local = list(stats())  # a process with no chunk reads one for the pixel count
-      p = local[0][0].shape[0] if local else next(self._chunks(source, range(1))).shape[1]
+      p = (local[0][0].shape[0] if local else len(shift) if shift is not None else
+           next(self._chunks(source, range(1))).shape[1])
       total, cross = self._gathered_sums(local, p)
     else:
       total, cross = self._accumulate(stats())
