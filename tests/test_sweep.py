@@ -171,6 +171,22 @@ def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path
   assert len(keys) == 2
 
 
+def test_the_calibrated_step_is_one_devices_program_on_one_device():
+  """The calibration times one model at the per-device batch on one of the host's eight
+  simulated devices; its mesh once took them all (`data: -1`), so the "device step" was
+  the per-device batch split eight ways over the host's shared cores."""
+  import jax
+
+  from ensemble_jax import sharding
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("sweep")
+  config.train.batch_size, config.cost.devices = 512, 8
+  c = cost_vs_time.device_config(config)
+  assert jax.device_count() == 8 and c.train.batch_size == 64
+  assert sharding.mesh_shape(c.mesh, jax.device_count()) == [("data", 1)]
+
+
 def test_program_fingerprint_ignores_source_locations_and_scalar_constants():
   text = """HloModule jit_train_step, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
 
