@@ -33,7 +33,8 @@ REPORT_TABLES = {
     (ONE_DEVICE, "## Fashion-MNIST on one NVIDIA H200"): ("one_device_h200/fashion_mnist", 1),
 }
 # the schedule-length check (report.schedule_check) per cost-vs-time results directory
-SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?")}
+SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?"),
+                   "pydocs_gpt2": (COST_VS_TIME, "### The schedule's length on the Python docs")}
 # the critical-batch sweep's table per workload
 CRITICAL_BATCH_TABLES = {"fashion": (REGIME, "### Fashion-MNIST's critical batch"),
                          "pydocs": (REGIME, "### The Python docs' critical batch")}
