@@ -69,6 +69,84 @@ def _einsum_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, dtype, dropout):
   return jnp.einsum("bats,basz->batz", probs_BxAxTxT, v_BxAxTxZ)
 
 
+# Query rows per block of `_blocked_attention`: T = 256 in 4 blocks, T = 128 in 2.
+_QUERY_BLOCK = 64
+
+
+def _query_blocks(T: int) -> list[tuple[int, int]]:
+  """[start, end) of each query block: at most 8 blocks of at least _QUERY_BLOCK rows."""
+  n = max(1, min(8, T // _QUERY_BLOCK))
+  bounds = [round(i * T / n) for i in range(n + 1)]
+  return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _block_causal_TxT(start: int, end: int) -> jax.Array:
+  """Which of keys [0, end) each query in [start, end) sees."""
+  return jnp.arange(end)[None, :] <= jnp.arange(start, end)[:, None]
+
+
+@jax.custom_vjp
+def _blocked_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ):
+  """Causal attention without attention dropout, `_einsum_attention`'s numbers up to
+  float rounding, skipping the masked half of the scores. A block's scores are TxT: its
+  queries, then keys [0, end).
+
+  Query block [start, end) attends keys [0, end) only: a causal mask zeroes every later
+  key, so its scores, softmax and gradients need not be computed (at 4 blocks 10/16 of
+  the [T, T] work). The backward pass is hand-written: it reuses the saved probabilities
+  and takes the softmax's row term from the outputs (sum_z dy * y, flash attention's
+  identity), not from a pass over [T, T]; its masked entries are exact zeros."""
+  return _blocked_attention_fwd(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ)[0]
+
+
+def _blocked_attention_fwd(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ):
+  T, head_dim = q_BxAxTxZ.shape[2], q_BxAxTxZ.shape[-1]
+  dtype = q_BxAxTxZ.dtype
+  probs, ys = [], []
+  for start, end in _query_blocks(T):
+    # Scores and softmax in float32, as in _einsum_attention.
+    scores_BxAxTxT = jnp.einsum("batz,basz->bats", q_BxAxTxZ[:, :, start:end],
+                                k_BxAxTxZ[:, :, :end], preferred_element_type=jnp.float32)
+    scores_BxAxTxT = jnp.where(_block_causal_TxT(start, end),
+                               scores_BxAxTxT / math.sqrt(head_dim),
+                               jnp.finfo(jnp.float32).min)
+    probs_BxAxTxT = jax.nn.softmax(scores_BxAxTxT, axis=-1).astype(dtype)
+    probs.append(probs_BxAxTxT)
+    ys.append(jnp.einsum("bats,basz->batz", probs_BxAxTxT, v_BxAxTxZ[:, :, :end]))
+  y_BxAxTxZ = jnp.concatenate(ys, axis=2)
+  return y_BxAxTxZ, (q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, y_BxAxTxZ, probs)
+
+
+def _blocked_attention_bwd(residuals, dy_BxAxTxZ):
+  q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, y_BxAxTxZ, probs = residuals
+  T, head_dim = q_BxAxTxZ.shape[2], q_BxAxTxZ.shape[-1]
+  f32 = jnp.float32
+  # softmax's backward: dscores = p * (dp - sum_k p dp), and sum_k p dp = sum_z dy * y.
+  row_BxAxTx1 = jnp.sum(dy_BxAxTxZ.astype(f32) * y_BxAxTxZ.astype(f32), -1, keepdims=True)
+  dqs = []
+  dk_BxAxTxZ, dv_BxAxTxZ = jnp.zeros(k_BxAxTxZ.shape, f32), jnp.zeros(v_BxAxTxZ.shape, f32)
+  for (start, end), probs_BxAxTxT in zip(_query_blocks(T), probs):
+    dyb_BxAxTxZ = dy_BxAxTxZ[:, :, start:end]
+    dprobs_BxAxTxT = jnp.einsum("batz,basz->bats", dyb_BxAxTxZ, v_BxAxTxZ[:, :, :end],
+                                preferred_element_type=f32)
+    dprobs_BxAxTxT = dprobs_BxAxTxT - row_BxAxTx1[:, :, start:end]
+    dscores_BxAxTxT = (probs_BxAxTxT.astype(f32) * dprobs_BxAxTxT
+                       / math.sqrt(head_dim)).astype(q_BxAxTxZ.dtype)
+    dqs.append(jnp.einsum("bats,basz->batz", dscores_BxAxTxT, k_BxAxTxZ[:, :, :end],
+                          preferred_element_type=f32))
+    dk_BxAxTxZ = dk_BxAxTxZ.at[:, :, :end].add(
+        jnp.einsum("bats,batz->basz", dscores_BxAxTxT, q_BxAxTxZ[:, :, start:end],
+                   preferred_element_type=f32))
+    dv_BxAxTxZ = dv_BxAxTxZ.at[:, :, :end].add(
+        jnp.einsum("bats,batz->basz", probs_BxAxTxT, dyb_BxAxTxZ, preferred_element_type=f32))
+  dq_BxAxTxZ = jnp.concatenate(dqs, axis=2)
+  return (dq_BxAxTxZ.astype(q_BxAxTxZ.dtype), dk_BxAxTxZ.astype(k_BxAxTxZ.dtype),
+          dv_BxAxTxZ.astype(v_BxAxTxZ.dtype))
+
+
+_blocked_attention.defvjp(_blocked_attention_fwd, _blocked_attention_bwd)
+
+
 class CausalSelfAttention(nn.Module):
   """Multi-head causal self-attention with a fused qkv projection (HF `attn`)."""
 
@@ -96,8 +174,11 @@ class CausalSelfAttention(nn.Module):
       # One transpose to heads-first for q, k and v together (and one back below).
       q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ = jnp.transpose(qkv_BxTx3xAxZ, (2, 0, 3, 1, 4))
       dropout = nn.Dropout(self.attn_dropout, name="attn_dropout")
-      y_BxAxTxZ = _einsum_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, self.dtype,
-                                    lambda p: dropout(p, deterministic=not train))
+      if (train and self.attn_dropout > 0) or jax.default_backend() != "cpu":
+        y_BxAxTxZ = _einsum_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ, self.dtype,
+                                      lambda p: dropout(p, deterministic=not train))
+      else:  # measured on XLA:CPU only (docs/benchmarks.md); GPUs keep the plain path
+        y_BxAxTxZ = _blocked_attention(q_BxAxTxZ, k_BxAxTxZ, v_BxAxTxZ)
       y_BxTxAxZ = jnp.transpose(y_BxAxTxZ, (0, 2, 1, 3))
     y_NxD = _dense(D, self.dtype, self.out_init_std, "c_proj")(y_BxTxAxZ.reshape(B * T, D))
     y_BxTxD = y_NxD.reshape(B, T, D)
@@ -174,7 +255,8 @@ class GPT2(nn.Module):
   # Recompute each block's activations in the backward pass: O(1) blocks of
   # activations in memory instead of num_layers, for ~1/3 more compute.
   remat: bool = False
-  # "einsum": scores materialised, HF's exact numerics, attention dropout. "fused":
+  # "einsum": scores materialised, HF's exact numerics, attention dropout (on CPU without
+  # dropout, `_blocked_attention`: the same numbers, the masked blocks skipped). "fused":
   # `jax.nn.dot_product_attention` (cuDNN flash attention on GPU in bf16), no attention
   # dropout; `experiments/bench/throughput.py` measures the difference.
   attention: str = "einsum"
