@@ -187,16 +187,24 @@ def test_float32_covariance_finds_the_default_components():
     clusters.PixelPCA(4, (0.5,), (0.25,), transform, covariance="float16")
 
 
-def test_pca_covariance_enters_the_cache_key_only_when_set(tmp_path):
+def _config_and_data():
   config = _fm_config()
   config.data.train_examples = 256
-  data = data_lib.load(config)
-  key = pools.cache_key(config, data, 4)
-  # The key pools were cached under before the field existed.
+  return config, data_lib.load(config)
+
+
+def _key_before(config, data, field: str) -> str:
+  """The cache key `config`'s pool had before `distill.<field>` existed."""
   before = copy.deepcopy(config)
   with before.distill.unlocked():
-    del before.distill["pca_covariance"]
-  assert pools.cache_key(before, data, 4) == key
+    del before.distill[field]
+  return pools.cache_key(before, data, 4)
+
+
+def test_pca_covariance_enters_the_cache_key_only_when_set(tmp_path):
+  config, data = _config_and_data()
+  key = pools.cache_key(config, data, 4)
+  assert _key_before(config, data, "pca_covariance") == key  # pools cached before: read back
   assert pools.cache_key(_set(config, "float32"), data, 4) != key
   with pytest.raises(config_lib.ConfigError, match="distill.pca_covariance"):
     validation.validate(_set(config, "float16"))
@@ -209,14 +217,9 @@ def _set(config, covariance):
 
 
 def test_pca_image_size_downsamples_and_enters_the_cache_key_only_when_set():
-  config = _fm_config()
-  config.data.train_examples = 256
-  data = data_lib.load(config)
+  config, data = _config_and_data()
   key = pools.cache_key(config, data, 4)
-  before = copy.deepcopy(config)
-  with before.distill.unlocked():
-    del before.distill["pca_image_size"]
-  assert pools.cache_key(before, data, 4) == key  # pools cached before the field: read back
+  assert _key_before(config, data, "pca_image_size") == key
   small = copy.deepcopy(config)
   small.distill.pca_image_size = 14
   assert pools.cache_key(small, data, 4) != key

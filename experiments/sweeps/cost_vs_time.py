@@ -119,11 +119,14 @@ def _fit_workers_to_devices(config, devices: int) -> None:
 def device_config(config):
   """One device's program of a point: one model at the per-device (per-worker) batch, on
   one device of the host (a `data: -1` mesh would split that batch over all the simulated
-  devices sharing the host's cores), on the calibration's schedule."""
+  devices sharing the host's cores), on the calibration's schedule. A multi-process run
+  on simulated devices (the tests' two-process studies) spans every device: each process
+  must take part in the program."""
   c = copy.deepcopy(config)
   if c.method.name == "data_parallel":
     c.train.batch_size //= max(c.cost.devices, 1)
-  c.method.name, c.mesh, c.cost.devices = "data_parallel", [("data", 1)], 1
+  one_device = [("data", 1 if jax.process_count() == 1 else -1)]
+  c.method.name, c.mesh, c.cost.devices = "data_parallel", one_device, 1
   c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
   steps = c.cost.calibration_steps
   c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = steps, 0.0, 1.0
