@@ -332,8 +332,7 @@ class PixelPCA:
 
   def _mine(self, source) -> range:
     """This process's chunks of `source`: a contiguous share, or all in one process."""
-    num_chunks = -(-len(source) // self.chunk)
-    return self.processes.share(num_chunks) if self.processes.sharded else range(num_chunks)
+    return self.processes.share(-(-len(source) // self.chunk))
 
   def _chunk_stats(self, x_BxP, shift):
     """A chunk's (sum [P], products [P, P]), both float64, as the covariance adds them."""
@@ -464,9 +463,7 @@ class TfIdf:
     from scipy import sparse
 
     parts = []
-    num_chunks = -(-len(source) // self.chunk)
-    mine = self.processes.share(num_chunks) if self.processes.sharded else range(num_chunks)
-    for begin in (c * self.chunk for c in mine):
+    for begin in (c * self.chunk for c in self.processes.share(-(-len(source) // self.chunk))):
       rows_BxT = _tokens(source, begin, min(begin + self.chunk, len(source)))
       if rows_BxT.max() >= self.vocab_size or rows_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
@@ -532,7 +529,7 @@ class TfIdf:
     n = len(source)
     t = _tokens(source, 0, 1).shape[1] - 1 if n else 0
     # Each window's rows are its own running sums: a share of the windows, then gathered.
-    share = self.processes.share(n) if self.processes.sharded else range(n)
+    share = self.processes.share(n)
     out_ExTxD = np.zeros((len(share), t, proj_VxD.shape[1]), np.float32)
     rows = max(1, min(self.chunk, budget // max(1, t * proj_VxD.shape[1])))
     for begin in range(share.start, share.stop, rows):

@@ -37,9 +37,8 @@ import numpy as np
 from absl import flags
 
 from experiments import cli
-from ensemble_jax import config_lib
-from ensemble_jax.data import images
-from ensemble_jax.distill import clusters
+from experiments.configs import imagenet_resnet50
+from ensemble_jax.distill import clusters, pools
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_integer("images", 100_000, "synthetic training images featurised",
@@ -93,11 +92,11 @@ class SyntheticImages:
 
 
 def pca_transform(size: int):
-  """ImageNet's eval transform (resize 256, crop 224) scaled to `size`, as
-  `pools.pca_transform` makes it for `distill.pca_image_size`."""
-  data = config_lib.base_config().data
-  data.image_size, data.eval_resize = size, round(256 * size / 224)
-  return images.make_transform(data, train=False)
+  """ImageNet's eval transform (resize 256, crop 224) at `distill.pca_image_size = size`,
+  made by `pools.pca_transform` as a run makes it."""
+  config = imagenet_resnet50.get_config()
+  config.distill.pca_image_size = size
+  return pools.pca_transform(config, data=None)  # the data's own transform is not read
 
 
 def timed(fn, *args, **kwargs):
@@ -125,7 +124,8 @@ def maxrss_mb() -> float:
 def main(argv):
   cli.parse(FLAGS, argv, __doc__)
   load_before = os.getloadavg()
-  mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+  imagenet = imagenet_resnet50.get_config().data
+  mean, std = imagenet.mean, imagenet.std
   transform = pca_transform(FLAGS.pca_image_size)
   source = SyntheticImages(FLAGS.images, FLAGS.source_size)
   pca = clusters.PixelPCA(FLAGS.pca_dim, mean, std, transform, chunk=CHUNK)
