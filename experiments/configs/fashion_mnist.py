@@ -189,20 +189,22 @@ def sweep_grid(name: str = "full") -> dict:
     # and the rule's three-plus rates at N = 64 would cost ~10 hours on 2 cores. So N = 8
     # here is the full grid's N8_L235 point, measured again.
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
+    # The routed experts' steps still fall from N = 32 to 64, so their curve goes on to 128.
+    routed_sizes = sizes + (128,)
     tuned_at_n8 = {"ensemble": 0.012, "ensemble_pca_routed": 0.003}
 
     def fixed(curve, n):
-      # At N = 64 the eval batch is 250 images, not 1,000: each device evaluates its 8
-      # workers unrolled, and at 1,000 the process needs ~16 GB. A layout field: it changes
-      # no trained step and no accuracy.
+      # At N = 64 the eval batch is 250 images, not 1,000 (125 at N = 128): each device
+      # evaluates its workers unrolled, and at 1,000 the process needs ~16 GB at N = 64. A
+      # layout field: it changes no trained step and no accuracy.
       return {"optim.learning_rate": tuned_at_n8[curve], "tune.factors": (1.0,),
-              **({"eval.batch_size": 250} if n == 64 else {})}
+              **({"eval.batch_size": 250 * 64 // n} if n >= 64 else {})}
 
     return {"ensemble": {f"N{n}_L235": ensemble(n, 235, **fixed("ensemble", n))
                          for n in sizes},
             "ensemble_pca_routed": {f"N{n}_L235": ensemble(n, 235, **pca_routed,
                                                            **fixed("ensemble_pca_routed", n))
-                                    for n in sizes}}
+                                    for n in routed_sizes}}
   if name == "one_device":  # one real accelerator: every point on it, its times measured
     # What trains fastest to 85% on ONE device: one model at batch 64 or 256, four models
     # stacked (vmapped) at 64 each, eight small-model routed experts; each at what the full
