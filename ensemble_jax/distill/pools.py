@@ -64,31 +64,81 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
   (the method's `num_workers`); None when config.distill.method is 'none'."""
   if config.distill.method == "none":
     return None
-  key = cache_key(config, data, num_consumers)
-  path = os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"), f"{key}.npz")
+  path = cache_path(config, data, num_consumers, workdir)
   if os.path.exists(path):
     logging.info("distill: the %s pool read from %s", config.distill.method, path)
-    with np.load(path) as f:
-      pools = np.split(f["indices"], f["offsets"][1:-1])
-      weights = f["weights"] if f["weights"].size else None
-      route = f["route"] if f["route"].size else None
-      info = {**json.loads(str(f["info"])), "cached": path}
+    pools, weights, route, info = _read(path)
+    info["cached"] = path
   else:
     logging.info("distill: building the %s pool for %d workers (proxy training, scoring, "
                  "selection; cached in %s)", config.distill.method, num_consumers, path)
-    pools, weights, route, info = build(config, data, num_consumers,
-                                        os.path.join(os.path.dirname(path), f"proxy_{key}"))
+    pools, weights, route, info = build(config, data, num_consumers, _proxy_dir(path))
     logging.info("distill: pool built in %.1f s", info["build_time_s"])
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    offsets = np.cumsum([0] + [len(p) for p in pools])
-    tmp = f"{path}.{os.getpid()}.tmp.npz"  # the processes of a multi-host run write alike
-    np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
-             weights=np.zeros(0) if weights is None else weights,
-             route=np.zeros(0) if route is None else route, info=json.dumps(info))
-    os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
+    _write(path, pools, weights, route, info)
     info = {**info, "cached": False}
   return samplers.Pool(samplers.PoolSampler(pools, len(data.train), config.seed, weights), info,
                        route)
+
+
+def cache_path(config, data, num_consumers: int, workdir: str) -> str:
+  """Where `config`'s pool is cached: `<distill.cache_dir or workdir/pools>/<key>.npz`."""
+  return os.path.join(config.distill.cache_dir or os.path.join(workdir, "pools"),
+                      f"{cache_key(config, data, num_consumers)}.npz")
+
+
+def retime(config, data, num_consumers: int, workdir: str) -> dict:
+  """Builds `config`'s cached pool again with this code, timed, and keeps the new build's
+  `info` (its build time, on a host doing nothing else, as the sweeps' quiet phase times
+  it). The pool must come out the same, bit for bit: the runs trained on the cached one,
+  so a pool that changed means runs to train again, not a time to replace."""
+  if not proxy_free(config):
+    raise ValueError(f"distill.method={config.distill.method!r} trains a proxy: only the "
+                     "proxy-free pools (PCA of pixels, tf-idf of text) are re-timed here")
+  path = cache_path(config, data, num_consumers, workdir)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no cached pool {path} to re-time: build it first (the sweep's "
+                            "quiet phase, or run_lib.build_pool)")
+  cached, built = _read(path), build(config, data, num_consumers, _proxy_dir(path))
+  for name, old, new in zip(("pools", "weights", "route"), cached[:3], built[:3]):
+    same = (old is None) == (new is None) and (old is None or (
+        len(old) == len(new) and all(np.array_equal(a, b) for a, b in zip(old, new))
+        if name == "pools" else np.array_equal(old, new)))
+    if not same:
+      raise ValueError(f"the pool cached in {path} and the one this code builds differ in "
+                       f"their {name}: the runs that read it trained on another pool; delete "
+                       "it and train them again rather than re-time it")
+  _write(path, *built)
+  return built[3]
+
+
+def proxy_free(config) -> bool:
+  """Whether `config`'s pool is built without training a proxy: k-means of the pixels' PCA,
+  or of the windows' tf-idf (language models)."""
+  d = config.distill
+  return d.method == "kmeans" and (config.task == "lm" or d.embedding == "pca")
+
+
+def _proxy_dir(path: str) -> str:
+  return os.path.join(os.path.dirname(path), f"proxy_{os.path.basename(path)[:-len('.npz')]}")
+
+
+def _read(path: str):
+  """(pools, weights or None, route or None, info) of a cached pool."""
+  with np.load(path) as f:
+    pools = np.split(f["indices"], f["offsets"][1:-1])
+    weights = f["weights"] if f["weights"].size else None
+    route = f["route"] if f["route"].size else None
+    return pools, weights, route, json.loads(str(f["info"]))
+
+
+def _write(path: str, pools, weights, route, info) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  offsets = np.cumsum([0] + [len(p) for p in pools])
+  tmp = f"{path}.{os.getpid()}.tmp.npz"  # the processes of a multi-host run write alike
+  np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
+           weights=np.zeros(0) if weights is None else weights,
+           route=np.zeros(0) if route is None else route, info=json.dumps(info))
+  os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
 
 
 def _routed(config) -> bool:

@@ -3,7 +3,7 @@ r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N,
   python -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
       --workdir=experiments/results/fashion_mnist [--seeds=1,2,3] [--grid=full|demo|smoke] \
       [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
-  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate | --keep_device_step]
+  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate | --keep_device_step] [--retime_pools]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --plan   # a cluster's jobs
 
 The grid is the config file's `sweep_grid(name)`; any config file with one runs here. It
@@ -37,10 +37,12 @@ import types
 
 import jax
 import ml_collections
-from absl import flags
+from absl import flags, logging
 
 from ensemble_jax import config_lib, costs, distributed, report, resume, train
+from ensemble_jax import data as data_lib
 from ensemble_jax import run as run_lib
+from ensemble_jax.distill import pools as pools_lib
 from experiments import cli, sweeps
 from experiments.sweeps import tuning
 
@@ -347,12 +349,55 @@ def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
   return "\n".join(lines) + "\n"
 
 
-def _recost_file(path: str, step_time: float | None, point_config=None) -> None:
+def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
+  """Every proxy-free pool the grid's finished runs read, built again and timed
+  (`run_lib.retime_pool`), one at a time: {its cache file's name: its new info}. Run it on
+  a host doing nothing else, as the quiet phase builds them."""
+  read = set()  # the cached pools the runs read, by file name (workdirs move)
+  for curve, points in grid_curves.items():
+    for point in points:
+      for path in glob.glob(os.path.join(workdir, curve, point, "*", "*", run_lib.RESULTS_FILE)
+                            + glob.glob(os.path.join(workdir, curve, point, "seed*",
+                                                     run_lib.RESULTS_FILE))):
+        with open(path) as f:
+          cached = json.load(f).get("distill", {}).get("cached")
+        if cached:
+          read.add(os.path.basename(cached))
+  retimed = {}
+  for curve, points in grid_curves.items():
+    for point, (variant, overrides) in points.items():
+      config = _point_config(module, variant, overrides, 0, workdir)
+      if not pools_lib.proxy_free(config):
+        continue
+      for seed in sorted({*tuning.tuning_seeds(config), *_seed_dirs(workdir, curve, point)}):
+        # Every run of a seed reads the pool of the point's configured values at that seed.
+        config = _point_config(module, variant, overrides, seed, workdir)
+        pool_dir = os.path.join(workdir, "pools")
+        name = os.path.basename(pools_lib.cache_path(config, data_lib.load(config),
+                                                     config.method.num_workers, pool_dir))
+        if name in read and name not in retimed:
+          retimed[name] = run_lib.retime_pool(config, pool_dir)
+          logging.info("%s/%s seed %d: pool %s re-timed: %.1f s", curve, point, seed, name,
+                       retimed[name]["build_time_s"])
+  return retimed
+
+
+def _seed_dirs(workdir: str, curve: str, point: str) -> list[int]:
+  return [int(os.path.basename(d)[len("seed"):])
+          for d in glob.glob(os.path.join(workdir, curve, point, "seed*"))]
+
+
+def _recost_file(path: str, step_time: float | None, point_config=None,
+                 retimed: dict[str, dict] | None = None) -> None:
   """`path`'s cost block at `step_time` (None: the device step it records), with the
   collectives the run recorded; with the run's `point_config`, those of a run whose own
-  reading failed, or that was priced on another cluster than the point's, are read now."""
+  reading failed, or that was priced on another cluster than the point's, are read now.
+  `retimed` ({pool file name: info}): a run that read one of those pools takes its info."""
   with open(path) as f:
     results = json.load(f)
+  cached = (results.get("distill") or {}).get("cached")
+  if cached and os.path.basename(cached) in (retimed or {}):
+    results["distill"] = {**retimed[os.path.basename(cached)], "cached": cached}
   if step_time is None:
     step_time = results["cost"]["modelled"]["device_step_time_s"]
   cost = results["config"]["cost"]
@@ -406,12 +451,14 @@ def _finished(config, run_dir: str) -> dict | None:
 
 def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
            calibration_dir: str | None = None, curves: list[str] | None = None,
-           keep_device_step: bool = False) -> int:
+           keep_device_step: bool = False, retime_pools: bool = False) -> int:
   """Recomputes every finished run's `cost` block (tuning runs too) of the grid's `curves`
   (None: all) with its point's calibrated device step (after `recalibrate` re-times them
   all, e.g. on a quiet host; with `keep_device_step`, the one each run records: the cost
   model re-applied, nothing timed or compiled), and each point's tuning record from them;
-  returns the seed runs updated.
+  returns the seed runs updated. With `retime_pools`, every proxy-free pool the runs read
+  is first built again by this code, timed (`_retime_pools`), and the runs take its build
+  time: the same pool, this code's machinery.
 
   The cost block is derived from results.json and the calibration, so this changes no
   measurement: only which device step time the modelled time axis uses. A run whose own
@@ -422,14 +469,16 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
   if recalibrate:
     shutil.rmtree(calibration_dir, ignore_errors=True)
+  grid_curves = _grid_curves(module, grid, curves)
+  retimed = _retime_pools(module, grid_curves, workdir) if retime_pools else {}
   updated = 0
-  for curve, points in _grid_curves(module, grid, curves).items():
+  for curve, points in grid_curves.items():
     for point, (variant, overrides) in points.items():
       config = _point_config(module, variant, overrides, 0, workdir)
       step_time = None if keep_device_step else calibrate(config, calibration_dir)
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time, config)
+        _recost_file(path, step_time, config, retimed)
       config.seed = config.tune.seed
       try:
         record = tuning.tune(config, point_dir, _finished)[1]
@@ -438,7 +487,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
       else:
         tuning.write_record(point_dir, record)
       for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time, config)
+        _recost_file(path, step_time, config, retimed)
         if record is not None:
           tuning.attach(path, record)
         updated += 1
@@ -465,6 +514,9 @@ flags.DEFINE_bool("recalibrate", False, "with --recost: re-time every calibratio
                   flag_values=FLAGS)
 flags.DEFINE_bool("keep_device_step", False, "with --recost: keep each run's recorded "
                   "device step (the cost model re-applied, nothing timed)", flag_values=FLAGS)
+flags.DEFINE_bool("retime_pools", False, "with --recost: build every proxy-free pool the runs "
+                  "read again, timed (it must come out the same), and price the runs with "
+                  "this code's build time; on a quiet host", flag_values=FLAGS)
 flags.DEFINE_string("calibration", "", "the device-step timings' directory (default "
                     "<workdir>/calibration); another sweep's of the same workload shares its "
                     "timings", flag_values=FLAGS)
@@ -520,7 +572,7 @@ def main(argv: list[str]) -> int:
   calibration_dir = FLAGS.calibration or None
   if FLAGS.recost:
     n = recost(FLAGS.config, FLAGS.workdir, FLAGS.grid, FLAGS.recalibrate, calibration_dir,
-               _names(FLAGS.curves) or None, FLAGS.keep_device_step)
+               _names(FLAGS.curves) or None, FLAGS.keep_device_step, FLAGS.retime_pools)
     print(f"sweep: {n} runs recosted")
     return 0
   counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
