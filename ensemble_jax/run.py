@@ -53,11 +53,13 @@ def build_pool(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   return _set_up_with_pool(config, workdir)[1].info
 
 
-def retime_pool(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Builds `config`'s cached proxy-free pool again, timed, and keeps its new build time
-  (`pools.retime`: the pool must come out the same); its new `info`."""
+def retime_pool(config: ml_collections.ConfigDict, workdir: str, path: str,
+                recorded: dict) -> dict:
+  """Builds the proxy-free pool cached in `path` (its runs' `distill` block: `recorded`)
+  again from `config`, timed, and keeps its new build time (`pools.retime`: the pool must
+  come out the same); its new `info`."""
   setup = train.set_up(config, workdir)
-  return pools.retime(config, setup.data, setup.method.num_workers, workdir)
+  return pools.retime(config, setup.data, setup.method.num_workers, path, recorded)
 
 
 def read_communication(config: ml_collections.ConfigDict, workdir: str,

@@ -297,8 +297,9 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   # --recost --retime_pools: the pool built again by this code, timed, must come out the
   # same; it keeps its arrays, takes the new build time, and the run is priced with it.
   arrays = dict(np.load(cached))
-  retimed = run_lib.retime_pool(c, str(tmp_path / "pools"))
+  retimed = run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
   assert retimed["build_time_s"] != built["build_time_s"]
+  assert retimed["retimed"] == "bit for bit the cached pool"
   again = dict(np.load(cached))
   assert all(np.array_equal(arrays[k], again[k]) for k in arrays if k != "info")
   assert json.loads(str(again["info"]))["build_time_s"] == retimed["build_time_s"]
@@ -315,7 +316,16 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
   swapped = dict(arrays, indices=np.roll(arrays["indices"], len(arrays["indices"]) // 2))
   np.savez(cached, **swapped)
   with pytest.raises(ValueError, match=f"{cached.name}.*differ in their pools"):
-    run_lib.retime_pool(c, str(tmp_path / "pools"))
+    run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
+  # Caches are not committed: a pool whose file is gone is built again and checked against
+  # the cluster sizes its runs recorded, then kept.
+  cached.unlink()
+  rebuilt = run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
+  assert rebuilt["retimed"].startswith("the cluster sizes") and cached.exists()
+  with pytest.raises(ValueError, match="other cluster sizes"):
+    cached.unlink()
+    run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached),
+                        {**r["distill"], "pool_sizes": [1, 255]})
 
 
 @pytest.mark.parametrize("workload,n8_point", [("fashion_mnist", "N8_L235"),

@@ -86,29 +86,38 @@ def cache_path(config, data, num_consumers: int, workdir: str) -> str:
                       f"{cache_key(config, data, num_consumers)}.npz")
 
 
-def retime(config, data, num_consumers: int, workdir: str) -> dict:
-  """Builds `config`'s cached pool again with this code, timed, and keeps the new build's
-  `info` (its build time, on a host doing nothing else, as the sweeps' quiet phase times
-  it). The pool must come out the same, bit for bit: the runs trained on the cached one,
-  so a pool that changed means runs to train again, not a time to replace."""
+def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
+  """Builds the pool cached in `path` again from `config` with this code, timed, and keeps
+  the new build's `info` (its build time, on a host doing nothing else, as the sweeps'
+  quiet phase times it). The pool must come out the same: bit for bit as cached, or, where
+  the cache file was not kept (caches are not committed), with the cluster sizes its runs
+  recorded (`recorded`, a run's `distill` block), and then written back. Runs trained on
+  the cached pool, so a pool that changed means runs to train again, not a time to
+  replace. `path`, not `config`'s cache key, names the pool: keys grow with the config's
+  fields. The new info's `retimed` says which check it passed."""
   if not proxy_free(config):
     raise ValueError(f"distill.method={config.distill.method!r} trains a proxy: only the "
                      "proxy-free pools (PCA of pixels, tf-idf of text) are re-timed here")
-  path = cache_path(config, data, num_consumers, workdir)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"no cached pool {path} to re-time: build it first (the sweep's "
-                            "quiet phase, or run_lib.build_pool)")
-  cached, built = _read(path), build(config, data, num_consumers, _proxy_dir(path))
-  for name, old, new in zip(("pools", "weights", "route"), cached[:3], built[:3]):
-    same = (old is None) == (new is None) and (old is None or (
-        len(old) == len(new) and all(np.array_equal(a, b) for a, b in zip(old, new))
-        if name == "pools" else np.array_equal(old, new)))
-    if not same:
-      raise ValueError(f"the pool cached in {path} and the one this code builds differ in "
-                       f"their {name}: the runs that read it trained on another pool; delete "
-                       "it and train them again rather than re-time it")
-  _write(path, *built)
-  return built[3]
+  built = build(config, data, num_consumers, _proxy_dir(path))
+  if os.path.exists(path):
+    cached, check = _read(path), "bit for bit the cached pool"
+    for name, old, new in zip(("pools", "weights", "route"), cached[:3], built[:3]):
+      same = (old is None) == (new is None) and (old is None or (
+          len(old) == len(new) and all(np.array_equal(a, b) for a, b in zip(old, new))
+          if name == "pools" else np.array_equal(old, new)))
+      if not same:
+        raise ValueError(f"the pool cached in {path} and the one this code builds differ in "
+                         f"their {name}: the runs that read it trained on another pool; "
+                         "train them again rather than re-time it")
+  else:
+    check = "the cluster sizes its runs recorded (the cached pool was not kept)"
+    if built[3]["pool_sizes"] != recorded["pool_sizes"]:
+      raise ValueError(f"no cached pool {path}, and this code's build has other cluster sizes "
+                       "than its runs recorded: they trained on another pool; train them "
+                       "again rather than re-time it")
+  info = {**built[3], "retimed": check}
+  _write(path, *built[:3], info)
+  return info
 
 
 def proxy_free(config) -> bool:

@@ -40,7 +40,6 @@ import ml_collections
 from absl import flags, logging
 
 from ensemble_jax import config_lib, costs, distributed, report, resume, train
-from ensemble_jax import data as data_lib
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from experiments import cli, sweeps
@@ -352,39 +351,38 @@ def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
 def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
   """Every proxy-free pool the grid's finished runs read, built again and timed
   (`run_lib.retime_pool`), one at a time: {its cache file's name: its new info}. Run it on
-  a host doing nothing else, as the quiet phase builds them."""
-  read = set()  # the cached pools the runs read, by file name (workdirs move)
-  for curve, points in grid_curves.items():
-    for point in points:
-      for path in glob.glob(os.path.join(workdir, curve, point, "*", "*", run_lib.RESULTS_FILE)
-                            + glob.glob(os.path.join(workdir, curve, point, "seed*",
-                                                     run_lib.RESULTS_FILE))):
-        with open(path) as f:
-          cached = json.load(f).get("distill", {}).get("cached")
-        if cached:
-          read.add(os.path.basename(cached))
+  a host doing nothing else, as the quiet phase builds them. Each is built from its run's
+  point config and must come out as cached (`pools.retime`)."""
   retimed = {}
   for curve, points in grid_curves.items():
     for point, (variant, overrides) in points.items():
-      config = _point_config(module, variant, overrides, 0, workdir)
-      if not pools_lib.proxy_free(config):
-        continue
-      for seed in sorted({*tuning.tuning_seeds(config), *_seed_dirs(workdir, curve, point)}):
-        # Every run of a seed reads the pool of the point's configured values at that seed.
-        config = _point_config(module, variant, overrides, seed, workdir)
+      point_dir = os.path.join(workdir, curve, point)
+      for path in sorted(glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE))
+                         + glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE))):
+        with open(path) as f:
+          results = json.load(f)
+        cached = os.path.basename((results.get("distill") or {}).get("cached") or "")
+        if not cached or cached in retimed:
+          continue
+        config = _pool_config(module, variant, overrides, workdir, results["config"])
+        if not pools_lib.proxy_free(config):
+          continue
         pool_dir = os.path.join(workdir, "pools")
-        name = os.path.basename(pools_lib.cache_path(config, data_lib.load(config),
-                                                     config.method.num_workers, pool_dir))
-        if name in read and name not in retimed:
-          retimed[name] = run_lib.retime_pool(config, pool_dir)
-          logging.info("%s/%s seed %d: pool %s re-timed: %.1f s", curve, point, seed, name,
-                       retimed[name]["build_time_s"])
+        retimed[cached] = run_lib.retime_pool(config, pool_dir, os.path.join(pool_dir, cached),
+                                              results["distill"])
+        logging.info("%s: pool %s re-timed: %.1f s (was %.1f s)", path, cached,
+                     retimed[cached]["build_time_s"], results["distill"]["build_time_s"])
   return retimed
 
 
-def _seed_dirs(workdir: str, curve: str, point: str) -> list[int]:
-  return [int(os.path.basename(d)[len("seed"):])
-          for d in glob.glob(os.path.join(workdir, curve, point, "seed*"))]
+def _pool_config(module, variant: str, overrides: dict, workdir: str, run_config: dict):
+  """The config the sweep built a run's pool with: its point's configured values at the
+  run's seed (every run of a point and seed reads one pool, whatever its tuned values),
+  routing the eval rows the run scored (a run from before `eval.score_rest_at_end` existed
+  routed only those)."""
+  config = _point_config(module, variant, overrides, run_config["seed"], workdir)
+  config.eval.score_rest_at_end = bool(run_config["eval"].get("score_rest_at_end"))
+  return config
 
 
 def _recost_file(path: str, step_time: float | None, point_config=None,
