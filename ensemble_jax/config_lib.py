@@ -246,6 +246,10 @@ def _distill() -> ml_collections.ConfigDict:
   g.gradient = "bias"  # craig/gradmatch: bias (dL/dlogits) | last_layer (+ weights)
   g.gradmatch_lambda = 0.5  # GradMatch's ridge regularisation
   g.balanced = True  # kmeans: equal-size clusters, one per worker
+  # kmeans, balanced: "greedy" (the host greedy under capacities at every Lloyd step) |
+  # "sinkhorn" (every step on the device at Sinkhorn-Knopp prices, one final host greedy;
+  # sizes within 1 either way; other clusters)
+  g.kmeans_balance = "greedy"
   g.tfidf_dim = 64  # kmeans for task 'lm': tf-idf of windows, SVD to this many dims
   # kmeans for images: what is clustered: "proxy" (a trained proxy's penultimate features)
   # | "pca" (the top `pca_dim` principal components of the standardised pixels; no proxy)

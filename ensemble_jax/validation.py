@@ -231,6 +231,8 @@ def _validate_distill(config) -> None:
   _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
   _need(d.pca_covariance in ("float64", "float32"), "distill.pca_covariance",
         d.pca_covariance, "choose 'float64' or 'float32'.")
+  _need(d.kmeans_balance in ("greedy", "sinkhorn"), "distill.kmeans_balance",
+        d.kmeans_balance, "choose 'greedy' or 'sinkhorn'.")
   _need(d.pca_image_size >= 0, "distill.pca_image_size", d.pca_image_size,
         "must be >= 0 (0: the model's input size).")
   routed = "routed" in aggregation_modes(config)

@@ -90,7 +90,7 @@ TIERS = {
     "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
     "test_train.py": "e2e", "test_tuning.py": "unit",
     "test_workload_study.py": "e2e",
-    "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit",
+    "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
     "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
 }
 EXCEPTIONS = {  # file -> {test function: tier}

@@ -219,8 +219,67 @@ def _kmeans(x_ExD, rng, k: int, iters: int, balanced: bool, balanced_iters: int 
   return assign(c_KxD), c_KxD
 
 
+SINKHORN_EPSILON = 0.1  # the entropic temperature over the mean squared distance to the nearest
+SINKHORN_FINAL = 10  # price steps on the last centroids before the final assignment
+
+
+def _first_argmin(z_ExK: jax.Array) -> jax.Array:
+  """argmin over the last axis, ties to the lower index, as two plain reductions (XLA:CPU's
+  variadic argmin reduction is ~5x slower than a min)."""
+  m_Ex1 = jnp.min(z_ExK, -1, keepdims=True)
+  iota = jax.lax.broadcasted_iota(jnp.int32, z_ExK.shape, 1)
+  return jnp.min(jnp.where(z_ExK <= m_Ex1, iota, z_ExK.shape[1]), -1)
+
+
+def _sinkhorn_prices(d2_ExK, p_K, steps: int):
+  """`steps` Sinkhorn-Knopp steps on the clusters' prices (log column scalings) toward equal
+  soft counts E / k, at temperature SINKHORN_EPSILON x the mean squared distance to the
+  nearest centroid."""
+  n, k = d2_ExK.shape
+  eps = SINKHORN_EPSILON * jnp.mean(jnp.min(d2_ExK, -1))
+  log_cap = jnp.log(n / k)
+
+  def step(_, p_K):
+    z_ExK = -(d2_ExK + p_K) / eps
+    w_ExK = jnp.exp(z_ExK - jnp.max(z_ExK, -1, keepdims=True))
+    soft_K = jnp.sum(w_ExK / jnp.sum(w_ExK, -1, keepdims=True), 0)
+    return p_K + eps * (jnp.log(jnp.maximum(soft_K, 1e-30)) - log_cap)
+
+  return jax.lax.fori_loop(0, steps, step, p_K)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "iters"))
+def _sinkhorn_lloyd(x_ExD, c_KxD, k: int, iters: int):
+  """Balanced Lloyd in one device program: each step assigns every point to its cheapest
+  cluster at prices (d^2 + price) that one warm-started Sinkhorn step moves toward equal
+  counts, and moves the centroids to their points' means. Returns the centroids and the
+  priced distances [E, K] of the final assignment."""
+  n = x_ExD.shape[0]
+
+  def body(_, carry):
+    c_KxD, p_K = carry
+    d2_ExK = _sq_distances(x_ExD, c_KxD)
+    p_K = _sinkhorn_prices(d2_ExK, p_K, 1)
+    a_E = _first_argmin(d2_ExK + p_K)
+    sum_KxD = jax.ops.segment_sum(x_ExD, a_E, k)
+    count_K = jax.ops.segment_sum(jnp.ones(n, x_ExD.dtype), a_E, k)
+    mean_KxD = sum_KxD / jnp.maximum(count_K, 1.0)[:, None]
+    return jnp.where(count_K[:, None] > 0, mean_KxD, c_KxD), p_K
+
+  c_KxD, p_K = jax.lax.fori_loop(0, iters, body, (c_KxD, jnp.zeros(k, x_ExD.dtype)))
+  d2_ExK = _sq_distances(x_ExD, c_KxD)
+  p_K = _sinkhorn_prices(d2_ExK, p_K, SINKHORN_FINAL)
+  # Shifted to non-negative prices: the same order of pairs, and the greedy's keys are the
+  # bits of non-negative floats.
+  return c_KxD, jnp.maximum(d2_ExK + (p_K - jnp.min(p_K)), 0.0)
+
+
+BALANCES = ("greedy", "sinkhorn")
+
+
 def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False,
-           balanced_iters: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+           balanced_iters: int | None = None, balance: str = "greedy"
+           ) -> tuple[np.ndarray, np.ndarray]:
   """Lloyd's k-means from k-means++ seeds: (assignments [E] int, centroids [K, D]).
 
   Deterministic in seed. balanced=True assigns greedily under capacity ceil(E/k), with
@@ -229,6 +288,11 @@ def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
   steps assign under the capacities, the others unconstrained in one device program; the
   final assignment is balanced either way (experiments/bench/kmeans_schedules.py measures
   what it costs the objective).
+
+  balance="sinkhorn" (with balanced=True): all Lloyd steps in one device program, each
+  point to its cheapest cluster at Sinkhorn-Knopp prices that hold the counts near E/k
+  (`_sinkhorn_lloyd`), then one host pass: `_balanced_assign` on the priced distances, so
+  sizes are within 1 as above. No host pass per step; other clusters than the greedy's.
   """
   x_ExD = np.asarray(x_ExD, np.float32)
   if x_ExD.ndim != 2:
@@ -239,6 +303,14 @@ def kmeans(x_ExD, k: int, seed: int = 0, iters: int = 20, balanced: bool = False
     raise ValueError(f"iters must be >= 0, got {iters}")
   if balanced_iters is not None and balanced_iters < 0:
     raise ValueError(f"balanced_iters must be >= 0 or None, got {balanced_iters}")
+  if balance not in BALANCES:
+    raise ValueError(f"balance must be one of {BALANCES}, got {balance!r}")
+  if balanced and balance == "sinkhorn":
+    if balanced_iters is not None:
+      raise ValueError("balanced_iters is a schedule of the greedy balance only")
+    x = jnp.asarray(x_ExD)
+    c_KxD, priced_ExK = _sinkhorn_lloyd(x, _plus_plus(x, k, jax.random.key(seed)), k, iters)
+    return _balanced_assign(np.asarray(priced_ExK)), np.asarray(c_KxD)
   a_E, c_KxD = _kmeans(jnp.asarray(x_ExD), jax.random.key(seed), k, iters, balanced,
                        balanced_iters)
   return np.asarray(a_E), np.asarray(c_KxD)
@@ -312,8 +384,8 @@ class PixelPCA:
     self.center_P = self.components_PxD = None
     self.flops = 0.0  # multiply-adds x 2 of the covariance and the projections
 
-  def _chunks(self, source, chunks: range | None = None):
-    """The standardised pixels [B, P] of the source's chunks (all, or the given ones)."""
+  def _images(self, source, chunks: range | None = None):
+    """The eval-transformed images [B, H, W, I] of the source's chunks (all, or the given)."""
     zeros = np.zeros(8, np.float32)  # the eval transform ignores its uniforms
     batch_fn = getattr(self.transform_fn, "batch", None)
     for c in range(-(-len(source) // self.chunk)) if chunks is None else chunks:
@@ -323,23 +395,39 @@ class PixelPCA:
       # as one by one, without a Python call per image); else one by one.
       examples = None if batch_fn is None else data_lib.get_range(source, begin, end)
       if examples is not None:
-        images = batch_fn(examples, np.zeros((end - begin, 8), np.float32))["image"]
+        yield batch_fn(examples, np.zeros((end - begin, 8), np.float32))["image"]
       else:
-        images = np.stack([self.transform_fn(source.get(i), zeros)["image"]
-                           for i in range(begin, end)])
+        yield np.stack([self.transform_fn(source.get(i), zeros)["image"]
+                        for i in range(begin, end)])
+
+  def _standardise(self, images, dtype=np.float32) -> np.ndarray:
+    """Images [B, ...] -> standardised pixels [B, P] of `dtype`: (x / 255 - mean) / std in
+    float32, then cast. uint8 images through a table of the 256 values per channel, the
+    same float32 arithmetic once per value instead of once per pixel."""
+    if images.dtype != np.uint8:
       x = (images.astype(np.float32) / 255.0 - self.mean_I) / self.std_I
-      yield x.reshape(len(x), -1)
+      return x.reshape(len(x), -1).astype(dtype, copy=False)
+    i = images.shape[-1]
+    lut_256xI = (np.arange(256, dtype=np.float32)[:, None] / 255.0 - self.mean_I) / self.std_I
+    lut = np.broadcast_to(lut_256xI, (256, i)).astype(dtype).reshape(-1)
+    index = images if i == 1 else images.astype(np.intp) * i + np.arange(i)
+    return np.take(lut, index.reshape(len(images), -1))
+
+  def _chunks(self, source, chunks: range | None = None):
+    """The standardised pixels [B, P] of the source's chunks (all, or the given ones)."""
+    for images in self._images(source, chunks):
+      yield self._standardise(images)
 
   def _mine(self, source) -> range:
     """This process's chunks of `source`: a contiguous share, or all in one process."""
     return self.processes.share(-(-len(source) // self.chunk))
 
-  def _chunk_stats(self, x_BxP, shift):
+  def _chunk_stats(self, images, shift):
     """A chunk's (sum [P], products [P, P]), both float64, as the covariance adds them."""
     if self.covariance == "float64":
-      x64 = x_BxP.astype(np.float64)
+      x64 = self._standardise(images, np.float64)
       return x64.sum(0), x64.T @ x64
-    s_BxP = x_BxP - shift  # shifted near the mean: the float32 products lose little
+    s_BxP = self._standardise(images) - shift  # shifted near the mean: small float32 error
     return s_BxP.sum(0, dtype=np.float64), (s_BxP.T @ s_BxP).astype(np.float64)
 
   def _accumulate(self, stats):
@@ -380,16 +468,17 @@ class PixelPCA:
     shift = None  # float32: the first chunk's mean (a process without it reads it)
     if self.covariance == "float32" and (not mine or mine[0] != 0):
       shift = next(self._chunks(source, range(1))).mean(0)
-    cached, cached_bytes = [], 0  # this process's chunks, projected once components are known
+    cached, cached_bytes = [], 0  # this process's images, projected once components are known
 
     def stats():
       nonlocal cached, cached_bytes, shift
-      for x_BxP in self._chunks(source, mine):
-        shift = x_BxP.mean(0) if shift is None and self.covariance == "float32" else shift
-        cached_bytes += x_BxP.nbytes
+      for images in self._images(source, mine):
+        if shift is None and self.covariance == "float32":
+          shift = self._standardise(images).mean(0)
+        cached_bytes += images.nbytes
         if cached is not None:
-          cached = cached + [x_BxP] if cached_bytes <= self.cache_bytes else None
-        yield self._chunk_stats(x_BxP, shift)
+          cached = cached + [images] if cached_bytes <= self.cache_bytes else None
+        yield self._chunk_stats(images, shift)
 
     if self.processes.sharded:
       local = list(stats())  # a process with no chunk reads one for the pixel count
@@ -416,7 +505,9 @@ class PixelPCA:
     self.center_P = center.astype(np.float32)
     self.components_PxD = vectors_PxD.astype(np.float32)
     self.flops += 2.0 * n * p * p
-    return self._project(cached if cached is not None else self._chunks(source, mine))
+    chunks = (map(self._standardise, cached) if cached is not None
+              else self._chunks(source, mine))
+    return self._project(chunks)
 
   def transform(self, source) -> np.ndarray:
     """The projections [E, dim] of `source`'s images (each process projecting its share)."""
@@ -468,9 +559,7 @@ class TfIdf:
       if rows_BxT.max() >= self.vocab_size or rows_BxT.min() < 0:
         raise ValueError(f"token ids must lie in [0, {self.vocab_size}); got "
                          f"[{rows_BxT.min()}, {rows_BxT.max()}]")
-      r = np.repeat(np.arange(len(rows_BxT)), rows_BxT.shape[1])
-      parts.append(sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_BxT.ravel())),
-                                     shape=(len(rows_BxT), self.vocab_size)))
+      parts.append(_count_rows(rows_BxT, self.vocab_size))
     if not self.processes.sharded:
       return sparse.vstack(parts).tocsr()  # duplicates summed: counts
     local = (sparse.vstack(parts).tocsr() if parts else
@@ -551,6 +640,23 @@ class TfIdf:
   def _project(self, x_ExV) -> np.ndarray:
     z = np.asarray(x_ExV @ self.components_DxV.T, np.float32)
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
+
+
+def _count_rows(rows_BxT: np.ndarray, vocab_size: int, dense_limit: int = 1 << 24):
+  """The windows' token counts [B, vocab] as a canonical CSR matrix (sorted indices,
+  duplicates summed). Through a dense [B, vocab] bincount while that has at most
+  `dense_limit` entries (byte-level vocabularies), else from (row, token) pairs: the same
+  matrix, bit for bit (counts are small integers, exact in float32)."""
+  from scipy import sparse
+
+  b, t = rows_BxT.shape
+  if b * vocab_size <= dense_limit:
+    flat = (np.arange(b, dtype=np.int64)[:, None] * vocab_size + rows_BxT).ravel()
+    dense_BxV = np.bincount(flat, minlength=b * vocab_size).reshape(b, vocab_size)
+    return sparse.csr_matrix(dense_BxV.astype(np.float32))
+  r = np.repeat(np.arange(b), t)
+  return sparse.csr_matrix((np.ones(r.size, np.float32), (r, rows_BxT.ravel())),
+                           shape=(b, vocab_size))
 
 
 def _tokens(source, begin: int, end: int) -> np.ndarray:

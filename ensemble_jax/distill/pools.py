@@ -150,6 +150,11 @@ def _write(path: str, pools, weights, route, info) -> None:
   os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
 
 
+def _balance(d) -> str:
+  """distill.kmeans_balance; a distill config from before it existed: the greedy."""
+  return getattr(d, "kmeans_balance", "greedy")
+
+
 def _routed(config) -> bool:
   return "routed" in config_lib.aggregation_modes(config)
 
@@ -184,7 +189,8 @@ class _Head:
 
 # distill fields added after pools were cached, with the value every earlier pool was built
 # with: at that value a field stays out of the key, so those pools are read back.
-_ADDED_FIELDS = {"pca_covariance": "float64", "pca_image_size": 0}
+_ADDED_FIELDS = {"pca_covariance": "float64", "pca_image_size": 0,
+                 "kmeans_balance": "greedy"}
 
 
 def cache_key(config, data, num_consumers: int) -> str:
@@ -308,7 +314,8 @@ def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consum
   d = config.distill
   mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
   assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
-                                          seed=config.seed, balanced=d.balanced)
+                                          seed=config.seed, balanced=d.balanced,
+                                          balance=_balance(d))
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   selected = np.arange(len(assignment))
   route, eval_flops = None, 0.0
@@ -374,8 +381,9 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
   with `routed` aggregation each eval image is routed by its own projection."""
   d, iters = config.distill, 20
   pca, train_ExD, mean, std = pixel_embedding(config, data)
-  assignment, centroids = clusters.kmeans(train_ExD, num_consumers,
-                                          seed=config.seed, iters=iters, balanced=d.balanced)
+  assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
+                                          iters=iters, balanced=d.balanced,
+                                          balance=_balance(d))
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):  # the proxy path's rule: temperature per standardised dimension
@@ -399,6 +407,8 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
     features += f" (images at {d.pca_image_size}x{d.pca_image_size})"
   if d.pca_covariance != "float64":
     features += f" ({d.pca_covariance} covariance)"
+  if _balance(d) != "greedy":
+    features += f" ({_balance(d)}-balanced k-means)"
   info = {
       "method": "kmeans", "features": features,
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
@@ -425,7 +435,8 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   tfidf, train_ExD = text_embedding(config, data)
   iters = 20
   assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
-                                          iters=iters, balanced=d.balanced)
+                                          iters=iters, balanced=d.balanced,
+                                          balance=_balance(d))
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):
@@ -443,7 +454,8 @@ def _text_clusters(config, data, num_consumers: int, start: float):
           min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)[:len(route) - i]
   n, dim = train_ExD.shape
   info = {
-      "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}",
+      "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}" + (
+          f" ({_balance(d)}-balanced k-means)" if _balance(d) != "greedy" else ""),
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
       "build_time_s": time.perf_counter() - start,
       # Lloyd's distances (3 E k D per iteration, plus the final assignment); the tf-idf

@@ -8,8 +8,10 @@ Cases are the many-worker grids' routed points: the Fashion-MNIST PCA-routed poo
 (`fm<N>`, experiments/configs/fashion_mnist.py) and the Python-docs tf-idf pool
 (`pydocs<N>`, pydocs_gpt2.py), built by `pools.build` as a run builds them (no cache).
 "old" is the build as of `--baseline_rev`: its `clusters.py` and `pools.py` read with
-`git show` and run on the same data. "new" is the library's default build. The PCA pools'
-opt-in variant "float32_covariance" (`distill.pca_covariance='float32'`) is built too.
+`git show` and run on the same data. "new" is the library's default build. The opt-in
+variants are built too: for the PCA pools "float32_covariance"
+(`distill.pca_covariance='float32'`), "sinkhorn_balance" (`distill.kmeans_balance=
+'sinkhorn'`: balanced Lloyd on the device) and both; for the docs pool "sinkhorn_balance".
 Each round builds them all, its order rotated round by round, so a load that comes and
 goes on a shared machine falls on each alike. Wall clock and the process's CPU time (all
 threads, time.process_time) are reported: the median over rounds, with the load average
@@ -52,8 +54,11 @@ flags.DEFINE_string("baseline_rev", "main", "the git revision whose build is 'ol
 flags.DEFINE_string("out", "", "write the rows as JSON here", flag_values=FLAGS)
 
 # The opt-in variants, per kind of case: config overrides.
-VARIANTS = {"fm": {"float32_covariance": {"distill.pca_covariance": "float32"}},
-            "pydocs": {}}
+VARIANTS = {"fm": {"float32_covariance": {"distill.pca_covariance": "float32"},
+                   "sinkhorn_balance": {"distill.kmeans_balance": "sinkhorn"},
+                   "float32_sinkhorn": {"distill.pca_covariance": "float32",
+                                        "distill.kmeans_balance": "sinkhorn"}},
+            "pydocs": {"sinkhorn_balance": {"distill.kmeans_balance": "sinkhorn"}}}
 
 
 def case_config(case: str, **overrides):
