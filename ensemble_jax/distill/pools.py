@@ -86,6 +86,10 @@ def cache_path(config, data, num_consumers: int, workdir: str) -> str:
                       f"{cache_key(config, data, num_consumers)}.npz")
 
 
+class PoolChanged(ValueError):
+  """This code builds another pool than the one cached (or recorded) for runs."""
+
+
 def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
   """Builds the pool cached in `path` again from `config` with this code, timed, and keeps
   the new build's `info` (its build time, on a host doing nothing else, as the sweeps'
@@ -106,13 +110,13 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
           len(old) == len(new) and all(np.array_equal(a, b) for a, b in zip(old, new))
           if name == "pools" else np.array_equal(old, new)))
       if not same:
-        raise ValueError(f"the pool cached in {path} and the one this code builds differ in "
+        raise PoolChanged(f"the pool cached in {path} and the one this code builds differ in "
                          f"their {name}: the runs that read it trained on another pool; "
                          "train them again rather than re-time it")
   else:
     check = "the cluster sizes its runs recorded (the cached pool was not kept)"
     if built[3]["pool_sizes"] != recorded["pool_sizes"]:
-      raise ValueError(f"no cached pool {path}, and this code's build has other cluster sizes "
+      raise PoolChanged(f"no cached pool {path}, and this code's build has other cluster sizes "
                        "than its runs recorded: they trained on another pool; train them "
                        "again rather than re-time it")
   info = {**built[3], "retimed": check}

@@ -352,8 +352,9 @@ def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
   """Every proxy-free pool the grid's finished runs read, built again and timed
   (`run_lib.retime_pool`), one at a time: {its cache file's name: its new info}. Run it on
   a host doing nothing else, as the quiet phase builds them. Each is built from its run's
-  point config and must come out as cached (`pools.retime`)."""
-  retimed = {}
+  point config and must come out as cached (`pools.retime`); one that does not is named,
+  and its runs keep the build time they recorded."""
+  retimed, changed = {}, []
   for curve, points in grid_curves.items():
     for point, (variant, overrides) in points.items():
       point_dir = os.path.join(workdir, curve, point)
@@ -368,11 +369,21 @@ def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
         if not pools_lib.proxy_free(config):
           continue
         pool_dir = os.path.join(workdir, "pools")
-        retimed[cached] = run_lib.retime_pool(config, pool_dir, os.path.join(pool_dir, cached),
-                                              results["distill"])
+        try:
+          retimed[cached] = run_lib.retime_pool(config, pool_dir,
+                                                os.path.join(pool_dir, cached),
+                                                results["distill"])
+        except pools_lib.PoolChanged as e:
+          logging.warning("%s keeps its recorded build time: %s", path, e)
+          changed.append(path)
+          retimed[cached] = None
+          continue
         logging.info("%s: pool %s re-timed: %.1f s (was %.1f s)", path, cached,
                      retimed[cached]["build_time_s"], results["distill"]["build_time_s"])
-  return retimed
+  if changed:
+    print("pools this code builds otherwise; their runs keep their recorded build time:\n  "
+          + "\n  ".join(changed))
+  return {name: info for name, info in retimed.items() if info is not None}
 
 
 def _pool_config(module, variant: str, overrides: dict, workdir: str, run_config: dict):
