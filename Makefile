@@ -77,6 +77,10 @@ projection: install
 	$(PY) -m experiments.projection --workload=pydocs_gpt2 --also=experiments/results/many_workers_pydocs
 	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small \
 	  --also=experiments/results/many_workers_pydocs
+	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers \
+	  --what_if=resnet50 --charge_pools
+	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small --charge_pools \
+	  --also=experiments/results/many_workers_pydocs
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data

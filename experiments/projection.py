@@ -48,7 +48,8 @@ classes, GPT-2's 50,257 tokens against the workload's 10 classes or 256 bytes; t
 set itself is kept): how the
 answer moves when a step is big and an all-reduce is 100 MB or 500 MB. Pool
 building is not charged in a what-if (the small workload's build time says nothing about a
-big dataset's), which favours the routed experts. The
+big dataset's), which favours the routed experts; `--charge_pools` charges it as measured
+on the small workload's host (`<workload>_whatif_<model>_pools_charged.md`). The
 step counts are the small workload's, not the big model's: a labelled what-if, not a
 prediction. Each point keeps its size relative to the full-size data-parallel model (the
 small-model baseline stays as much smaller).
@@ -237,13 +238,14 @@ def output_programs(p: Point) -> set[str]:
   return {"final_eval"} if "final_eval" in programs else {"eval"}
 
 
-def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BENCH
-            ) -> list[Point]:
+def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BENCH,
+            charge_pools: bool = False) -> list[Point]:
   """The same step counts with a big model's H100-measured step, FLOPs and bytes, each point
   scaled by its own size relative to the full-size data-parallel model (so the small-model
   baseline stays proportionally small). Collectives scale with what they carry: the eval
   program's with the output width (`outputs`, the measured workload's, against the big
-  model's), every other program's with the parameters."""
+  model's), every other program's with the parameters. The pool builds are left out, or,
+  with `charge_pools`, charged as measured (the small workload's, on its host)."""
   with open(bench_path) as f:
     rows = [r for r in json.load(f) if r["model"] == model
             and r.get("attention") in (None, "fused") and r.get("vocab") in (None, 50257)]
@@ -268,7 +270,8 @@ def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BEN
                         for c in p.collectives)
     out.append(dataclasses.replace(p, device_step_s=row["step_s"] * flops,
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
-                                   param_bytes=param_bytes, pool_s=0.0,
+                                   param_bytes=param_bytes,
+                                   pool_s=p.pool_s if charge_pools else 0.0,
                                    collectives=collectives))
   return out
 
@@ -397,6 +400,9 @@ flags.DEFINE_string("workload", "fashion_mnist", "the cost-vs-time grid's result
 flags.DEFINE_string("results", "experiments/results", "where the grids' results are",
                     flag_values=FLAGS)
 flags.DEFINE_string("what_if", "", "resnet50 | gpt2_small", flag_values=FLAGS)
+flags.DEFINE_bool("charge_pools", False, "with --what_if: the pool builds charged as measured "
+                  "on the small workload's host (the what-if leaves them out otherwise)",
+                  flag_values=FLAGS)
 flags.DEFINE_string("critical_batch", None, "the critical-batch sweep's workdir (default: "
                     "experiments/results/critical_batch/<fashion|pydocs>); skipped, and said, "
                     "if it has no summary", flag_values=FLAGS)
@@ -436,14 +442,21 @@ def main(argv: list[str]) -> int:
   else:
     sources.append(f"no critical-batch summary at {summary_path}: DP beyond the grid's D "
                    "is held at its best measured point")
-  label = FLAGS.workload + (f"_whatif_{FLAGS.what_if}" if FLAGS.what_if else "")
+  if FLAGS.charge_pools and not FLAGS.what_if:
+    print("error: --charge_pools is for a --what_if (the measured projection charges them)")
+    return 2
+  label = FLAGS.workload + (f"_whatif_{FLAGS.what_if}" if FLAGS.what_if else "") + (
+      "_pools_charged" if FLAGS.charge_pools else "")
   if FLAGS.what_if:
-    points = what_if(points, FLAGS.what_if, OUTPUT_WIDTH[FLAGS.workload])
+    points = what_if(points, FLAGS.what_if, OUTPUT_WIDTH[FLAGS.workload],
+                     charge_pools=FLAGS.charge_pools)
   rows = project(points)
   os.makedirs(FLAGS.out, exist_ok=True)
   title = (f"Projection, {FLAGS.workload}" + (f", what-if {FLAGS.what_if} (H100 step, measured "
                                              "step counts of the small workload)"
-                                             if FLAGS.what_if else ""))
+                                             if FLAGS.what_if else "")
+           + (", pool builds charged as measured on the small workload's host"
+              if FLAGS.charge_pools else ""))
   text = table(rows, title + "\n\nFrom: " + "; ".join(sources) + ".")
   with open(os.path.join(FLAGS.out, f"{label}.md"), "w") as f:
     f.write(text)
