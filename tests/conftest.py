@@ -225,3 +225,18 @@ def run_processes(commands: list[list[str]], env: dict, log_prefix: str,
                       + open(f"{log_prefix}.{i}.log").read()[-3000:]
                       for i, p in enumerate(procs))
     pytest.fail(f"{' '.join(commands[0])} failed or timed out after {timeout_s}s:\n{tails}")
+
+
+def pca_routed_config(**distill):
+  """Tiny Fashion-MNIST PCA-routed experts (4 workers, 3,000 images), `distill` overrides."""
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("ensemble,tiny")
+  c.method.num_workers = 4
+  c.method.aggregation = "routed,logits"
+  c.data.train_examples = 3000
+  c.eval.num_examples = 300
+  c.distill.method, c.distill.embedding, c.distill.pca_dim = "kmeans", "pca", 16
+  for k, v in distill.items():
+    c.distill[k] = v
+  return c

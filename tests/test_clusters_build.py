@@ -9,6 +9,7 @@ from ensemble_jax import config_lib, validation
 from ensemble_jax import data as data_lib
 from ensemble_jax.data import images, windows
 from ensemble_jax.distill import clusters, pools
+from tests.conftest import pca_routed_config
 
 
 class _Counted:
@@ -99,20 +100,6 @@ def test_tfidf_of_window_ranges_is_bit_identical_to_the_one_by_one_read():
   assert fast.reads == 0 and slow.reads > 0
 
 
-def _fm_config(**distill):
-  from experiments.configs import fashion_mnist
-
-  c = fashion_mnist.get_config("ensemble,tiny")
-  c.method.num_workers = 4
-  c.method.aggregation = "routed,logits"
-  c.data.train_examples = 3000
-  c.eval.num_examples = 300
-  c.distill.method, c.distill.embedding, c.distill.pca_dim = "kmeans", "pca", 16
-  for k, v in distill.items():
-    c.distill[k] = v
-  return c
-
-
 class _NoRanges:
   """A split read one example at a time: the build as it was before sliced reads."""
 
@@ -127,7 +114,7 @@ class _NoRanges:
 
 
 def test_default_pca_pool_is_the_one_by_one_build(tmp_path, monkeypatch):
-  config = _fm_config()
+  config = pca_routed_config()
   data = data_lib.load(config)
   n = config.method.num_workers
   new = pools.build(config, data, n, str(tmp_path / "a"))
@@ -152,11 +139,11 @@ def _objective(x_ExD, pools_):
 
 
 def test_float32_covariance_pools_are_balanced_deterministic_and_as_tight(tmp_path):
-  config = _fm_config()
+  config = pca_routed_config()
   data = data_lib.load(config)
   n = config.method.num_workers
   default = pools.build(config, data, n, str(tmp_path / "a"))
-  f32_config = _fm_config(pca_covariance="float32")
+  f32_config = pca_routed_config(pca_covariance="float32")
   first = pools.build(f32_config, data, n, str(tmp_path / "b"))
   again = pools.build(f32_config, data, n, str(tmp_path / "c"))
   assert all(np.array_equal(a, b) for a, b in zip(first[0], again[0]))  # deterministic
@@ -188,7 +175,7 @@ def test_float32_covariance_finds_the_default_components():
 
 
 def _config_and_data():
-  config = _fm_config()
+  config = pca_routed_config()
   config.data.train_examples = 256
   return config, data_lib.load(config)
 

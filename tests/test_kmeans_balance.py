@@ -9,6 +9,7 @@ import pytest
 from ensemble_jax import config_lib, validation
 from ensemble_jax import data as data_lib
 from ensemble_jax.distill import clusters, pools
+from tests.conftest import pca_routed_config
 
 
 def _blobs(n_per=400, k=6, d=5, seed=0):
@@ -79,26 +80,12 @@ def test_dense_token_counts_are_the_pairs_matrix_bit_for_bit(vocab):
   np.testing.assert_array_equal(dense.toarray().sum(1), 33)
 
 
-def _fm_config(**distill):
-  from experiments.configs import fashion_mnist
-
-  c = fashion_mnist.get_config("ensemble,tiny")
-  c.method.num_workers = 4
-  c.method.aggregation = "routed,logits"
-  c.data.train_examples = 3000
-  c.eval.num_examples = 300
-  c.distill.method, c.distill.embedding, c.distill.pca_dim = "kmeans", "pca", 16
-  for k, v in distill.items():
-    c.distill[k] = v
-  return c
-
-
 def test_sinkhorn_pools_are_balanced_deterministic_and_as_tight(tmp_path):
-  config = _fm_config()
+  config = pca_routed_config()
   data = data_lib.load(config)
   n = config.method.num_workers
   default = pools.build(config, data, n, str(tmp_path / "a"))
-  sinkhorn = _fm_config(kmeans_balance="sinkhorn")
+  sinkhorn = pca_routed_config(kmeans_balance="sinkhorn")
   first = pools.build(sinkhorn, data, n, str(tmp_path / "b"))
   again = pools.build(sinkhorn, data, n, str(tmp_path / "c"))
   assert all(np.array_equal(a, b) for a, b in zip(first[0], again[0]))
@@ -112,7 +99,7 @@ def test_sinkhorn_pools_are_balanced_deterministic_and_as_tight(tmp_path):
 
 
 def test_kmeans_balance_enters_the_cache_key_only_when_set():
-  config = _fm_config()
+  config = pca_routed_config()
   config.data.train_examples = 256
   data = data_lib.load(config)
   key = pools.cache_key(config, data, 4)
