@@ -138,19 +138,24 @@ def _objective(x_ExD, pools_):
   return sum(float(((x_ExD[p] - x_ExD[p].mean(0)) ** 2).sum()) for p in pools_)
 
 
-def test_float32_covariance_pools_are_balanced_deterministic_and_as_tight(tmp_path):
+@pytest.mark.parametrize("option,label", [({"pca_covariance": "float32"}, "float32 covariance"),
+                                          ({"kmeans_balance": "sinkhorn"},
+                                           "sinkhorn-balanced")])
+def test_opt_in_pools_are_balanced_deterministic_and_as_tight(tmp_path, option, label):
+  """The PCA pools' opt-in builds (float32 covariance; Sinkhorn-balanced k-means on the
+  device): sizes within 1, the same pool twice, clusters within 1% of the default's."""
   config = pca_routed_config()
   data = data_lib.load(config)
   n = config.method.num_workers
   default = pools.build(config, data, n, str(tmp_path / "a"))
-  f32_config = pca_routed_config(pca_covariance="float32")
-  first = pools.build(f32_config, data, n, str(tmp_path / "b"))
-  again = pools.build(f32_config, data, n, str(tmp_path / "c"))
+  opted = pca_routed_config(**option)
+  first = pools.build(opted, data, n, str(tmp_path / "b"))
+  again = pools.build(opted, data, n, str(tmp_path / "c"))
   assert all(np.array_equal(a, b) for a, b in zip(first[0], again[0]))  # deterministic
   assert np.array_equal(first[2], again[2])
   sizes = [len(p) for p in first[0]]
   assert sum(sizes) == 3000 and max(sizes) - min(sizes) <= 1
-  assert "float32 covariance" in first[3]["features"]
+  assert label in first[3]["features"]
   # Scored in the default build's features: within 1% of the default's clusters.
   x = pools.pixel_embedding(config, data)[1].astype(np.float64)
   assert _objective(x, first[0]) <= 1.01 * _objective(x, default[0])

@@ -80,24 +80,6 @@ def test_dense_token_counts_are_the_pairs_matrix_bit_for_bit(vocab):
   np.testing.assert_array_equal(dense.toarray().sum(1), 33)
 
 
-def test_sinkhorn_pools_are_balanced_deterministic_and_as_tight(tmp_path):
-  config = pca_routed_config()
-  data = data_lib.load(config)
-  n = config.method.num_workers
-  default = pools.build(config, data, n, str(tmp_path / "a"))
-  sinkhorn = pca_routed_config(kmeans_balance="sinkhorn")
-  first = pools.build(sinkhorn, data, n, str(tmp_path / "b"))
-  again = pools.build(sinkhorn, data, n, str(tmp_path / "c"))
-  assert all(np.array_equal(a, b) for a, b in zip(first[0], again[0]))
-  assert np.array_equal(first[2], again[2])
-  sizes = [len(p) for p in first[0]]
-  assert sum(sizes) == 3000 and max(sizes) - min(sizes) <= 1
-  assert "sinkhorn-balanced" in first[3]["features"]
-  x = pools.pixel_embedding(config, data)[1].astype(np.float64)
-  obj = lambda ps: sum(float(((x[p] - x[p].mean(0)) ** 2).sum()) for p in ps)  # noqa: E731
-  assert obj(first[0]) <= 1.01 * obj(default[0])
-
-
 def test_kmeans_balance_enters_the_cache_key_only_when_set():
   config = pca_routed_config()
   config.data.train_examples = 256
