@@ -271,29 +271,6 @@ def test_recost_reads_the_collectives_of_a_run_whose_own_reading_failed(smoke_sw
     path.write_text(good)
 
 
-def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
-  """The quiet phase builds a point's pool; its runs at other learning rates read it, and
-  its quiet build time, instead of building their own (the pool key holds the rate)."""
-  import copy
-
-  from ensemble_jax import run as run_lib
-  from experiments.configs import pydocs_gpt2
-
-  c = pydocs_gpt2.get_config("ensemble,tiny")
-  c.mesh = [("worker", 2), ("data", -1)]
-  c.method.num_workers, c.method.aggregation = 2, "routed,probs"
-  c.data.train_examples = 256
-  c.distill.method, c.distill.tfidf_dim = "kmeans", 8
-  c.distill.cache_dir = str(tmp_path / "pools")
-  built = run_lib.build_pool(c, str(tmp_path / "pools"))
-  assert built["cached"] is False and built["build_time_s"] > 0
-  faster = copy.deepcopy(c)
-  faster.optim.learning_rate *= 2
-  r = run_lib.train_and_evaluate(faster, str(tmp_path / "run"), pool_config=c)
-  assert r["distill"]["cached"] and r["distill"]["build_time_s"] == built["build_time_s"]
-  assert len(list((tmp_path / "pools").glob("*.npz"))) == 1
-
-
 @pytest.mark.parametrize("workload,n8_point", [("fashion_mnist", "N8_L235"),
                                                ("pydocs_gpt2", "N8_L300")])
 def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(workload,
