@@ -10,6 +10,7 @@ import pytest
 
 from ensemble_jax import aggregate, config_lib, optim, run, validation
 from ensemble_jax.data import samplers
+from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
 
@@ -122,25 +123,98 @@ def test_pixel_pca_finds_the_planted_directions():
     clusters.PixelPCA(49, (0.5,) * 3, (0.25,) * 3, lambda e, u: e).fit(_Images(images))
 
 
-def test_text_pools_are_tfidf_clusters_routed_at_eval(tmp_path):
+# make test runs each file's tests on one xdist worker (--dist loadfile): made once.
+@pytest.fixture(scope="module")
+def text_pool_run(tmp_path_factory):
+  """A text pool built before training (a sweep's quiet phase), then a run of its config
+  at twice the learning rate: (the config, the build's info, the run's results, the pool
+  cache)."""
+  import copy
+
   from experiments.configs import pydocs_gpt2
 
+  tmp_path = tmp_path_factory.mktemp("text_pool")
   c = pydocs_gpt2.get_config("ensemble,tiny")
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers, c.method.aggregation = 2, "routed,probs"
   c.data.train_examples = 256
   c.distill.method, c.distill.tfidf_dim = "kmeans", 8
   c.distill.cache_dir = str(tmp_path / "pools")
-  r = run.train_and_evaluate(c, str(tmp_path / "run"))
+  built = run.build_pool(c, str(tmp_path / "pools"))
+  faster = copy.deepcopy(c)
+  faster.optim.learning_rate *= 2
+  r = run.train_and_evaluate(faster, str(tmp_path / "run"), pool_config=c)
+  return c, built, r, tmp_path / "pools"
+
+
+def test_text_pools_are_tfidf_clusters_routed_at_eval(text_pool_run):
+  config, _, r, _ = text_pool_run
   info = r["distill"]
   assert info["pool_sizes"] == [128, 128] and info["proxy"] is None  # balanced, no proxy
   assert "tf-idf" in info["features"] and info["build_flops"] > 0
   routed = r["ensemble"]["routed"]
   assert np.isfinite(routed["perplexity"]) and routed["num_tokens"] == r["ensemble"][
       "probs"]["num_tokens"]
+  c = config.copy_and_resolve_references()
   c.distill.method, c.method.aggregation = "el2n", "probs"
   with pytest.raises(config_lib.ConfigError, match="use 'kmeans' or 'none' for task 'lm'"):
     validation.validate(c)
+
+
+def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(text_pool_run):
+  """The quiet phase builds a point's pool; its runs at other learning rates read it, and
+  its quiet build time, instead of building their own (the pool key holds the rate).
+  (Moved from tests/test_sweep.py, which trained the same text-pool run again.)"""
+  _, built, r, pool_dir = text_pool_run
+  assert built["cached"] is False and built["build_time_s"] > 0
+  assert r["distill"]["cached"] and r["distill"]["build_time_s"] == built["build_time_s"]
+  assert len(list(pool_dir.glob("*.npz"))) == 1
+
+
+def test_a_pool_built_again_by_newer_code_is_retimed_only_if_it_is_the_same(text_pool_run,
+                                                                            tmp_path):
+  """--recost --retime_pools: the pool built again by this code, timed, must come out the
+  same; it keeps its arrays, takes the new build time, and the run is priced with it. A
+  pool built otherwise, or whose cache is gone and whose rebuild has other cluster sizes
+  than its runs recorded, is an error naming it."""
+  import json
+  import shutil
+
+  from experiments.sweeps import cost_vs_time
+
+  c, built, r, fixture_pools = text_pool_run
+  shutil.copytree(fixture_pools, tmp_path / "pools")  # the module's run stays as it was
+  path = tmp_path / "results.json"
+  shutil.copy(fixture_pools.parent / "run" / "results.json", path)
+  [cached] = (tmp_path / "pools").glob("*.npz")
+  arrays = dict(np.load(cached))
+  retimed = run.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
+  assert retimed["build_time_s"] != built["build_time_s"]
+  assert retimed["retimed"] == "bit for bit the cached pool"
+  again = dict(np.load(cached))
+  assert all(np.array_equal(arrays[k], again[k]) for k in arrays if k != "info")
+  assert json.loads(str(again["info"]))["build_time_s"] == retimed["build_time_s"]
+  cost_vs_time._recost_file(str(path), None, None, {cached.name: retimed})
+  after = json.loads(path.read_text())
+  assert after["distill"] == {**retimed, "cached": r["distill"]["cached"]}
+  pool_s = after["cost"]["measured"]["pool_build_time_s"]
+  assert pool_s == retimed["build_time_s"]
+  assert (after["cost"]["modelled"]["critical_path_s"]["nvlink"] - pool_s == pytest.approx(
+      r["cost"]["modelled"]["critical_path_s"]["nvlink"] - built["build_time_s"]))
+  # Two workers' clusters swapped: not the pool the runs trained on.
+  np.savez(cached, **dict(arrays, indices=np.roll(arrays["indices"],
+                                                  len(arrays["indices"]) // 2)))
+  with pytest.raises(pools.PoolChanged, match=f"{cached.name}.*differ in their pools"):
+    run.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
+  # Caches are not committed: a pool whose file is gone is built again and checked against
+  # the cluster sizes its runs recorded, then kept.
+  cached.unlink()
+  rebuilt = run.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
+  assert rebuilt["retimed"].startswith("the cluster sizes") and cached.exists()
+  cached.unlink()
+  with pytest.raises(pools.PoolChanged, match="other cluster sizes"):
+    run.retime_pool(c, str(tmp_path / "pools"), str(cached),
+                    {**r["distill"], "pool_sizes": [1, 255]})
 
 
 def test_routed_combine_uses_per_example_weights():

@@ -158,9 +158,45 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(tiny_config, tmp_p
   assert [h["step"] for h in b["history"]] == [2, 4, 6]
 
 
-def test_no_good_checkpoint_says_what_to_delete(tiny_config, tmp_path):
+def _finished_run(tmp_path_factory, **fields):
+  """A finished run of the tiny config with `fields` set ({"train.num_steps": 2}) in a
+  directory of its own, for tests to copy (`_copy_of`) rather than train again."""
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("tiny")
+  for key, value in fields.items():
+    config_lib.set_dotted(config, key, value)
+  workdir = tmp_path_factory.mktemp("finished")
+  run.train_and_evaluate(config, str(workdir))
+  return workdir
+
+
+# Made once, like `cli`: finished runs that several tests start from.
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory):
+  """The tiny config's 2-step run (five tests)."""
+  return _finished_run(tmp_path_factory, **{"train.num_steps": 2})
+
+
+@pytest.fixture(scope="module")
+def stopped_at_target(tmp_path_factory):
+  """The tiny config's run stopped at an easy target, at step 2 of 4 (two tests)."""
+  return _finished_run(tmp_path_factory, **{"eval.target_metric": "nll",
+                                            "eval.target_value": 100.0,
+                                            "train.stop_at_target": True})
+
+
+def _copy_of(finished, tmp_path) -> dict:
+  """A finished run copied into `tmp_path`: the files training it there writes (none holds
+  its directory); its results."""
+  shutil.copytree(finished, tmp_path, dirs_exist_ok=True)
+  with open(tmp_path / "results.json") as f:
+    return json.load(f)
+
+
+def test_no_good_checkpoint_says_what_to_delete(tiny_config, two_steps, tmp_path):
   tiny_config.train.num_steps = 2
-  run.train_and_evaluate(tiny_config, str(tmp_path))
+  _copy_of(two_steps, tmp_path)
   os.remove(tmp_path / "results.json")  # as if killed before the end (else it is finished)
   for f in glob.glob(str(tmp_path / "checkpoints" / "*" / "meta" / "metadata")):
     os.remove(f)
@@ -186,11 +222,12 @@ def _files(workdir) -> dict:
   return out
 
 
-def test_rerunning_a_finished_run_leaves_its_results_untouched(tiny_config, tmp_path, capsys):
+def test_rerunning_a_finished_run_leaves_its_results_untouched(tiny_config, two_steps, tmp_path,
+                                                               capsys):
   from ensemble_jax import main, train
 
   tiny_config.train.num_steps = 2
-  first = run.train_and_evaluate(tiny_config, str(tmp_path))
+  first = _copy_of(two_steps, tmp_path)
   before = _files(tmp_path)
   capsys.readouterr()
   assert main.run(tiny_config, str(tmp_path)) == 0  # the README's resume command, again
@@ -209,13 +246,13 @@ def test_rerunning_a_finished_run_leaves_its_results_untouched(tiny_config, tmp_
 
 
 @pytest.mark.parametrize("killed", [False, True], ids=["finished", "killed"])
-def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config, tmp_path,
-                                                                     capsys, monkeypatch,
-                                                                     killed):
+def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config, two_steps,
+                                                                     tmp_path, capsys,
+                                                                     monkeypatch, killed):
   from ensemble_jax import main, train
 
   tiny_config.train.num_steps = 2
-  run.train_and_evaluate(tiny_config, str(tmp_path))
+  _copy_of(two_steps, tmp_path)
   if killed:  # checkpoints only: the config kept with them is what is compared
     os.remove(tmp_path / "results.json")
   before = _files(tmp_path)
@@ -237,9 +274,10 @@ def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config
   assert _files(tmp_path) == before
 
 
-def test_free_changes_and_a_longer_budget_resume_and_are_recorded(tiny_config, tmp_path):
+def test_free_changes_and_a_longer_budget_resume_and_are_recorded(tiny_config, two_steps,
+                                                                    tmp_path):
   tiny_config.train.num_steps = 2
-  run.train_and_evaluate(tiny_config, str(tmp_path))
+  _copy_of(two_steps, tmp_path)
   os.remove(tmp_path / "results.json")  # killed after its last checkpoint
   tiny_config.train.num_steps, tiny_config.eval.every_steps = 4, 1
   tiny_config.mesh = "data:4"  # layout, not trajectory
@@ -252,10 +290,11 @@ def test_free_changes_and_a_longer_budget_resume_and_are_recorded(tiny_config, t
     run.train_and_evaluate(tiny_config, str(tmp_path))
 
 
-def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(tiny_config, tmp_path):
+def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(tiny_config, stopped_at_target,
+                                                                 tmp_path):
   tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
   tiny_config.train.stop_at_target = True
-  first = run.train_and_evaluate(tiny_config, str(tmp_path))
+  first = _copy_of(stopped_at_target, tmp_path)
   assert first["steps"] == 2 and first["step_budget"] == 4
   with open(tmp_path / "results.json") as f:
     assert run.finished_results(tiny_config, str(tmp_path)) == json.load(f)
@@ -265,12 +304,14 @@ def test_stopped_at_target_is_finished_unless_the_rerun_goes_on(tiny_config, tmp
   assert second["steps"] == 4 and [h["step"] for h in second["history"]] == [2, 4]
 
 
-def test_a_run_killed_after_its_last_checkpoint_still_records_its_flops(tiny_config, tmp_path):
+def test_a_run_killed_after_its_last_checkpoint_still_records_its_flops(tiny_config,
+                                                                        stopped_at_target,
+                                                                        tmp_path):
   """Killed between its last checkpoint and results.json, a run that had stopped at its
   target takes no step when resumed: its FLOPs are still read off its compiled step."""
   tiny_config.eval.target_metric, tiny_config.eval.target_value = "nll", 100.0
   tiny_config.train.stop_at_target = True
-  first = run.train_and_evaluate(tiny_config, str(tmp_path))
+  first = _copy_of(stopped_at_target, tmp_path)
   os.remove(tmp_path / "results.json")
   again = run.train_and_evaluate(tiny_config, str(tmp_path))
   assert again["steps"] == first["steps"] == 2 and again["final"] == first["final"]

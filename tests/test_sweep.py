@@ -271,63 +271,6 @@ def test_recost_reads_the_collectives_of_a_run_whose_own_reading_failed(smoke_sw
     path.write_text(good)
 
 
-def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(tmp_path):
-  """The quiet phase builds a point's pool; its runs at other learning rates read it, and
-  its quiet build time, instead of building their own (the pool key holds the rate). Built
-  again by newer code (`--recost --retime_pools`), the same pool takes the new build time."""
-  import copy
-
-  from ensemble_jax import run as run_lib
-  from experiments.configs import pydocs_gpt2
-
-  c = pydocs_gpt2.get_config("ensemble,tiny")
-  c.mesh = [("worker", 2), ("data", -1)]
-  c.method.num_workers, c.method.aggregation = 2, "routed,probs"
-  c.data.train_examples = 256
-  c.distill.method, c.distill.tfidf_dim = "kmeans", 8
-  c.distill.cache_dir = str(tmp_path / "pools")
-  built = run_lib.build_pool(c, str(tmp_path / "pools"))
-  assert built["cached"] is False and built["build_time_s"] > 0
-  faster = copy.deepcopy(c)
-  faster.optim.learning_rate *= 2
-  r = run_lib.train_and_evaluate(faster, str(tmp_path / "run"), pool_config=c)
-  assert r["distill"]["cached"] and r["distill"]["build_time_s"] == built["build_time_s"]
-  [cached] = (tmp_path / "pools").glob("*.npz")
-
-  # --recost --retime_pools: the pool built again by this code, timed, must come out the
-  # same; it keeps its arrays, takes the new build time, and the run is priced with it.
-  arrays = dict(np.load(cached))
-  retimed = run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
-  assert retimed["build_time_s"] != built["build_time_s"]
-  assert retimed["retimed"] == "bit for bit the cached pool"
-  again = dict(np.load(cached))
-  assert all(np.array_equal(arrays[k], again[k]) for k in arrays if k != "info")
-  assert json.loads(str(again["info"]))["build_time_s"] == retimed["build_time_s"]
-  path = tmp_path / "run" / "results.json"
-  cost_vs_time._recost_file(str(path), None, None, {cached.name: retimed})
-  after = json.loads(path.read_text())
-  assert after["distill"] == {**retimed, "cached": r["distill"]["cached"]}
-  pool_s = after["cost"]["measured"]["pool_build_time_s"]
-  assert pool_s == retimed["build_time_s"]
-  assert (after["cost"]["modelled"]["critical_path_s"]["nvlink"] - pool_s == pytest.approx(
-      r["cost"]["modelled"]["critical_path_s"]["nvlink"] - built["build_time_s"]))
-  # A cached pool this code does not build (here: two workers' clusters swapped) is an
-  # error that names it: its runs trained on another pool.
-  swapped = dict(arrays, indices=np.roll(arrays["indices"], len(arrays["indices"]) // 2))
-  np.savez(cached, **swapped)
-  with pytest.raises(ValueError, match=f"{cached.name}.*differ in their pools"):
-    run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
-  # Caches are not committed: a pool whose file is gone is built again and checked against
-  # the cluster sizes its runs recorded, then kept.
-  cached.unlink()
-  rebuilt = run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
-  assert rebuilt["retimed"].startswith("the cluster sizes") and cached.exists()
-  with pytest.raises(ValueError, match="other cluster sizes"):
-    cached.unlink()
-    run_lib.retime_pool(c, str(tmp_path / "pools"), str(cached),
-                        {**r["distill"], "pool_sizes": [1, 255]})
-
-
 @pytest.mark.parametrize("workload,n8_point", [("fashion_mnist", "N8_L235"),
                                                ("pydocs_gpt2", "N8_L300")])
 def test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8(workload,

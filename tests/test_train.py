@@ -17,8 +17,20 @@ TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s",
                "resolution_steps", "resolution", "refined_from"}
 
 
-def test_data_parallel_few_steps_writes_results(tiny_config, tmp_path):
-  results = run.train_and_evaluate(tiny_config, str(tmp_path))
+# make test runs each file's tests on one xdist worker (--dist loadfile): trained once.
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """The tiny config's run, as it is: (its workdir, its `run.fit`). Read, never written, by
+  the tests that use it (each of them trained it once before)."""
+  from experiments.configs import fashion_mnist
+
+  workdir = tmp_path_factory.mktemp("tiny_run")
+  return workdir, run.fit(fashion_mnist.get_config("tiny"), str(workdir))
+
+
+def test_data_parallel_few_steps_writes_results(tiny_config, tiny_run):
+  tmp_path, fit = tiny_run
+  results = fit.results
   with open(tmp_path / "results.json") as f:
     on_disk = json.load(f)
   assert RESULT_KEYS <= set(on_disk)
@@ -180,11 +192,12 @@ def test_stop_at_target_ends_the_run_at_the_first_eval_that_reaches_it(tiny_conf
   assert again["steps"] == 2 and again["final"] == r["final"]
 
 
-def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(tiny_config, tmp_path):
+def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(tiny_config, tiny_run,
+                                                                       tmp_path):
   """A tuning run that can no longer be chosen stops early (tune.stop_losers) at its first
   eval at or past train.stop_at_step: up to there it is the full run (its schedule spans the
   whole budget, its evals are the same), and a rerun of the same config reads it back."""
-  full = run.train_and_evaluate(tiny_config, str(tmp_path / "full"))
+  full = tiny_run[1].results  # the same config, run in full
   tiny_config.train.stop_at_step = 1  # evals every 2 steps: it stops at step 2's, adding none
   r = run.train_and_evaluate(tiny_config, str(tmp_path / "stopped"))
   assert r["steps"] == 2 and r["step_budget"] == 4
@@ -196,14 +209,14 @@ def test_stop_at_step_ends_the_run_there_on_the_full_budgets_schedule(tiny_confi
   assert again["steps"] == 2 and again["train_time_s"] == r["train_time_s"]  # read back
 
 
-def test_init_from_starts_from_another_runs_weights(tmp_path, tiny_config):
+def test_init_from_starts_from_another_runs_weights(tmp_path, tiny_config, tiny_run):
   import jax
   import numpy as np
   from ensemble_jax import config_lib
 
-  first = run.fit(tiny_config, str(tmp_path / "a"))
+  workdir, first = tiny_run  # the tiny config's run
   warm = tiny_config.copy_and_resolve_references()
-  warm.train.init_from = str(tmp_path / "a")
+  warm.train.init_from = str(workdir)
   warm.optim.learning_rate = 0.0  # nothing moves: the final weights are the loaded ones
   second = run.fit(warm, str(tmp_path / "b"))
   for a, b in zip(jax.tree.leaves(first.state.params), jax.tree.leaves(second.state.params)):
@@ -211,32 +224,3 @@ def test_init_from_starts_from_another_runs_weights(tmp_path, tiny_config):
   warm.train.init_from = str(tmp_path / "nowhere")
   with pytest.raises(config_lib.ConfigError, match="init_from"):
     run.fit(warm, str(tmp_path / "c"))
-
-
-@pytest.mark.slow
-def test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on(tmp_path):
-  """The quickest documented run, `python -m ensemble_jax.main` in a process of its own,
-  reaches a target above chance (10 classes: 0.1), and its output carries neither jax's
-  TPU probe nor orbax's handler notice. Fails on 1e4c37a, whose smoke target was 0.05,
-  below chance. Its one override (the mesh: one of the two devices) reaches the run, and
-  its output says what runs where, what each long phase did, and where the results are."""
-  proc = subprocess.run(
-      [sys.executable, "-m", "ensemble_jax.main",
-       "--config=experiments/configs/fashion_mnist.py:smoke", f"--workdir={tmp_path}",
-       "--config.mesh=data:1"],
-      cwd=REPO, env=subprocess_env(2), capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  results = json.loads((tmp_path / "results.json").read_text())
-  assert results["target"]["value"] > 0.1 and results["target"]["reached"]
-  for noise in ("Unable to initialize backend", "Type handler registry"):
-    assert noise not in proc.stderr
-  assert results["steps"] == 300 and results["num_devices"] == 2
-  assert results["mesh"] == {"data": 1} and results["config"]["mesh"] == "data:1"
-  lines = proc.stdout.strip().splitlines()  # what runs where; where the results are
-  assert lines[0].startswith("ensemble_jax: jax ") and "2 device(s); mesh data:1;" in lines[0]
-  # Long phases say what they did and how long it took; the parameter table is a file.
-  assert "data: fashion_mnist, 60000 train / 10000 eval examples, loaded in " in proc.stderr
-  assert f"parameters: 5,122 (per-parameter table: {tmp_path}/parameters.txt)" in proc.stderr
-  table = (tmp_path / "parameters.txt").read_text()
-  assert "| head/kernel " in table and "head/kernel" not in proc.stderr
-  assert lines[-1].startswith(f"results: {tmp_path}/results.json; final accuracy ")
