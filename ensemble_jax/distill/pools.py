@@ -154,11 +154,6 @@ def _write(path: str, pools, weights, route, info) -> None:
   os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
 
 
-def _balance(d) -> str:
-  """distill.kmeans_balance; a distill config from before it existed: the greedy."""
-  return getattr(d, "kmeans_balance", "greedy")
-
-
 def _routed(config) -> bool:
   return "routed" in config_lib.aggregation_modes(config)
 
@@ -319,7 +314,7 @@ def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consum
   mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
   assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
                                           seed=config.seed, balanced=d.balanced,
-                                          balance=_balance(d))
+                                          balance=d.kmeans_balance)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   selected = np.arange(len(assignment))
   route, eval_flops = None, 0.0
@@ -387,7 +382,7 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
   pca, train_ExD, mean, std = pixel_embedding(config, data)
   assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
                                           iters=iters, balanced=d.balanced,
-                                          balance=_balance(d))
+                                          balance=d.kmeans_balance)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):  # the proxy path's rule: temperature per standardised dimension
@@ -411,8 +406,8 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
     features += f" (images at {d.pca_image_size}x{d.pca_image_size})"
   if d.pca_covariance != "float64":
     features += f" ({d.pca_covariance} covariance)"
-  if _balance(d) != "greedy":
-    features += f" ({_balance(d)}-balanced k-means)"
+  if d.kmeans_balance != "greedy":
+    features += f" ({d.kmeans_balance}-balanced k-means)"
   info = {
       "method": "kmeans", "features": features,
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
@@ -440,7 +435,7 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   iters = 20
   assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
                                           iters=iters, balanced=d.balanced,
-                                          balance=_balance(d))
+                                          balance=d.kmeans_balance)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
   route = None
   if _routed(config):
@@ -459,7 +454,7 @@ def _text_clusters(config, data, num_consumers: int, start: float):
   n, dim = train_ExD.shape
   info = {
       "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}" + (
-          f" ({_balance(d)}-balanced k-means)" if _balance(d) != "greedy" else ""),
+          f" ({d.kmeans_balance}-balanced k-means)" if d.kmeans_balance != "greedy" else ""),
       "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
       "build_time_s": time.perf_counter() - start,
       # Lloyd's distances (3 E k D per iteration, plus the final assignment); the tf-idf
