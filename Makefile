@@ -15,7 +15,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
-	projection lipt pile pile-run imagenet imagenet-run study clean
+	projection docs-tables lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
@@ -81,6 +81,12 @@ projection: install
 	  --what_if=resnet50 --charge_pools
 	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small --charge_pools \
 	  --also=experiments/results/many_workers_pydocs
+
+# Every results table of the README and docs/ rewritten from the committed results, each
+# page keeping its columns (experiments/docs_tables.py; without --write it only checks).
+# SKIP=critical_batch (comma-separated families) leaves a sweep still running alone.
+docs-tables: install
+	$(PY) -m experiments.docs_tables --write $(if $(SKIP),--skip=$(SKIP))
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data

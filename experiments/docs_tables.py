@@ -1,0 +1,326 @@
+"""Every results table in the docs, regenerated from the committed JSON: checked or written.
+
+  python -m experiments.docs_tables [--write] [--skip=critical_batch,...] [--docs=DIR]
+
+Each table of README.md and docs/ that this registry names is what its generator writes
+from experiments/results/ (reading results.json, never training). The check prints each
+table that differs, one line with its fix, and exits 1. `--write` puts every regenerated
+table in place: a page keeps its header row and alignment row as written and the columns
+it chose (by header name, in its order); every line outside its tables stays as it is.
+`--skip` leaves families alone (a sweep still running). tests/test_readme.py runs the check.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+from typing import Callable
+
+from absl import flags
+
+from ensemble_jax import record, report
+from experiments import cli, lipt_pipeline, many_workers_table
+from experiments.sweeps import critical_batch, samplers
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "experiments", "results")
+WRITE = "python -m experiments.docs_tables --write"
+
+# Every anchor is (page, heading or line prefix): the tables sit after that line of that
+# page (a path relative to the repository), before its next heading.
+COST_VS_TIME = "docs/results/cost_vs_time.md"
+REGIME = "docs/results/regime.md"
+ONE_DEVICE = "docs/results/one_device.md"
+# (page, heading) -> (the cost-vs-time sweep's results directory, how many of its report's
+# tables the page holds: the points, the matched ratios to the strongest baseline, their
+# best-over-budgets summary, the budgets and tuning per point and per curve; the
+# per-baseline tables stay in table.md).
+REPORT_TABLES = {
+    (COST_VS_TIME, "## Fashion-MNIST, target"): ("fashion_mnist", 5),
+    (COST_VS_TIME, "## Python docs (byte-level GPT-2"): ("pydocs_gpt2", 5),
+    (ONE_DEVICE, "## Fashion-MNIST on one NVIDIA H200"): ("one_device_h200/fashion_mnist", 1),
+}
+# the schedule-length check (report.schedule_check) per cost-vs-time results directory
+SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?"),
+                   "pydocs_gpt2": (COST_VS_TIME, "### The schedule's length on the Python docs")}
+# the critical-batch sweep's table per workload
+CRITICAL_BATCH_TABLES = {"fashion": (REGIME, "### Fashion-MNIST's critical batch"),
+                         "pydocs": (REGIME, "### The Python docs' critical batch")}
+# the many-worker sweeps' tables
+MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
+                      "pydocs": (REGIME, "### Many workers on the Python docs")}
+SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
+LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """A documented table: the `index`-th table after `anchor`, as its generator writes it."""
+  name: str
+  anchor: tuple[str, str]
+  index: int
+  command: str  # prints this table alone
+  rows: list[str]  # header, alignment, body
+
+
+class NotCommitted(Exception):
+  """A family's results are not all committed (regenerating would train)."""
+
+
+def documentation(root: str = REPO) -> dict[str, str]:
+  """README.md and every page under docs/, by path relative to `root`, byte for byte."""
+  paths = ["README.md"] + sorted(
+      os.path.relpath(p, root)
+      for p in glob.glob(os.path.join(root, "docs", "**", "*.md"), recursive=True))
+  pages = {}
+  for path in paths:
+    with open(os.path.join(root, path), newline="") as f:
+      pages[path] = f.read()
+  return pages
+
+
+def _spans(lines: list[str], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+  """Where the Markdown tables among lines[start:end] sit, each as [first, last + 1)."""
+  spans, first = [], None
+  for i in range(start, len(lines) if end is None else end):
+    if lines[i].startswith("|"):
+      first = i if first is None else first
+    elif first is not None:
+      spans.append((first, i))
+      first = None
+  return spans + ([(first, len(lines) if end is None else end)] if first is not None else [])
+
+
+def _tables(text: str) -> list[list[str]]:
+  lines = text.splitlines()
+  return [lines[a:b] for a, b in _spans(lines)]
+
+
+def _span(lines: list[str], table: Table) -> tuple[int, int] | None:
+  """Where `table` sits among a page's lines: the index-th table after its anchor's line,
+  before the next heading (None without the line or the table)."""
+  prefix = table.anchor[1]
+  start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
+  if start is None:
+    return None
+  end = next((i for i in range(start + 1, len(lines)) if re.match(r"#{1,6} ", lines[i])),
+             len(lines))
+  spans = _spans(lines, start + 1, end)
+  return spans[table.index] if table.index < len(spans) else None
+
+
+def _cells(row: str) -> list[str]:
+  return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def _header_name(cell: str) -> str:
+  # cost_vs_time.md names the one preset it keeps "time to target, ib_xdr800 (s)";
+  # report.table writes every preset as "time ib_xdr800 (s)".
+  return re.sub(r"^time to target, (\w+) \(s\)$", r"time \1 (s)", cell)
+
+
+def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
+  """The generated columns the page keeps, in its order: every one where the headers are
+  equal (names may repeat, one group per curve), else by name; None for an unknown name."""
+  header = [_header_name(c) for c in _cells(mine[0])]
+  full = [_header_name(c) for c in _cells(generated[0])]
+  if header == full:
+    return list(range(len(full)))
+  return None if any(h not in full for h in header) else [full.index(h) for h in header]
+
+
+def _compare(table: Table, mine: list[str]) -> list[str]:
+  """Differences between the page's copy of `table` and the generated one; every row and
+  kept cell must match."""
+  page, prefix = table.anchor
+  name, generated = table.name, table.rows
+  if not mine:
+    return [f"{name}: table not found in {page} after `{prefix}`; put `{table.command}`'s "
+            "table there"]
+  keep = _kept(mine, generated)
+  if keep is None:
+    return [f"{name}: {page} has columns not among the generated "
+            f"{[_header_name(c) for c in _cells(generated[0])]}; keep only those "
+            f"(`{table.command}` prints them)"]
+  fix = f"`{WRITE}` rewrites it (this table alone: `{table.command}`)"
+  mine_rows = [_cells(r) for r in mine[2:]]
+  generated_rows = [[_cells(r)[i] for i in keep] for r in generated[2:]]
+  if len(mine_rows) != len(generated_rows):
+    keys_mine, keys_generated = [r[:2] for r in mine_rows], [r[:2] for r in generated_rows]
+    return [f"{name}: {page} has {len(mine_rows)} rows, the results give "
+            f"{len(generated_rows)} (only in {page}: "
+            f"{[k for k in keys_mine if k not in keys_generated]}, only in the results: "
+            f"{[k for k in keys_generated if k not in keys_mine]}); {fix}"]
+  return [f"{name}: {page} row {m} != from the results {g}; {fix}"
+          for m, g in zip(mine_rows, generated_rows) if m != g]
+
+
+def _report_tables() -> list[Table]:
+  tables = []
+  for anchor, (sub, count) in REPORT_TABLES.items():
+    generated = _tables(report.table(report.load_runs(os.path.join(RESULTS, sub))))[:count]
+    tables += [Table(f"cost vs time {sub} (table {i + 1})", anchor, i,
+                     f"python -m ensemble_jax.report experiments/results/{sub}", rows)
+               for i, rows in enumerate(generated)]
+  return tables
+
+
+def _schedule_tables() -> list[Table]:
+  return [Table(f"schedule check {sub}", anchor, 0, f"python -m ensemble_jax.report "
+                f"experiments/results/{sub} (its table.md's last table)", rows)
+          for sub, anchor in SCHEDULE_TABLES.items()
+          for rows in _tables(report.schedule_check(os.path.join(RESULTS, sub)))[:1]]
+
+
+def sampler_table(workload: str) -> list[str]:
+  """What samplers.run writes under its table's caption, read back without training."""
+  known, workdir, _ = samplers.WORKLOADS[workload]
+  runs = {}
+  for sampler in known:
+    for path in sorted(glob.glob(os.path.join(RESULTS, os.path.relpath(
+        workdir, "experiments/results"), sampler, "seed*", record.RESULTS_FILE))):
+      with open(path) as f:
+        runs.setdefault(sampler, []).append(samplers._row(json.load(f)))
+  [generated] = _tables(samplers.summarize(runs)[1])
+  return generated
+
+
+def _sampler_tables() -> list[Table]:
+  return [Table(f"samplers {workload}", (SAMPLER_PAGE, caption), 0,
+                f"python -m experiments.sweeps.samplers --workload={workload}",
+                sampler_table(workload))
+          for workload, (_, _, caption) in samplers.WORKLOADS.items()]
+
+
+def _lipt_table() -> list[Table]:
+  workdir = os.path.join(RESULTS, "lipt")
+  seeds = sorted(int(os.path.basename(d)[4:]) for d in glob.glob(os.path.join(workdir, "seed*")))
+  command = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
+  if not seeds:
+    raise NotCommitted(f"lipt: no seed*/ results under experiments/results/lipt; run `{command}`")
+  for seed in seeds:  # lipt_pipeline.measure would train a missing phase
+    for phase in ("full", "coreset", "finetune"):
+      if not os.path.exists(os.path.join(workdir, f"seed{seed}", phase, "results.json")):
+        raise NotCommitted(f"lipt: seed{seed}/{phase}/results.json is not committed; "
+                           f"run `{command}`")
+  [rows] = _tables(lipt_pipeline.table([lipt_pipeline.measure(s, workdir) for s in seeds]))
+  return [Table("lipt", LIPT_TABLE, 0, command, rows)]
+
+
+def _critical_batch_tables() -> list[Table]:
+  tables = []
+  for workload, anchor in CRITICAL_BATCH_TABLES.items():
+    summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload),
+                                       critical_batch.WORKLOADS[workload])
+    [rows] = _tables(critical_batch.table(summary))
+    tables.append(Table(f"critical batch {workload}", anchor, 0,
+                        "python -m experiments.sweeps.critical_batch "
+                        f"--workload={workload} --report_only", rows))
+  return tables
+
+
+def _many_worker_tables() -> list[Table]:
+  tables = []
+  for workload, anchor in MANY_WORKER_TABLES.items():
+    w = many_workers_table.WORKLOADS[workload]
+    runs = many_workers_table.load(os.path.join(REPO, w.workdir))
+    [rows] = _tables(many_workers_table.table(runs, workload))
+    tables.append(Table(f"many workers {workload}", anchor, 0,
+                        f"python -m experiments.many_workers_table --workload={workload}", rows))
+  return tables
+
+
+# Each family of tables (a name for --skip) and how it is regenerated.
+FAMILIES: dict[str, Callable[[], list[Table]]] = {
+    "report": _report_tables, "schedule": _schedule_tables, "samplers": _sampler_tables,
+    "lipt": _lipt_table, "critical_batch": _critical_batch_tables,
+    "many_workers": _many_worker_tables}
+
+
+def regenerate(skip=()) -> tuple[list[Table], list[str]]:
+  """Every documented table but the skipped families', and why any family has none."""
+  tables, errors = [], []
+  for family, generate in FAMILIES.items():
+    if family not in skip:
+      try:
+        tables += generate()
+      except NotCommitted as e:
+        errors.append(str(e))
+  return tables, errors
+
+
+def _lines(pages: dict[str, str], page: str) -> list[str]:
+  """A page's lines: joined with "\n" they give it back byte for byte."""
+  return pages.get(page, "").split("\n")
+
+
+def _mine(pages: dict[str, str], table: Table) -> list[str]:
+  lines = _lines(pages, table.anchor[0])
+  span = _span(lines, table)
+  return lines[span[0]:span[1]] if span else []
+
+
+def mismatches(pages: dict[str, str], skip=()) -> list[str]:
+  """Every documented table that differs from its regeneration, one line each."""
+  tables, errors = regenerate(skip)
+  for table in tables:
+    errors += _compare(table, _mine(pages, table))
+  return errors
+
+
+def write(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str]]:
+  """The pages with every documented table regenerated, and the tables that could not be
+  written (not found, or columns the generator does not write)."""
+  tables, errors = regenerate(skip)
+  pages = dict(pages)
+  for table in tables:
+    lines = _lines(pages, table.anchor[0])
+    span = _span(lines, table)
+    mine = lines[span[0]:span[1]] if span else []
+    keep = _kept(mine, table.rows) if mine else None
+    if keep is None:
+      errors += _compare(table, mine)
+      continue
+    body = (table.rows[2:] if keep == list(range(len(_cells(table.rows[0])))) else
+            ["| " + " | ".join(_cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
+    lines[span[0]:span[1]] = mine[:2] + body
+    pages[table.anchor[0]] = "\n".join(lines)
+  return pages, errors
+
+
+FLAGS = flags.FlagValues()
+flags.DEFINE_bool("write", False, "rewrite every documented table from the results",
+                  flag_values=FLAGS)
+flags.DEFINE_list("skip", [], f"families to leave alone: {', '.join(FAMILIES)}",
+                  flag_values=FLAGS)
+flags.DEFINE_string("docs", REPO, "the folder holding README.md and docs/ (the results are "
+                    "always this repository's)", flag_values=FLAGS)
+flags.register_validator("skip", lambda skip: set(skip) <= set(FAMILIES),
+                         f"--skip takes families among {', '.join(FAMILIES)}",
+                         flag_values=FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  pages = documentation(FLAGS.docs)
+  if FLAGS.write:
+    written, errors = write(pages, FLAGS.skip)
+    for path, text in written.items():
+      if text != pages[path]:
+        with open(os.path.join(FLAGS.docs, path), "w", newline="") as f:
+          f.write(text)
+        print(f"wrote {path}")
+  else:
+    errors = mismatches(pages, FLAGS.skip)
+  for error in errors:
+    print(error)
+  if not errors:
+    skipped = f" (skipped: {', '.join(FLAGS.skip)})" if FLAGS.skip else ""
+    print(f"every documented table matches experiments/results/{skipped}")
+  return 1 if errors else 0
+
+
+if __name__ == "__main__":
+  cli.run(main)
