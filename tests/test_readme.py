@@ -6,6 +6,7 @@ results.json, never training) and compares them with the copy in the page that h
 fails here; `python -m experiments.docs_tables --write` puts every table back. Here the
 check runs on the committed pages, and the write on altered copies of them.
 """
+import glob
 import os
 import re
 import shutil
@@ -119,3 +120,45 @@ def test_write_puts_back_the_tables_and_nothing_else(tmp_path, capsys):
   with pytest.raises(SystemExit) as exit_:
     run("--skip=critical")
   assert exit_.value.code == 2
+
+
+def _projection_commands() -> list[list[str]]:
+  """The argv of each `experiments.projection` command of the Makefile's `projection`
+  target, as written (continuation lines joined)."""
+  with open(os.path.join(REPO, "Makefile")) as f:
+    text = f.read().replace("\\\n", " ")
+  target = text[text.index("\nprojection:"):]
+  recipe = target[target.index("\n") + 1:].split("\n\n", 1)[0]
+  return [line.split()[1:] for line in recipe.splitlines() if "-m experiments.projection" in line]
+
+
+def test_make_projection_reproduces_the_committed_projection(tmp_path):
+  """Every table and JSON `make projection` writes is the committed one, byte for byte,
+  regenerated from the committed results into a scratch folder (the figures are not
+  compared: their bytes depend on matplotlib's version)."""
+  import subprocess
+  import sys
+
+  from tests.conftest import subprocess_env
+
+  commands = _projection_commands()
+  assert len(commands) >= 4, commands  # the parser found the target's commands
+  committed = os.path.join(docs_tables.RESULTS, "projection")
+  written = set()
+  for argv in commands:
+    assert argv[:2] == ["-m", "experiments.projection"], argv
+    proc = subprocess.run([sys.executable, *argv, f"--out={tmp_path}"], cwd=REPO,
+                          capture_output=True, text=True, env=subprocess_env(1), timeout=300)
+    assert proc.returncode == 0, (argv, proc.stderr[-2000:])
+  for path in sorted(glob.glob(os.path.join(tmp_path, "*"))):
+    name = os.path.basename(path)
+    if name.endswith(".png"):
+      continue
+    written.add(name)
+    with open(path) as mine, open(os.path.join(committed, name)) as theirs:
+      assert mine.read() == theirs.read(), (
+          f"experiments/results/projection/{name} is not what `make projection` writes "
+          "from the committed results: run `make projection` and commit its files")
+  stale = {os.path.basename(p) for p in glob.glob(os.path.join(committed, "*"))
+           if not p.endswith(".png")} - written
+  assert not stale, f"committed projection files no command writes: {sorted(stale)}"
