@@ -162,3 +162,18 @@ def test_make_projection_reproduces_the_committed_projection(tmp_path):
   stale = {os.path.basename(p) for p in glob.glob(os.path.join(committed, "*"))
            if not p.endswith(".png")} - written
   assert not stale, f"committed projection files no command writes: {sorted(stale)}"
+
+
+@pytest.mark.parametrize("grid", ["fashion_mnist", "pydocs_gpt2", "many_workers",
+                                  "many_workers_pydocs", "one_device_h200/fashion_mnist"])
+def test_the_report_reproduces_each_committed_table(grid, tmp_path):
+  """Each cost-vs-time grid's committed table.md is what `python -m ensemble_jax.report
+  experiments/results/<grid>` writes from its committed results."""
+  from ensemble_jax import report
+
+  results = os.path.join(docs_tables.RESULTS, grid)
+  report.write(results, str(tmp_path))
+  with open(tmp_path / "table.md") as mine, open(os.path.join(results, "table.md")) as theirs:
+    assert mine.read() == theirs.read(), (
+        f"experiments/results/{grid}/table.md is not what the report writes: run "
+        f"`python -m ensemble_jax.report experiments/results/{grid}` and commit it")
