@@ -214,6 +214,10 @@ def cache_key(config, data, num_consumers: int) -> str:
     # LiPT proxies were once pruned by value (zero-initialised parameters frozen) and merged
     # with averaged BatchNorm statistics: a new key, so no such pool is read back.
     fields["lipt_proxy"] = "snip_mask_in_state,bn_reestimated"
+  if config.distill.get("kmeans_balance") == "sinkhorn":
+    # The Sinkhorn balance once took one price step per Lloyd step at a fixed temperature:
+    # a new key, so no such pool is read back.
+    fields["sinkhorn_scheme"] = "annealed_overrelaxed"
   blob = json.dumps(fields, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

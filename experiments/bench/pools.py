@@ -1,7 +1,7 @@
 """Routed pools' build time: a baseline revision's build, the current one and its opt-in
 variants side by side in one run.
 
-  python -m experiments.bench.pools [--cases=fm8,fm32,fm64,pydocs64] [--rounds=3] \\
+  python -m experiments.bench.pools [--cases=fm8,fm32,fm64,pydocs8,pydocs64] [--rounds=3] \\
       [--baseline_rev=main] [--out=experiments/results/bench/pools.json]
 
 Cases are the many-worker grids' routed points: the Fashion-MNIST PCA-routed pool
@@ -11,7 +11,7 @@ Cases are the many-worker grids' routed points: the Fashion-MNIST PCA-routed poo
 `git show` and run on the same data. "new" is the library's default build. The opt-in
 variants are built too: for the PCA pools "float32_covariance"
 (`distill.pca_covariance='float32'`), "sinkhorn_balance" (`distill.kmeans_balance=
-'sinkhorn'`: balanced Lloyd on the device) and both; for the docs pool "sinkhorn_balance".
+'sinkhorn'`: balanced Lloyd on the device) and both; for the docs pools "sinkhorn_balance".
 Each round builds them all, its order rotated round by round, so a load that comes and
 goes on a shared machine falls on each alike. Wall clock and the process's CPU time (all
 threads, time.process_time) are reported: the median over rounds, with the load average
@@ -46,8 +46,8 @@ from ensemble_jax import data as data_lib
 from ensemble_jax.distill import pools
 
 FLAGS = flags.FlagValues()
-flags.DEFINE_string("cases", "fm8,fm32,fm64,pydocs64", "comma-separated fm<N> / pydocs<N>",
-                    flag_values=FLAGS)
+flags.DEFINE_string("cases", "fm8,fm32,fm64,pydocs8,pydocs64",
+                    "comma-separated fm<N> / pydocs<N>", flag_values=FLAGS)
 flags.DEFINE_integer("rounds", 3, "rounds of every build per case", flag_values=FLAGS)
 flags.DEFINE_string("baseline_rev", "main", "the git revision whose build is 'old'",
                     flag_values=FLAGS)
