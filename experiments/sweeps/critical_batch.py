@@ -321,9 +321,19 @@ def table(summary: dict) -> str:
     lines.append(f"Fitted S(B) = S_min (1 + B_crit / B): S_min = {fit['s_min']:.1f} steps, "
                  f"B_crit = {fit['b_crit']:.0f}.")
   if summary["b_simple"] is not None:
-    lines.append(f"Gradient noise scale B_simple (measured, McCandlish et al. 2018): "
-                 f"{summary['b_simple']:.0f}.")
+    low, high, read = _b_simple_spread(summary)
+    lines.append(f"Gradient noise scale B_simple (measured at the target eval, McCandlish et "
+                 f"al. 2018): {summary['b_simple']:.0f}, the median of the per-B medians "
+                 f"{low:,.0f}-{high:,.0f} ({read} of {len(summary['rows'])} batches read one; "
+                 "none where the estimated |G|^2 was not positive).")
   return "\n".join(lines) + "\n"
+
+
+def _b_simple_spread(summary: dict) -> tuple[float, float, int]:
+  """(lowest, highest, how many) of the per-B medians of B_simple at the target."""
+  noise = [r["b_simple_at_target"] for r in summary["rows"]
+           if r["b_simple_at_target"] is not None]
+  return min(noise), max(noise), len(noise)
 
 
 def figure(summary: dict, path: str) -> None:
@@ -353,8 +363,10 @@ def figure(summary: dict, path: str) -> None:
       ax.plot(grid, [fit["s_min"] * (1 + fit["b_crit"] / b) for b in grid], ":", color="C1",
               label=f"S_min (1 + B_crit / B), B_crit = {fit['b_crit']:.0f}")
   if summary["b_simple"] is not None:
+    low, high, _ = _b_simple_spread(summary)
     ax.axvline(summary["b_simple"], color="C3", alpha=0.7,
-               label=f"B_simple = {summary['b_simple']:.0f} (measured)")
+               label=f"B_simple = {summary['b_simple']:.0f} (measured; per B {low:,.0f}-"
+                     f"{high:,.0f})")
   ax.set_xscale("log", base=2)
   ax.set_yscale("log")
   report.plain_log_ticks(ax)
