@@ -275,7 +275,7 @@ def summarize(workdir: str, w: Workload) -> dict:
         "step_time_s": statistics.median(r["step_time_s"] for r in runs.values()),
     })
   measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
-  noise = [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
+  noise = _b_simple_readings(rows)
   target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
             else "")
   return {"target": target,
@@ -329,10 +329,14 @@ def table(summary: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def _b_simple_readings(rows: list[dict]) -> list[float]:
+  """The per-B medians of B_simple at the target, of the rows that read one."""
+  return [r["b_simple_at_target"] for r in rows if r["b_simple_at_target"] is not None]
+
+
 def _b_simple_spread(summary: dict) -> tuple[float, float, int]:
   """(lowest, highest, how many) of the per-B medians of B_simple at the target."""
-  noise = [r["b_simple_at_target"] for r in summary["rows"]
-           if r["b_simple_at_target"] is not None]
+  noise = _b_simple_readings(summary["rows"])
   return min(noise), max(noise), len(noise)
 
 
