@@ -226,7 +226,8 @@ def _many_worker_tables() -> list[Table]:
   for workload, anchor in MANY_WORKER_TABLES.items():
     w = many_workers_table.WORKLOADS[workload]
     runs = many_workers_table.load(os.path.join(REPO, w.workdir))
-    [rows] = _tables(many_workers_table.table(runs, workload))
+    [rows] = _tables(many_workers_table.table(runs, workload,
+                                              many_workers_table.grid_sizes(workload)))
     tables.append(Table(f"many workers {workload}", anchor, 0,
                         f"python -m experiments.many_workers_table --workload={workload}", rows))
   return tables

@@ -3,9 +3,10 @@
   python -m experiments.many_workers_table [--workload=fashion|pydocs] [--workdir=...]
 
 Per N (rows) and curve (the random streams, `ensemble`, and the routed experts: PCA-routed
-on Fashion-MNIST, tf-idf-routed on the Python docs): the steps to the target of every
-reported seed (`missed (final metric)` for a seed that did not reach it; the seeds the
-report keeps, `report.reported`: not the seed the rates were chosen on, where others ran),
+on Fashion-MNIST, tf-idf-routed on the Python docs, each also with the small model): the
+steps to the target of every reported seed (`missed (final metric)` for a seed that did
+not reach it, `not in the grid` where the curve's grid has no such N; the seeds the report
+keeps, `report.reported`: not the seed the rates were chosen on, where others ran),
 then medians over the seeds that reached it of the modelled time to target on ib_xdr800
 (pool build included) and the XLA TFLOPs to target, and per curve one more median: the
 workers' own accuracy or perplexity (random streams) or the pool build's seconds (routed
@@ -24,9 +25,10 @@ from typing import Callable
 from absl import flags
 
 from ensemble_jax import report
-from experiments import cli
+from experiments import cli, sweeps
 
 RESULTS = os.path.join("experiments", "results")
+CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "")
 PRESET = "ib_xdr800"
 
 
@@ -60,6 +62,7 @@ def _pool_build_s(runs: list[dict]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Workload:
   workdir: str
+  config: str  # the config file whose sweep_grid("many_workers") the sweep ran
   target: str  # as the header says it
   final_digits: int  # a missed seed's final metric
   # curve -> (its name in the header, its extra column, how that column reads the seeds)
@@ -67,17 +70,33 @@ class Workload:
 
 
 WORKLOADS = {
-    "fashion": Workload(os.path.join(RESULTS, "many_workers"), "85%", 3, {
+    "fashion": Workload(os.path.join(RESULTS, "many_workers"), CONFIGS + "fashion_mnist.py",
+                        "85%", 3, {
         "ensemble": ("ensemble", "its workers' mean accuracy", _workers_accuracy),
-        "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s)}),
-    "pydocs": Workload(os.path.join(RESULTS, "many_workers_pydocs"), "perplexity 12", 2, {
+        "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s),
+        "ensemble_pca_routed_small": ("small-model PCA-routed", "pool build (s)",
+                                      _pool_build_s)}),
+    "pydocs": Workload(os.path.join(RESULTS, "many_workers_pydocs"), CONFIGS + "pydocs_gpt2.py",
+                       "perplexity 12", 2, {
         "ensemble": ("ensemble", "its workers' perplexity (exp of mean NLL)",
                      _workers_perplexity),
-        "ensemble_tfidf_routed": ("tf-idf-routed", "pool build (s)", _pool_build_s)}),
+        "ensemble_tfidf_routed": ("tf-idf-routed", "pool build (s)", _pool_build_s),
+        "ensemble_tfidf_routed_small": ("small-model tf-idf-routed", "pool build (s)",
+                                        _pool_build_s)}),
 }
 
 
-def table(runs: dict[tuple[int, str], list[dict]], workload: str = "fashion") -> str:
+def grid_sizes(workload: str) -> dict[str, set[int]]:
+  """{curve: the N its many-worker grid runs}, from the workload's config file."""
+  module = sweeps.load_config_module(WORKLOADS[workload].config)
+  return {curve: {int(re.match(r"N(\d+)_", point).group(1)) for point in points}
+          for curve, points in module.sweep_grid("many_workers").items()}
+
+
+def table(runs: dict[tuple[int, str], list[dict]], workload: str = "fashion",
+          sizes: dict[str, set[int]] | None = None) -> str:
+  """The table of `runs`; with `sizes` (`grid_sizes`), a point the grid lacks reads `not in
+  the grid`, one it has but no run yet `not run yet`."""
   w = WORKLOADS[workload]
   header = ["N"]
   for name, extra, _ in w.curves.values():
@@ -89,7 +108,8 @@ def table(runs: dict[tuple[int, str], list[dict]], workload: str = "fashion") ->
     for curve, (_, _, extra) in w.curves.items():
       rs = runs.get((n, curve))
       if not rs:
-        cells += ["not run yet", "-", "-", "-"]
+        planned = sizes is None or n in sizes.get(curve, ())
+        cells += ["not run yet" if planned else "not in the grid", "-", "-", "-"]
         continue
       steps = ", ".join(str(r["steps"]) if r["reached"]
                         else f"missed ({r['final']:.{w.final_digits}f})" for r in rs)
@@ -108,7 +128,8 @@ flags.DEFINE_string("workdir", "", "default: the workload's many-worker workdir"
 
 def main(argv: list[str]) -> int:
   cli.parse(FLAGS, argv, __doc__)
-  print(table(load(FLAGS.workdir or WORKLOADS[FLAGS.workload].workdir), FLAGS.workload), end="")
+  print(table(load(FLAGS.workdir or WORKLOADS[FLAGS.workload].workdir), FLAGS.workload,
+              grid_sizes(FLAGS.workload)), end="")
   return 0
 
 

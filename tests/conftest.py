@@ -149,7 +149,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
     "test_sweep.py": {
         "test_the_study_on_two_processes_matches_one": "subprocess",
         "test_program_fingerprint_ignores_source_locations_and_scalar_constants": "unit",
-        "test_the_many_worker_grid_uses_the_rates_the_committed_grid_tuned_at_n8": "unit",
+        "test_the_many_worker_grid_uses_what_the_committed_grid_tuned_at_n8": "unit",
         "test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache": "unit"},
     "test_workload_study.py": {
         "test_every_grid_point_and_variant_is_a_valid_config": "unit",

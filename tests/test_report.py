@@ -202,8 +202,15 @@ def test_many_workers_table_reads_the_docs_sweep_in_perplexity():
   assert lines[0].startswith("| N | ensemble: steps to perplexity 12 (per reported seed) | "
                              "its workers' perplexity (exp of mean NLL) |")
   assert lines[2] == ("| 8 | missed (14.01), 250, 260 | 16.00 | 11.5 | 2.00 "
-                      "| 200 | 4.0 | 10.0 | 2.00 |")
-  assert lines[3] == "| 16 | 240 | 16.00 | 10.0 | 2.00 | not run yet | - | - | - |"
+                      "| 200 | 4.0 | 10.0 | 2.00 | not run yet | - | - | - |")
+  assert lines[3] == ("| 16 | 240 | 16.00 | 10.0 | 2.00 | not run yet | - | - | - "
+                      "| not run yet | - | - | - |")
+  # A point the curve's grid does not have is not waiting for a run.
+  lines = many_workers_table.table(
+      runs, "pydocs", {"ensemble": {8, 16}, "ensemble_tfidf_routed": {8}}).splitlines()
+  assert lines[3] == ("| 16 | 240 | 16.00 | 10.0 | 2.00 | not in the grid | - | - | - "
+                      "| not in the grid | - | - | - |")
+  assert many_workers_table.grid_sizes("fashion")["ensemble_pca_routed"] >= {64, 128}
 
 
 def _plain_run(workdir, method, steps, budget, reached_step, seed=0):

@@ -1,4 +1,8 @@
 """The workload config files, and what their sweep grids share."""
+import json
+import os
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
 
 RATES = {"diloco": ("optim.learning_rate", "method.outer_learning_rate")}  # else the rate only
 
@@ -13,3 +17,15 @@ def tuned_schedule(point: tuple[str, dict]) -> tuple[str, dict]:
   rates = RATES.get("diloco" if "diloco" in variant.split(",") else "", ("optim.learning_rate",))
   return variant, {**overrides, "tune.fields": (*rates, "train.schedule_fraction"),
                    "tune.stop_losers": True}
+
+
+def tuned_choice(workload: str, curve: str, point: str) -> dict:
+  """What the full grid's tuning chose for `point` of `workload` (its committed
+  experiments/results/<workload>/<curve>/<point>/tuning.json's "chosen"): the grids that
+  train at the full grid's choices (many_workers, one_device, demo) read it."""
+  path = os.path.normpath(os.path.join(RESULTS, workload, curve, point, "tuning.json"))
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} not found: this grid trains at the full grid's "
+                            f"choices; run the full {workload} grid first (make sweep-...)")
+  with open(path) as f:
+    return json.load(f)["chosen"]

@@ -13,11 +13,9 @@ ResNet-18 width 8 at 64 examples per device or worker, target 85% on 2,000 test 
 evaluated every 25 steps (every 5% of the steps near the target), budgets by one rule
 (SWEEP_EXAMPLES), small enough for 3 seeds of every point on 2 CPU cores.
 """
-import json
-import os
-
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
+from experiments import configs
 from experiments.configs import tuned_schedule
 
 
@@ -119,26 +117,16 @@ SWEEP_EXAMPLES = 2 * TRAIN_EXAMPLES
 # make demo's points, the headline in under 10 minutes on 2 cores: the cheapest and the
 # fastest data-parallel point and the ensemble's middle point (DiLoCo, at ~3.5 minutes a
 # point, is left to the full grid), at what the full grid's tuning chose for them on seed 0
-# (`tuned_choice`). The demo trains them once, on seed 0: its runs repeat those tuning runs.
+# (`configs.tuned_choice`). The demo trains them once, on seed 0: its runs repeat those tuning runs.
 DEMO_POINTS = {"data_parallel": ("D1", "D8"), "ensemble": ("N4_L469",)}
-
-
-def tuned_choice(curve: str, point: str) -> dict:
-  """What the full grid's tuning chose for `point` (its committed tuning.json's "chosen")."""
-  path = os.path.join(os.path.dirname(__file__), "..", "results", "fashion_mnist", curve,
-                      point, "tuning.json")
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"{path} not found: the one_device grid trains at the full "
-                            "grid's choices; run the full grid (make sweep-fashion) first")
-  with open(path) as f:
-    return json.load(f)["chosen"]
 
 
 def _at_tuned_choice(curve: str, point: str, **extra) -> tuple[str, dict]:
   """The full grid's `point` at its tuning's choice, trained once (no tuning of its own)."""
   variant, overrides = sweep_grid("full")[curve][point]
   kept = {k: v for k, v in overrides.items() if not k.startswith("tune.")}
-  return variant, {**kept, **tuned_choice(curve, point), "tune.factors": (1.0,), **extra}
+  return variant, {**kept, **configs.tuned_choice("fashion_mnist", curve, point),
+                   "tune.factors": (1.0,), **extra}
 
 
 def budget_steps(examples_per_step: int, examples: int = SWEEP_EXAMPLES) -> int:
@@ -183,28 +171,33 @@ def sweep_grid(name: str = "full") -> dict:
     return {curve: {point: _at_tuned_choice(curve, point) for point in points}
             for curve, points in DEMO_POINTS.items()}
   if name == "many_workers":  # does averaging more short runs ever reach 85%?
-    # Every N trains L = 235 steps (the full grid's budget at N = 8) at the learning rate
-    # the full grid's tuning chose at N = 8 (experiments/results/fashion_mnist/<curve>/
-    # N8_L235/tuning.json): a worker trains alike whatever N, only the average changes,
-    # and the rule's three-plus rates at N = 64 would cost ~10 hours on 2 cores. So N = 8
-    # here is the full grid's N8_L235 point, measured again.
+    # Every N trains L = 235 steps (the full grid's budget at N = 8) at what the full grid's
+    # tuning chose at N = 8 (its learning rate and schedule length, `configs.tuned_choice`): a
+    # worker trains alike whatever N, only the average changes, and the rule's three-plus
+    # rates at N = 64 would cost ~10 hours on 2 cores. So N = 8 here is the full grid's
+    # N8_L235 point, measured again.
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
     # The routed experts' steps still fall from N = 32 to 64, so their curve goes on to 128.
     routed_sizes = sizes + (128,)
-    tuned_at_n8 = {"ensemble": 0.012, "ensemble_pca_routed": 0.003}
 
     def fixed(curve, n):
       # At N = 64 the eval batch is 250 images, not 1,000 (125 at N = 128): each device
       # evaluates its workers unrolled, and at 1,000 the process needs ~16 GB at N = 64. A
       # layout field: it changes no trained step and no accuracy.
-      return {"optim.learning_rate": tuned_at_n8[curve], "tune.factors": (1.0,),
+      return {**configs.tuned_choice("fashion_mnist", curve, "N8_L235"),
+              "tune.factors": (1.0,),
               **({"eval.batch_size": 250 * 64 // n} if n >= 64 else {})}
 
     return {"ensemble": {f"N{n}_L235": ensemble(n, 235, **fixed("ensemble", n))
                          for n in sizes},
             "ensemble_pca_routed": {f"N{n}_L235": ensemble(n, 235, **pca_routed,
                                                            **fixed("ensemble_pca_routed", n))
-                                    for n in routed_sizes}}
+                                    for n in routed_sizes},
+            # The method's small-model option (the full grid's best method point at N = 8).
+            "ensemble_pca_routed_small": {
+                f"N{n}_L235": ensemble(n, 235, **pca_routed, **{"model.width": 4},
+                                       **fixed("ensemble_pca_routed_small", n))
+                for n in sizes}}
   if name == "one_device":  # one real accelerator: every point on it, its times measured
     # What trains fastest to 85% on ONE device: one model at batch 64 or 256, four models
     # stacked (vmapped) at 64 each, eight small-model routed experts; each at what the full

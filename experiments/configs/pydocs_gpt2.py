@@ -16,6 +16,7 @@ evaluated every 25 steps (every 5% of the steps near the target), budgets by one
 """
 from ensemble_jax import config_lib
 from ensemble_jax.config_lib import base_config
+from experiments import configs
 from experiments.configs import tuned_schedule
 
 # Measured: the DP default reaches perplexity 6.29 on 512 validation windows at step 600
@@ -149,22 +150,26 @@ def sweep_grid(name: str = "full") -> dict:
             "ensemble": {"N4_L4": ("ensemble,tiny", tune)}}
   if name == "many_workers":  # does averaging more short runs ever reach ppl 12?
     # As Fashion-MNIST's many-worker grid: every N trains L = 300 steps (the full grid's
-    # budget at N = 8, which misses the target there: 14.0 random, 13.3 routed) at the rate
-    # the full grid's tuning chose at N = 8 (experiments/results/pydocs_gpt2/<curve>/
-    # N8_L300/tuning.json): a worker trains alike whatever N, only the average changes. So
-    # N = 8 here is the full grid's N8_L300 point, measured again.
-    tuned_at_n8 = {"ensemble": 0.003, "ensemble_tfidf_routed": 0.003}
+    # budget at N = 8, which misses the target there: 14.0 random, 13.3 routed) at what
+    # the full grid's tuning chose at N = 8 (its rate and schedule length,
+    # `configs.tuned_choice`): a worker trains alike whatever N, only the average changes.
+    # So N = 8 here is the full grid's N8_L300 point, measured again.
     l8 = budget_steps(16 * 8)
 
     def fixed(curve):
-      return {"optim.learning_rate": tuned_at_n8[curve], "tune.factors": (1.0,),
-              "method.steps_per_worker": l8}
+      return {**configs.tuned_choice("pydocs_gpt2", curve, f"N8_L{l8}"),
+              "tune.factors": (1.0,), "method.steps_per_worker": l8}
 
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
     return {"ensemble": {f"N{n}_L{l8}": ensemble(n, **fixed("ensemble")) for n in sizes},
             "ensemble_tfidf_routed": {f"N{n}_L{l8}": ensemble(n, **routed,
                                                              **fixed("ensemble_tfidf_routed"))
-                                      for n in sizes}}
+                                      for n in sizes},
+            # The method's small-model option (micro experts), as on the full grid.
+            "ensemble_tfidf_routed_small": {
+                f"N{n}_L{l8}": ensemble(n, **routed, **{"model.size": "micro"},
+                                        **fixed("ensemble_tfidf_routed_small"))
+                for n in sizes}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke or "
                      "many_workers")
