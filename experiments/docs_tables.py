@@ -122,13 +122,23 @@ def _header_name(cell: str) -> str:
 
 
 def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
-  """The generated columns the page keeps, in its order: every one where the headers are
-  equal (names may repeat, one group per curve), else by name; None for an unknown name."""
+  """The generated columns the page keeps, in its order, by name. A name that repeats (one
+  group of columns per curve) is read from the group the page puts it in: the first such
+  column after the generated column of the last name before it that does not repeat (the
+  group's own, e.g. "PCA-routed: steps to 85%"). None for a name not found so."""
   header = [_header_name(c) for c in _cells(mine[0])]
   full = [_header_name(c) for c in _cells(generated[0])]
-  if header == full:
-    return list(range(len(full)))
-  return None if any(h not in full for h in header) else [full.index(h) for h in header]
+  kept, group = [], -1
+  for h in header:
+    where = [j for j, g in enumerate(full) if g == h]
+    if len(where) == 1:
+      kept.append(group := where[0])
+      continue
+    after = [j for j in where if j > group and j not in kept]
+    if not after:
+      return None
+    kept.append(after[0])
+  return kept
 
 
 def _compare(table: Table, mine: list[str]) -> list[str]:

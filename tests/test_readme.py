@@ -70,6 +70,17 @@ def test_a_table_moved_to_another_page_is_not_found():
   assert errors and f"not found in {SAMPLER_PAGE}" in errors[0], errors
 
 
+def test_repeated_column_names_are_kept_occurrence_by_occurrence():
+  """One group of columns per curve repeats names: a page keeping some groups reads each
+  from its own group, not the first or last of that name."""
+  generated = ["| N | a: steps | time (s) | b: steps | time (s) | c: steps | time (s) |"]
+  assert docs_tables._kept(["| N | a: steps | time (s) | b: steps | time (s) |"],
+                           generated) == [0, 1, 2, 3, 4]
+  assert docs_tables._kept(["| N | c: steps | time (s) |"], generated) == [0, 5, 6]
+  assert docs_tables._kept(["| N | c: steps | time (s) | b: steps |"], generated) == [0, 5, 6, 3]
+  assert docs_tables._kept(["| N | c: steps | time (s) | time (s) |"], generated) is None
+
+
 def _edit(text: str, table: docs_tables.Table, edit) -> str:
   """The page with `edit(rows)` in place of `table`'s rows."""
   lines = text.split("\n")
