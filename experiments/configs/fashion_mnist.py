@@ -177,7 +177,8 @@ def sweep_grid(name: str = "full") -> dict:
     # rates at N = 64 would cost ~10 hours on 2 cores. So N = 8 here is the full grid's
     # N8_L235 point, measured again.
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
-    # The routed experts' steps still fall from N = 32 to 64, so their curve goes on to 128.
+    # The routed experts' steps still fall from N = 32 to 64 (both models), so their curves
+    # go on to 128.
     routed_sizes = sizes + (128,)
 
     def fixed(curve, n):
@@ -197,7 +198,7 @@ def sweep_grid(name: str = "full") -> dict:
             "ensemble_pca_routed_small": {
                 f"N{n}_L235": ensemble(n, 235, **pca_routed, **{"model.width": 4},
                                        **fixed("ensemble_pca_routed_small", n))
-                for n in sizes}}
+                for n in routed_sizes}}
   if name == "one_device":  # one real accelerator: every point on it, its times measured
     # What trains fastest to 85% on ONE device: one model at batch 64 or 256, four models
     # stacked (vmapped) at 64 each, eight small-model routed experts; each at what the full
