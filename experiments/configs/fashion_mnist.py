@@ -247,13 +247,18 @@ def critical_batch_grid(name: str = "full") -> dict:
             "min_steps": 4, "warmup_fraction": 0.05, "evals_per_budget": 2,
             "checkpoints_per_budget": 2,
             "overrides": {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0, **stop_losers}}
-  if name != "full":
-    raise ValueError(f"unknown critical-batch grid {name!r} of fashion_mnist.py; choose full "
-                     "or smoke")
-  return {"variant": "sweep", "per_device": 64, "batches": tuple(64 * 2**i for i in range(9)),
+  if name not in ("full", "small_model"):
+    raise ValueError(f"unknown critical-batch grid {name!r} of fashion_mnist.py; choose full, "
+                     "small_model or smoke")
+  # small_model: the cost-vs-time grid's dp_small_model (width 4) beyond its D = 8, the
+  # baseline the small-model routed experts of the many-worker grid meet there.
+  small = name == "small_model"
+  return {"variant": "sweep", "per_device": 64,
+          "batches": tuple(64 * 2**i for i in range(8 if small else 9)),
           "budget_examples": SWEEP_EXAMPLES, "min_steps": 200, "warmup_fraction": 0.05,
           "evals_per_budget": 100, "checkpoints_per_budget": 16,
           # The budget rule ties the schedule's length to B: it is tuned per B too, as
           # Shallue et al. (2018) do (tune.schedule_fractions of the budget).
           "overrides": {**stop_losers,
-                        "tune.fields": ("optim.learning_rate", "train.schedule_fraction")}}
+                        "tune.fields": ("optim.learning_rate", "train.schedule_fraction"),
+                        **({"model.width": 4} if small else {})}}

@@ -403,7 +403,7 @@ flags.DEFINE_string("workdir", "", "default experiments/results/critical_batch/<
 flags.DEFINE_string("seeds", "1,2,3", "comma-separated seeds reported (tune.seed, 0, chooses the "
                     "tuned values; its run stays in tune/)", flag_values=FLAGS)
 flags.DEFINE_string("grid", "full", "a grid the config's critical_batch_grid() knows: full | "
-                    "smoke", flag_values=FLAGS)
+                    "smoke (fashion_mnist.py also small_model)", flag_values=FLAGS)
 flags.DEFINE_string("batches", "", "comma-separated subset of global batches",
                     flag_values=FLAGS)
 flags.DEFINE_bool("report_only", False, "write summary.json, table.md and the figure from the "
