@@ -7,7 +7,8 @@ tables report, of the points that reached the target in every one): each point's
 and XLA FLOPs per device step, its pool build time, and the collectives its compiled
 programs hold (results.json `cost.modelled.collectives`, read from the optimized HLO: kind,
 operand bytes, replica-group size, executions per step / eval / outer step / run) with the
-evals and outer steps it took to the target. Beyond the grid's largest data-parallel D,
+evals and outer steps it took to the target. Beyond the grid's largest data-parallel D
+(and the small model's, `dp_small_model`, where its sweep exists: CRITICAL_BATCH_WORKLOADS),
 the critical-batch sweep's DP steps to target at each global batch B (`--critical_batch`,
 its summary.json: the median over seeds where every seed reached the target), run at the
 grid's per-device batch b: D = B / b devices (the steps to target at global batch B do not
@@ -70,7 +71,13 @@ from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
 # The cost-vs-time workload's name -> the critical-batch sweep's (experiments/sweeps/).
-CRITICAL_BATCH_WORKLOADS = {"fashion_mnist": "fashion", "pydocs_gpt2": "pydocs"}
+# Each workload's critical-batch sweeps (under experiments/results/critical_batch/), by the
+# single-model curve each extends beyond the grid's D: data-parallel's, and the small
+# model's where its sweep exists (a missing sweep is said in the sources: the curve is held
+# at its best measured point).
+CRITICAL_BATCH_WORKLOADS = {
+    "fashion_mnist": {"data_parallel": "fashion", "dp_small_model": "fashion_small_model"},
+    "pydocs_gpt2": {"data_parallel": "pydocs"}}
 # Output widths (classes, or the vocabulary of a language model): the eval program's
 # collectives (logits, per-class metric sums) grow with it, not with the parameters.
 OUTPUT_WIDTH = {"fashion_mnist": 10, "pydocs_gpt2": 256,  # Fashion's classes; bytes
@@ -157,10 +164,12 @@ def join(grid: list[Point], others: list[Point]) -> list[Point]:
   return grid + [p for p in others if (p.curve, p.name) not in have]
 
 
-def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
-  """The critical-batch sweep's DP points beyond the grid's largest data-parallel D (see the
-  module docstring for what each is charged)."""
-  template = max((p for p in grid if p.curve == "data_parallel"), key=lambda p: p.devices,
+def critical_batch_points(summary: dict, grid: list[Point],
+                          curve: str = "data_parallel") -> list[Point]:
+  """The critical-batch sweep's DP points beyond the largest D of the grid's `curve` (a
+  data-parallel curve: data_parallel, or dp_small_model from the small model's sweep; see
+  the module docstring for what each is charged)."""
+  template = max((p for p in grid if p.curve == curve), key=lambda p: p.devices,
                  default=None)
   if template is None:
     return []
@@ -182,7 +191,7 @@ def critical_batch_points(summary: dict, grid: list[Point]) -> list[Point]:
                   if c.per == "eval")
     steps = row["median_steps"]
     points.append(Point(
-        curve="data_parallel", name=f"B{row['batch']}", method="data_parallel", devices=d,
+        curve=curve, name=f"B{row['batch']}", method="data_parallel", devices=d,
         steps=steps, device_step_s=template.device_step_s * scale,
         flops_per_device_step=template.flops_per_device_step * scale,
         param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
@@ -403,9 +412,10 @@ flags.DEFINE_string("what_if", "", "resnet50 | gpt2_small", flag_values=FLAGS)
 flags.DEFINE_bool("charge_pools", False, "with --what_if: the pool builds charged as measured "
                   "on the small workload's host (the what-if leaves them out otherwise)",
                   flag_values=FLAGS)
-flags.DEFINE_string("critical_batch", None, "the critical-batch sweep's workdir (default: "
-                    "experiments/results/critical_batch/<fashion|pydocs>); skipped, and said, "
-                    "if it has no summary", flag_values=FLAGS)
+flags.DEFINE_string("critical_batch", None, "data-parallel's critical-batch sweep's workdir "
+                    "(default: experiments/results/critical_batch/<fashion|pydocs>; the small "
+                    "model's, fashion_small_model, extends dp_small_model); skipped, and "
+                    "said, if it has no summary", flag_values=FLAGS)
 flags.DEFINE_string("also", "", "comma-separated results directories of other cost-vs-time "
                     "sweeps on this workload whose points join their curves (e.g. "
                     "experiments/results/many_workers)", flag_values=FLAGS)
@@ -428,20 +438,23 @@ def main(argv: list[str]) -> int:
     joined = join(points, load_points(extra))
     sources.append(f"{extra}: {len(joined) - len(points)} more points")
     points = joined
-  critical_dir = FLAGS.critical_batch or os.path.join(
-      "experiments/results/critical_batch", CRITICAL_BATCH_WORKLOADS.get(FLAGS.workload, ""))
-  summary_path = os.path.join(critical_dir, "summary.json")
-  if os.path.exists(summary_path):
+  sweeps = {curve: os.path.join("experiments/results/critical_batch", name)
+            for curve, name in CRITICAL_BATCH_WORKLOADS.get(FLAGS.workload, {}).items()}
+  if FLAGS.critical_batch:
+    sweeps["data_parallel"] = FLAGS.critical_batch
+  for curve, critical_dir in sweeps.items():
+    summary_path = os.path.join(critical_dir, "summary.json")
+    if not os.path.exists(summary_path):
+      sources.append(f"no critical-batch summary at {summary_path}: {curve} beyond the "
+                     "grid's D is held at its best measured point")
+      continue
     with open(summary_path) as f:
-      extended = critical_batch_points(json.load(f), points)
+      extended = critical_batch_points(json.load(f), points, curve)
     points += extended
-    sources.append(f"{summary_path}: data-parallel at D = "
+    sources.append(f"{summary_path}: {curve} at D = "
                    f"{', '.join(str(p.devices) for p in extended)} beyond the grid"
-                   if extended else f"{summary_path}: no point beyond the grid's D (DP "
+                   if extended else f"{summary_path}: no point beyond the grid's D ({curve} "
                    "beyond it is held at its best measured point)")
-  else:
-    sources.append(f"no critical-batch summary at {summary_path}: DP beyond the grid's D "
-                   "is held at its best measured point")
   if FLAGS.charge_pools and not FLAGS.what_if:
     print("error: --charge_pools is for a --what_if (the measured projection charges them)")
     return 2

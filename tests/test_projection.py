@@ -98,6 +98,22 @@ def test_critical_batch_points_extend_dp_beyond_the_grid_at_its_per_device_batch
   assert b2048.flops() == pytest.approx(60 * 2048 / 64 * 1e9)  # as on 16 devices of 128
 
 
+def test_the_small_models_sweep_extends_its_own_curve():
+  """A second critical-batch sweep (the small model's) extends dp_small_model from its own
+  largest grid point, its step and parameters, not data-parallel's."""
+  small = _point("dp_small_model", "D2", "data_parallel", 2, 300, step_s=0.05, nbytes=1e6,
+                 batch_per_device=64)
+  summary = {"per_device": 64, "rows": [
+      {"batch": 128, "devices": 2, "median_steps": 300, "evals_to_target": 9,
+       "seeds_reached": 3},  # in its grid
+      {"batch": 512, "devices": 8, "median_steps": 90, "evals_to_target": 8,
+       "seeds_reached": 3}]}
+  [b512] = projection.critical_batch_points(summary, _points() + [small], "dp_small_model")
+  assert (b512.curve, b512.name, b512.devices, b512.steps) == ("dp_small_model", "B512", 8, 90)
+  assert (b512.device_step_s, b512.param_bytes) == (0.05, 1e6)
+  assert projection.critical_batch_points(summary, _points(), "dp_small_model") == []
+
+
 def test_compute_ratio_is_at_matched_time_not_fastest_against_fastest():
   """DiLoCo's point is cheap (400 GFLOP) and slow (10 s): fastest against fastest it would
   read data-parallel B4096's 16 TFLOP / 400 GFLOP = 40x "in compute" beside a 0.2x time
