@@ -26,18 +26,22 @@ from absl import flags
 
 from ensemble_jax import report
 from experiments import cli, sweeps
+from experiments.configs import WORKLOAD_CONFIGS
 
 RESULTS = os.path.join("experiments", "results")
-CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "")
 PRESET = "ib_xdr800"
+
+
+def _workers(point: str) -> int:
+  """N of a point named N<N>_L<L>."""
+  return int(re.match(r"N(\d+)_", point).group(1))
 
 
 def load(workdir: str) -> dict[tuple[int, str], list[dict]]:
   """{(N, curve): its reported seeds' runs by seed}, each as `report.load_runs` reads it."""
   runs = {}
   for run in sorted(report.load_runs(workdir), key=lambda r: r["seed"]):
-    n = int(re.match(r"N(\d+)_", run["point"]).group(1))
-    runs.setdefault((n, run["curve"]), []).append(run)
+    runs.setdefault((_workers(run["point"]), run["curve"]), []).append(run)
   return {key: report.reported(rs) for key, rs in runs.items()}
 
 
@@ -62,7 +66,6 @@ def _pool_build_s(runs: list[dict]) -> str:
 @dataclasses.dataclass(frozen=True)
 class Workload:
   workdir: str
-  config: str  # the config file whose sweep_grid("many_workers") the sweep ran
   target: str  # as the header says it
   final_digits: int  # a missed seed's final metric
   # curve -> (its name in the header, its extra column, how that column reads the seeds)
@@ -70,14 +73,12 @@ class Workload:
 
 
 WORKLOADS = {
-    "fashion": Workload(os.path.join(RESULTS, "many_workers"), CONFIGS + "fashion_mnist.py",
-                        "85%", 3, {
+    "fashion": Workload(os.path.join(RESULTS, "many_workers"), "85%", 3, {
         "ensemble": ("ensemble", "its workers' mean accuracy", _workers_accuracy),
         "ensemble_pca_routed": ("PCA-routed", "pool build (s)", _pool_build_s),
         "ensemble_pca_routed_small": ("small-model PCA-routed", "pool build (s)",
                                       _pool_build_s)}),
-    "pydocs": Workload(os.path.join(RESULTS, "many_workers_pydocs"), CONFIGS + "pydocs_gpt2.py",
-                       "perplexity 12", 2, {
+    "pydocs": Workload(os.path.join(RESULTS, "many_workers_pydocs"), "perplexity 12", 2, {
         "ensemble": ("ensemble", "its workers' perplexity (exp of mean NLL)",
                      _workers_perplexity),
         "ensemble_tfidf_routed": ("tf-idf-routed", "pool build (s)", _pool_build_s),
@@ -88,8 +89,8 @@ WORKLOADS = {
 
 def grid_sizes(workload: str) -> dict[str, set[int]]:
   """{curve: the N its many-worker grid runs}, from the workload's config file."""
-  module = sweeps.load_config_module(WORKLOADS[workload].config)
-  return {curve: {int(re.match(r"N(\d+)_", point).group(1)) for point in points}
+  module = sweeps.load_config_module(WORKLOAD_CONFIGS[workload])
+  return {curve: {_workers(point) for point in points}
           for curve, points in module.sweep_grid("many_workers").items()}
 
 

@@ -70,7 +70,6 @@ from ensemble_jax import costs, report
 from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
-# The cost-vs-time workload's name -> the critical-batch sweep's (experiments/sweeps/).
 # Each workload's critical-batch sweeps (under experiments/results/critical_batch/), by the
 # single-model curve each extends beyond the grid's D: data-parallel's, and the small
 # model's where its sweep exists (a missing sweep is said in the sources: the curve is held
@@ -438,11 +437,11 @@ def main(argv: list[str]) -> int:
     joined = join(points, load_points(extra))
     sources.append(f"{extra}: {len(joined) - len(points)} more points")
     points = joined
-  sweeps = {curve: os.path.join("experiments/results/critical_batch", name)
-            for curve, name in CRITICAL_BATCH_WORKLOADS.get(FLAGS.workload, {}).items()}
+  critical_dirs = {curve: os.path.join("experiments/results/critical_batch", name)
+                   for curve, name in CRITICAL_BATCH_WORKLOADS.get(FLAGS.workload, {}).items()}
   if FLAGS.critical_batch:
-    sweeps["data_parallel"] = FLAGS.critical_batch
-  for curve, critical_dir in sweeps.items():
+    critical_dirs["data_parallel"] = FLAGS.critical_batch
+  for curve, critical_dir in critical_dirs.items():
     summary_path = os.path.join(critical_dir, "summary.json")
     if not os.path.exists(summary_path):
       sources.append(f"no critical-batch summary at {summary_path}: {curve} beyond the "

@@ -70,7 +70,7 @@ def test_a_table_moved_to_another_page_is_not_found():
   assert errors and f"not found in {SAMPLER_PAGE}" in errors[0], errors
 
 
-def test_repeated_column_names_are_kept_occurrence_by_occurrence():
+def test_repeated_column_names_are_read_from_their_own_group():
   """One group of columns per curve repeats names: a page keeping some groups reads each
   from its own group, not the first or last of that name."""
   generated = ["| N | a: steps | time (s) | b: steps | time (s) | c: steps | time (s) |"]

@@ -2,7 +2,11 @@
 import json
 import os
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "..", "results")
+# The embedded workloads' config files by their short names (--workload=fashion|pydocs).
+WORKLOAD_CONFIGS = {"fashion": os.path.join(HERE, "fashion_mnist.py"),
+                    "pydocs": os.path.join(HERE, "pydocs_gpt2.py")}
 
 RATES = {"diloco": ("optim.learning_rate", "method.outer_learning_rate")}  # else the rate only
 

@@ -180,13 +180,14 @@ def sweep_grid(name: str = "full") -> dict:
     # The routed experts' steps still fall from N = 32 to 64 (both models), so their curves
     # go on to 128.
     routed_sizes = sizes + (128,)
+    chosen = {curve: configs.tuned_choice("fashion_mnist", curve, "N8_L235")
+              for curve in ("ensemble", "ensemble_pca_routed", "ensemble_pca_routed_small")}
 
     def fixed(curve, n):
       # At N = 64 the eval batch is 250 images, not 1,000 (125 at N = 128): each device
       # evaluates its workers unrolled, and at 1,000 the process needs ~16 GB at N = 64. A
       # layout field: it changes no trained step and no accuracy.
-      return {**configs.tuned_choice("fashion_mnist", curve, "N8_L235"),
-              "tune.factors": (1.0,),
+      return {**chosen[curve], "tune.factors": (1.0,),
               **({"eval.batch_size": 250 * 64 // n} if n >= 64 else {})}
 
     return {"ensemble": {f"N{n}_L235": ensemble(n, 235, **fixed("ensemble", n))

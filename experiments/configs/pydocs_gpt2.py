@@ -155,20 +155,19 @@ def sweep_grid(name: str = "full") -> dict:
     # `configs.tuned_choice`): a worker trains alike whatever N, only the average changes.
     # So N = 8 here is the full grid's N8_L300 point, measured again.
     l8 = budget_steps(16 * 8)
-
-    def fixed(curve):
-      return {**configs.tuned_choice("pydocs_gpt2", curve, f"N8_L{l8}"),
-              "tune.factors": (1.0,), "method.steps_per_worker": l8}
+    fixed = {curve: {**configs.tuned_choice("pydocs_gpt2", curve, f"N8_L{l8}"),
+                     "tune.factors": (1.0,), "method.steps_per_worker": l8}
+             for curve in ("ensemble", "ensemble_tfidf_routed", "ensemble_tfidf_routed_small")}
 
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled
-    return {"ensemble": {f"N{n}_L{l8}": ensemble(n, **fixed("ensemble")) for n in sizes},
+    return {"ensemble": {f"N{n}_L{l8}": ensemble(n, **fixed["ensemble"]) for n in sizes},
             "ensemble_tfidf_routed": {f"N{n}_L{l8}": ensemble(n, **routed,
-                                                             **fixed("ensemble_tfidf_routed"))
+                                                             **fixed["ensemble_tfidf_routed"])
                                       for n in sizes},
             # The method's small-model option (micro experts), as on the full grid.
             "ensemble_tfidf_routed_small": {
                 f"N{n}_L{l8}": ensemble(n, **routed, **{"model.size": "micro"},
-                                        **fixed("ensemble_tfidf_routed_small"))
+                                        **fixed["ensemble_tfidf_routed_small"])
                 for n in sizes}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke or "

@@ -34,12 +34,8 @@ from ensemble_jax import config_lib, report, validation
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
+from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import tuning
-
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-# --workload's short names for the embedded workloads' config files.
-WORKLOAD_CONFIGS = {"fashion": os.path.join(CONFIGS, "fashion_mnist.py"),
-                    "pydocs": os.path.join(CONFIGS, "pydocs_gpt2.py")}
 
 
 @dataclasses.dataclass(frozen=True)
