@@ -59,9 +59,10 @@ sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=1,2,3
 
-# Where the claim could hold (issue 16): many-worker ensembles, N = 2 .. 64 at the full grid's
-# L at N = 8 (random streams and routed experts: PCA on Fashion-MNIST, tf-idf on the Python
-# docs), then the modelled projection to 1024 devices from the measured grids.
+# Where the claim could hold: many-worker ensembles, N = 2 .. 64 (Fashion-MNIST's PCA-routed
+# experts to 128) at the full grid's L at N = 8 (random streams and routed experts of both
+# models: PCA on Fashion-MNIST, tf-idf on the Python docs), then the modelled projection to
+# 1024 devices from the measured grids.
 many-workers: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
 	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=1,2,3 \
@@ -93,12 +94,16 @@ sweep-samplers: install data
 	$(PY) -m experiments.sweeps.samplers --workload=fashion --seeds=0,1,2
 	$(PY) -m experiments.sweeps.samplers --workload=pydocs --seeds=0,1,2
 
-# Data-parallel's critical batch (issue 16): steps to target vs global batch (64 .. 16,384
-# Fashion-MNIST, 64 .. 8,192 docs), 3 seeds, B_simple alongside; resumable, written to
-# experiments/results/critical_batch/<workload>; the learning rate tuned per B by the
-# cost-vs-time sweep's rule (experiments/sweeps/tuning.py).
+# Data-parallel's critical batch: steps to target vs global batch (64 .. 16,384
+# Fashion-MNIST, 64 .. 8,192 docs and Fashion-MNIST's small model), 3 seeds, B_simple
+# alongside; resumable, written to experiments/results/critical_batch/<workload>; the
+# learning rate and the schedule's length tuned per B by the cost-vs-time sweep's rule
+# (experiments/sweeps/tuning.py).
 critical-batch: install data
 	$(PY) -m experiments.sweeps.critical_batch --workload=fashion --seeds=1,2,3
+	$(PY) -m experiments.sweeps.critical_batch --config=experiments/configs/fashion_mnist.py \
+	  --grid=small_model --workdir=experiments/results/critical_batch/fashion_small_model \
+	  --seeds=1,2,3
 	$(PY) -m experiments.sweeps.critical_batch --workload=pydocs --seeds=1,2,3
 
 lipt: install data
