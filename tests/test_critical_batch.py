@@ -110,3 +110,20 @@ def test_every_point_is_a_valid_run_and_a_valid_cluster(workload):
     data_parallel.check_batch_sizes(cluster, devices)
     microbatch = cluster.train.batch_size // (devices * cluster.train.microbatches)
     assert microbatch == w.per_device, (batch, microbatch)  # one simulated device's rows
+
+
+def test_table_marks_a_row_that_only_the_tuning_seed_stands_for():
+  # Before a B's other seeds run, its row is the tuning run, which won the choice: the
+  # table says so instead of passing it off as a reported seed.
+  def row(batch, steps, tuning_seed_only):
+    return {"batch": batch, "devices": batch // 64, "lr_factor": 1.0, "lr_at_edge": False,
+            "schedule_fraction": 0.5, "step_budget": 200, "peak_learning_rate": 0.01,
+            "steps_to_target": {"0" if tuning_seed_only else "1": steps},
+            "seeds": 1, "seeds_reached": 1, "median_steps": steps, "min_steps": steps,
+            "max_steps": steps, "b_simple_at_target": None,
+            "tuning_seed_only": tuning_seed_only}
+  summary = {"target": "accuracy 0.85", "per_device": 64, "fit": None, "b_simple": None,
+             "rows": [row(1024, 80, False), row(2048, 56, True)]}
+  lines = critical_batch.table(summary).splitlines()
+  assert "| 80 (1 seed) |" in next(l for l in lines if l.startswith("| 1024 "))
+  assert "| 56 (the tuning seed only) |" in next(l for l in lines if l.startswith("| 2048 "))

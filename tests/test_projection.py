@@ -107,7 +107,10 @@ def test_the_small_models_sweep_extends_its_own_curve():
       {"batch": 128, "devices": 2, "median_steps": 300, "evals_to_target": 9,
        "seeds_reached": 3},  # in its grid
       {"batch": 512, "devices": 8, "median_steps": 90, "evals_to_target": 8,
-       "seeds_reached": 3}]}
+       "seeds_reached": 3},
+      # no seed but the tuning seed has run: the run that won the choice is not reported
+      {"batch": 1024, "devices": 16, "median_steps": 50, "evals_to_target": 8,
+       "seeds_reached": 1, "tuning_seed_only": True}]}
   [b512] = projection.critical_batch_points(summary, _points() + [small], "dp_small_model")
   assert (b512.curve, b512.name, b512.devices, b512.steps) == ("dp_small_model", "B512", 8, 90)
   assert (b512.device_step_s, b512.param_bytes) == (0.05, 1e6)

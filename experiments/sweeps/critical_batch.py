@@ -260,6 +260,8 @@ def summarize(workdir: str, w: Workload) -> dict:
         "steps_to_target": {str(s): v for s, v in sorted(steps.items())},
         "tuning_seed_steps": every_seed.get(record["seed"]),
         "seeds": len(runs), "seeds_reached": len(reached),
+        # no other seed has run yet: the row is the tuning run, which won the choice
+        "tuning_seed_only": set(runs) == {record["seed"]},
         "median_steps": statistics.median(reached) if len(reached) == len(runs) else None,
         "min_steps": min(reached) if reached else None,
         "max_steps": max(reached) if reached else None,
@@ -295,16 +297,21 @@ def table(summary: dict) -> str:
   lines = [f"Target: {summary['target']}. DP at D = B / {summary['per_device']} devices, "
            "simulated as D microbatches. Schedule: the tuned fraction of the step budget "
            "the run and its learning-rate schedule span. Steps to target: median over the "
-           "seeds other than the tuning seed (min-max); '-' where a seed missed it.", "",
+           "seeds other than the tuning seed (min-max), the tuning run where no other seed has "
+           "run yet (so marked); '-' where a seed missed it.", "",
            "| B | D | lr x (tuned) | peak lr | schedule (steps) | steps to target "
            "| perfect scaling | B_simple at target |",
            "|---|---|---|---|---|---|---|---|"]
   base = next((r for r in summary["rows"] if r["median_steps"] is not None), None)
   for r in summary["rows"]:
-    if r["median_steps"] is not None:
-      steps = f"{r['median_steps']:g} ({r['min_steps']}-{r['max_steps']}, {r['seeds']} seeds)"
-    else:
+    seeds = ("the tuning seed only" if r.get("tuning_seed_only") else
+             f"{r['seeds']} seed{'s' if r['seeds'] != 1 else ''}")
+    if r["median_steps"] is None:
       steps = f"- ({r['seeds_reached']}/{r['seeds']} seeds reached)"
+    elif r["seeds"] == 1:
+      steps = f"{r['median_steps']:g} ({seeds})"
+    else:
+      steps = f"{r['median_steps']:g} ({r['min_steps']}-{r['max_steps']}, {seeds})"
     ideal = (f"{base['median_steps'] * base['batch'] / r['batch']:.1f}" if base else "-")
     noise = f"{r['b_simple_at_target']:.0f}" if r["b_simple_at_target"] is not None else "-"
     factor = f"{r['lr_factor']:g}" + (" (edge)" if r["lr_at_edge"] else "")
