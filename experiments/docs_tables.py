@@ -45,9 +45,12 @@ REPORT_TABLES = {
 # the schedule-length check (report.schedule_check) per cost-vs-time results directory
 SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?"),
                    "pydocs_gpt2": (COST_VS_TIME, "### The schedule's length on the Python docs")}
-# the critical-batch sweep's table per workload
-CRITICAL_BATCH_TABLES = {"fashion": (REGIME, "### Fashion-MNIST's critical batch"),
-                         "pydocs": (REGIME, "### The Python docs' critical batch")}
+# the critical-batch sweep's table per results directory: (--workload, --grid, anchor)
+CRITICAL_BATCH_TABLES = {
+    "fashion": ("fashion", "full", (REGIME, "### Fashion-MNIST's critical batch")),
+    "pydocs": ("pydocs", "full", (REGIME, "### The Python docs' critical batch")),
+    "fashion_small_model": ("fashion", "small_model",
+                            (REGIME, "### The small model's critical batch on Fashion-MNIST"))}
 # the many-worker sweeps' tables
 MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
                       "pydocs": (REGIME, "### Many workers on the Python docs")}
@@ -221,13 +224,17 @@ def _lipt_table() -> list[Table]:
 
 def _critical_batch_tables() -> list[Table]:
   tables = []
-  for workload, anchor in CRITICAL_BATCH_TABLES.items():
-    summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", workload),
-                                       critical_batch.WORKLOADS[workload])
+  for name, (workload, grid, anchor) in CRITICAL_BATCH_TABLES.items():
+    workdir = os.path.join("experiments", "results", "critical_batch", name)
+    summary = critical_batch.summarize(os.path.join(REPO, workdir),
+                                       critical_batch.load_workload(workload, grid))
     [rows] = _tables(critical_batch.table(summary))
-    tables.append(Table(f"critical batch {workload}", anchor, 0,
-                        "python -m experiments.sweeps.critical_batch "
-                        f"--workload={workload} --report_only", rows))
+    config = os.path.relpath(critical_batch.WORKLOAD_CONFIGS[workload], REPO)
+    selects = (f"--workload={workload}" if grid == "full" else
+               f"--config={config} --grid={grid} --workdir={workdir}")
+    tables.append(Table(f"critical batch {name}", anchor, 0,
+                        f"python -m experiments.sweeps.critical_batch {selects} --report_only",
+                        rows))
   return tables
 
 
