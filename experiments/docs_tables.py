@@ -22,6 +22,7 @@ from absl import flags
 
 from ensemble_jax import record, report
 from experiments import cli, lipt_pipeline, many_workers_table
+from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import critical_batch, samplers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -229,7 +230,7 @@ def _critical_batch_tables() -> list[Table]:
     summary = critical_batch.summarize(os.path.join(REPO, workdir),
                                        critical_batch.load_workload(workload, grid))
     [rows] = _tables(critical_batch.table(summary))
-    config = os.path.relpath(critical_batch.WORKLOAD_CONFIGS[workload], REPO)
+    config = os.path.relpath(WORKLOAD_CONFIGS[workload], REPO)
     selects = (f"--workload={workload}" if grid == "full" else
                f"--config={config} --grid={grid} --workdir={workdir}")
     tables.append(Table(f"critical batch {name}", anchor, 0,
