@@ -127,3 +127,13 @@ def test_table_marks_a_row_that_only_the_tuning_seed_stands_for():
   lines = critical_batch.table(summary).splitlines()
   assert "| 80 (1 seed) |" in next(l for l in lines if l.startswith("| 1024 "))
   assert "| 56 (the tuning seed only) |" in next(l for l in lines if l.startswith("| 2048 "))
+
+
+def test_the_knee_is_fitted_without_rows_the_tuning_seed_alone_stands_for():
+  # The tuning run won the choice (biased low): like the projection, the fit leaves it out.
+  def row(batch, steps, tuning_seed_only=False):
+    return {"batch": batch, "median_steps": steps, "tuning_seed_only": tuning_seed_only}
+  reported = [row(64, 340), row(128, 200), row(256, 130)]
+  assert critical_batch.fit_rows(reported + [row(512, 20, True)]) == \
+      critical_batch.fit_critical_batch([(64, 340), (128, 200), (256, 130)])
+  assert critical_batch.fit_rows([row(64, 340), row(128, 200, True)]) is None

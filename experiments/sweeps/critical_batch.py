@@ -209,6 +209,14 @@ def fit_critical_batch(points: list[tuple[int, float]]) -> dict | None:
   return {"s_min": s_min, "b_crit": slope / s_min}
 
 
+def fit_rows(rows: list[dict]) -> dict | None:
+  """The knee fitted to the rows with a median over reported seeds: a row the tuning run
+  alone stands for (it won the choice, so its steps are biased low) is left out, as the
+  projection leaves it out."""
+  return fit_critical_batch([(r["batch"], r["median_steps"]) for r in rows
+                             if r["median_steps"] is not None and not r["tuning_seed_only"]])
+
+
 def summarize(workdir: str, w: Workload) -> dict:
   """Per B of `w` finished under `workdir` (so a sweep over some B adds rows): the chosen
   learning rate, steps to target per seed, B_simple; the fitted knee.
@@ -272,7 +280,6 @@ def summarize(workdir: str, w: Workload) -> dict:
             if len(reached) == len(runs) else None),
         "step_time_s": statistics.median(r["step_time_s"] for r in runs.values()),
     })
-  measured = [(r["batch"], r["median_steps"]) for r in rows if r["median_steps"] is not None]
   noise = _b_simple_readings(rows)
   target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
             else "")
@@ -280,7 +287,7 @@ def summarize(workdir: str, w: Workload) -> dict:
           "tuning_rule": tuning.rule(True, any(stopped_losers) if stopped_losers else
                                      w.overrides.get("tune.stop_losers", False)),
           "per_device": w.per_device, "rows": rows,
-          "fit": fit_critical_batch(measured),
+          "fit": fit_rows(rows),
           "b_simple": statistics.median(noise) if noise else None,
           "note": ("steps to target: median over the seeds other than the tuning seed (all "
                    "seeds before others ran), only where every one reached it; "
@@ -321,8 +328,10 @@ def table(summary: dict) -> str:
                  f"{r['peak_learning_rate']:.3g} | {schedule} | {steps} | {ideal} | {noise} |")
   lines.append("")
   if fit:
+    alone = any(r.get("tuning_seed_only") for r in summary["rows"])
     lines.append(f"Fitted S(B) = S_min (1 + B_crit / B): S_min = {fit['s_min']:.1f} steps, "
-                 f"B_crit = {fit['b_crit']:.0f}.")
+                 f"B_crit = {fit['b_crit']:.0f}"
+                 + (" (without the rows the tuning seed alone stands for)." if alone else "."))
   if summary["b_simple"] is not None:
     low, high, read = _b_simple_spread(summary)
     lines.append(f"Gradient noise scale B_simple (measured at the target eval, McCandlish et "
