@@ -108,6 +108,12 @@ def reported(rs: list, seeds=lambda r: (r["seed"], r["tuning_seed"])) -> list:
   return others or rs
 
 
+def reported_batch(row: dict) -> bool:
+  """Whether a critical-batch summary row is reported (fitted, projected): it has a median
+  over reported seeds, not only the tuning run, which won the choice (biased low)."""
+  return row["median_steps"] is not None and not row.get("tuning_seed_only")
+
+
 def _in_order(key: tuple[str, str]) -> tuple:
   """(curve, point) with the point's numbers read as numbers: N2_L300 before N16_L300,
   D4_E0.5 before D4_E1."""

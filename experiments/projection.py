@@ -182,8 +182,7 @@ def critical_batch_points(summary: dict, grid: list[Point],
       d, scale = row["batch"] // per_device, 1.0
     else:
       d, scale = row["devices"], summary["per_device"] / per_device
-    # a row the tuning run alone stands for (no other seed has run yet) is not reported
-    if d <= template.devices or row["median_steps"] is None or row.get("tuning_seed_only"):
+    if d <= template.devices or not report.reported_batch(row):
       continue
     grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
                                    int(template.param_bytes), d, 1)

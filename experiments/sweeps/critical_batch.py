@@ -214,7 +214,7 @@ def fit_rows(rows: list[dict]) -> dict | None:
   alone stands for (it won the choice, so its steps are biased low) is left out, as the
   projection leaves it out."""
   return fit_critical_batch([(r["batch"], r["median_steps"]) for r in rows
-                             if r["median_steps"] is not None and not r["tuning_seed_only"]])
+                             if report.reported_batch(r)])
 
 
 def summarize(workdir: str, w: Workload) -> dict:
