@@ -7,6 +7,8 @@ them and nowhere else, so they fail here even when the file exists.
 import glob
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -101,3 +103,21 @@ def test_the_readme_reads_in_five_minutes():
   assert len(lines) <= README_MAX_LINES, len(lines)
   first_screen = "\n".join(lines[:50])
   assert "![" in first_screen, "the first screen shows a figure"
+
+
+def _collected(*args: str) -> int:
+  """How many tests pytest collects from tests/ (with `args`, those it selects)."""
+  out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                        "-p", "no:cacheprovider", *args, "tests"], cwd=REPO,
+                       capture_output=True, text=True, check=True).stdout
+  return int(re.search(r"^(\d+)(?:/\d+)? tests? collected", out, re.M).group(1))
+
+
+def test_the_readme_counts_the_tests_make_runs():
+  readme = open(os.path.join(REPO, "README.md")).read()
+  whole = re.search(r"whole test suite \((\d+) tests", readme)
+  fast = re.search(r"the unit tier only \((\d+) tests\)", readme)
+  assert whole and fast, "README's `make test` / `make test-fast` rows lost their counts"
+  assert int(whole.group(1)) == _collected(), "README: `make test`'s count is stale"
+  assert int(fast.group(1)) == _collected("-m", "unit and not slow"), (
+      "README: `make test-fast`'s count is stale")
