@@ -45,6 +45,15 @@ def subprocess_env(devices: int, **extra: str) -> dict:
   return {**os.environ, "XLA_FLAGS": " ".join(flags), **extra}
 
 
+def makefile_recipe(target: str) -> str:
+  """The recipe of the Makefile's `target`, as written: the lines after its rule up to the
+  next blank line, continuation lines joined."""
+  with open(os.path.join(REPO, "Makefile")) as f:
+    text = f.read().replace("\\\n", " ")
+  rule = text[text.index(f"\n{target}:") + 1:]
+  return rule[rule.index("\n") + 1:].split("\n\n", 1)[0]
+
+
 def untimed(tree):
   """A results tree without its host timings (keys ending in time_s or steps_per_s), which
   differ run to run: what two runs of one config must agree on."""

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, makefile_recipe
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # a path in a code span that climbs out of its page's folder, `../shared/DESIGN.md`
@@ -114,12 +114,12 @@ def _collected(*args: str) -> int:
 
 
 def test_the_readme_counts_the_tests_make_runs():
-  readme = open(os.path.join(REPO, "README.md")).read()
+  with open(os.path.join(REPO, "README.md")) as f:
+    readme = f.read()
   whole = re.search(r"whole test suite \((\d+) tests", readme)
   fast = re.search(r"the unit tier only \((\d+) tests\)", readme)
   assert whole and fast, "README's `make test` / `make test-fast` rows lost their counts"
   assert int(whole.group(1)) == _collected(), "README: `make test`'s count is stale"
   # the tier `make test-fast` selects, read from the Makefile's rule
-  makefile = open(os.path.join(REPO, "Makefile")).read()
-  tier = re.search(r"^test-fast:.*\n\t.*-m \"([^\"]+)\"", makefile, re.M).group(1)
+  tier = re.search(r'-m "([^"]+)"', makefile_recipe("test-fast")).group(1)
   assert int(fast.group(1)) == _collected("-m", tier), "README: `make test-fast`'s count is stale"

@@ -16,7 +16,7 @@ import pytest
 from experiments import docs_tables
 from experiments.docs_tables import SAMPLER_PAGE
 from experiments.sweeps import samplers
-from tests.conftest import REPO
+from tests.conftest import REPO, makefile_recipe
 
 OTHERS = [f for f in docs_tables.FAMILIES if f != "samplers"]  # families these tests skip
 
@@ -136,11 +136,8 @@ def test_write_puts_back_the_tables_and_nothing_else(tmp_path, capsys):
 def _projection_commands() -> list[list[str]]:
   """The argv of each `experiments.projection` command of the Makefile's `projection`
   target, as written (continuation lines joined)."""
-  with open(os.path.join(REPO, "Makefile")) as f:
-    text = f.read().replace("\\\n", " ")
-  target = text[text.index("\nprojection:"):]
-  recipe = target[target.index("\n") + 1:].split("\n\n", 1)[0]
-  return [line.split()[1:] for line in recipe.splitlines() if "-m experiments.projection" in line]
+  return [line.split()[1:] for line in makefile_recipe("projection").splitlines()
+          if "-m experiments.projection" in line]
 
 
 def test_make_projection_reproduces_the_committed_projection(tmp_path):
