@@ -5,6 +5,7 @@ Links outside the repository (say `../shared/DESIGN.md`) resolve on the machine 
 them and nowhere else, so they fail here even when the file exists.
 """
 import glob
+import json
 import os
 import re
 import subprocess
@@ -123,3 +124,43 @@ def test_the_readme_counts_the_tests_make_runs():
   # the tier `make test-fast` selects, read from the Makefile's rule
   tier = re.search(r'-m "([^"]+)"', makefile_recipe("test-fast")).group(1)
   assert int(fast.group(1)) == _collected("-m", tier), "README: `make test-fast`'s count is stale"
+
+
+# A row of the README's "Reproduce" table: its make target, its results folders, its time.
+REPRODUCE_ROW = re.compile(r"^\| `make ([\w-]+)` \| ([^|]+) \|[^|]+\| about (\d+(?:\.\d+)?) h\b",
+                           re.M)
+
+
+def recorded_hours(folders: list[str]) -> float:
+  """The run times the results.json files under `folders` record, pool builds included
+  (`distill.build_time_s`, outside a run's `wall_time_s`), summed, in hours; runs moved to
+  a `superseded/` folder are left out (a rerun does not train them)."""
+  total = 0.0
+  for folder in folders:
+    for path in glob.glob(os.path.join(REPO, folder, "**", "results.json"), recursive=True):
+      if f"{os.sep}superseded{os.sep}" not in path:
+        with open(path) as f:
+          results = json.load(f)
+        total += results["wall_time_s"] + (results.get("distill") or {}).get("build_time_s", 0)
+  return total / 3600
+
+
+def _folders(cell: str) -> list[str]:
+  """`experiments/results/a/`, `b/` -> both paths (the later ones beside the first)."""
+  first, *others = re.findall(r"`([^`]+/)`", cell)
+  return [first] + [os.path.join(os.path.dirname(first.rstrip("/")), o) for o in others]
+
+
+def test_the_readme_times_each_rerun_as_its_results_record():
+  """Each "about N h" of the README's Reproduce table is the time the committed results
+  under that row's folders record (to 10%, or half an hour), so a rerun that grows a sweep
+  cannot leave its documented time behind."""
+  with open(os.path.join(REPO, "README.md")) as f:
+    rows = REPRODUCE_ROW.findall(f.read())
+  assert {"sweep-fashion", "critical-batch", "many-workers"} <= {r[0] for r in rows}, rows
+  for target, cell, hours in rows:
+    folders = _folders(cell)
+    recorded = recorded_hours(folders)
+    assert recorded > 0, (target, folders)
+    assert abs(float(hours) - recorded) <= max(0.5, 0.1 * recorded), (
+        f"README: `make {target}` says about {hours} h; its results record {recorded:.1f} h")

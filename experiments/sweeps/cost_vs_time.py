@@ -11,7 +11,7 @@ writes, under --workdir: `calibration/` (one device-step timing per compiled pro
 `pools/`, `<curve>/<point>/tune/` with `tuning.json`, `<curve>/<point>/seed<k>/`, then
 table.md and cost_vs_time_<preset>.png (`ensemble_jax.report`). Resumable: a finished run
 is read back, a half-finished one resumes from its checkpoint. The full grids with 3 seeds
-trained ~8 h (Fashion-MNIST) and ~5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
+trained ~13 h (Fashion-MNIST) and ~8.5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
 
 On a cluster, either every process of one multi-controller job runs this command with
 --distributed (the same plan in the same order; process 0 writes the shared workdir, every
