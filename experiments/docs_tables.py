@@ -22,6 +22,7 @@ from absl import flags
 
 from ensemble_jax import record, report
 from experiments import cli, lipt_pipeline, many_workers_table
+from experiments.bench import throughput
 from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import critical_batch, samplers
 
@@ -57,6 +58,13 @@ MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
                       "pydocs": (REGIME, "### Many workers on the Python docs")}
 SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
 LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
+# step benchmarks on an accelerator: anchor -> the (code, --out file) pairs of one table
+_CROSS_ENTROPY = "bench/h200/cross_entropy/throughput_2_"
+THROUGHPUT_TABLES = {
+    ("docs/benchmarks.md", "### The loss's passes over the logits"): [
+        ("before", _CROSS_ENTROPY + "old.json"),
+        ("backward as one fusion", _CROSS_ENTROPY + "mid.json"),
+        ("and the argmax gives the shift", _CROSS_ENTROPY + "new.json")]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,11 +259,22 @@ def _many_worker_tables() -> list[Table]:
   return tables
 
 
+def _throughput_tables() -> list[Table]:
+  tables = []
+  for anchor, runs in THROUGHPUT_TABLES.items():
+    pairs = [(label, os.path.join(RESULTS, path)) for label, path in runs]
+    command = "python -m experiments.bench.throughput --table=" + ",".join(
+        f"'{label}'=experiments/results/{path}" for label, path in runs)
+    [rows] = _tables(throughput.table(pairs))
+    tables.append(Table(f"throughput {anchor[1]}", anchor, 0, command, rows))
+  return tables
+
+
 # Each family of tables (a name for --skip) and how it is regenerated.
 FAMILIES: dict[str, Callable[[], list[Table]]] = {
     "report": _report_tables, "schedule": _schedule_tables, "samplers": _sampler_tables,
     "lipt": _lipt_table, "critical_batch": _critical_batch_tables,
-    "many_workers": _many_worker_tables}
+    "many_workers": _many_worker_tables, "throughput": _throughput_tables}
 
 
 def regenerate(skip=()) -> tuple[list[Table], list[str]]:

@@ -258,3 +258,30 @@ def test_bf16_head_backward_runs_in_bf16_and_matches_float32():
   wte_32, wte_16 = grads_32['wte']['embedding'], grads_16['wte']['embedding']
   assert wte_16.dtype == jnp.float32
   np.testing.assert_allclose(wte_16, wte_32, atol=0.05 * float(jnp.abs(wte_32).max()))
+
+
+@pytest.mark.parametrize('shape', [(8, 10), (3, 5, 300)])  # [B, C] and [B, T, V]
+def test_loss_is_optaxs_and_its_gradient_one_expression(shape):
+  # The step's integer-label loss: optax's value bit for bit, the argmax as its prediction,
+  # optax's gradient up to float rounding; the gradient compiles without the gather's
+  # transpose (a scatter into [..., V]) that autodiff gives and XLA does not fuse.
+  import optax
+
+  from ensemble_jax.methods import step
+
+  logits = 4 * jax.random.normal(jax.random.key(0), shape)
+  labels = jax.random.randint(jax.random.key(1), shape[:-1], 0, shape[-1])
+  weights = jax.random.normal(jax.random.key(2), shape[:-1])
+  loss, predicted = step.loss_and_predictions(logits, labels)
+  reference = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  np.testing.assert_array_equal(loss, reference)
+  np.testing.assert_array_equal(predicted, jnp.argmax(logits, -1))
+  grad = jax.grad(lambda l: jnp.sum(weights * step.cross_entropy(l, labels)))
+  expected = jax.grad(lambda l: jnp.sum(
+      weights * optax.softmax_cross_entropy_with_integer_labels(l, labels)))(logits)
+  np.testing.assert_allclose(grad(logits), expected, rtol=1e-6, atol=1e-6)
+  assert 'scatter' not in jax.jit(grad).lower(logits).compile().as_text()
+  bad = logits.at[(0,) * len(shape)].set(jnp.nan).at[(1,) * len(shape)].set(jnp.inf)
+  np.testing.assert_array_equal(
+      step.cross_entropy(bad, labels),
+      optax.softmax_cross_entropy_with_integer_labels(bad, labels))

@@ -78,17 +78,64 @@ def create_train_state(model, tx: optax.GradientTransformation, rng: jax.Array,
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
                   ) -> jax.Array:
-  """Per-example (or per-token) loss with optional label smoothing; classes on the last axis.
+  """Per-example (or per-token) loss with optional label smoothing; classes on the last axis."""
+  return loss_and_predictions(logits, labels, label_smoothing)[0]
+
+
+def loss_and_predictions(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
+                         ) -> tuple[jax.Array, jax.Array]:
+  """(per-example or per-token loss, argmax prediction); classes on the last axis.
 
   Without smoothing the target's log-probability is gathered, not dotted with a one-hot
   [..., V] that a 50k vocabulary makes as large as the logits: the same value (the one-hot
-  sum adds exact zeros), one pass fewer over the logits forward and backward."""
+  sum adds exact zeros). The passes over the logits are the fewest the loss needs
+  (`_integer_label_cross_entropy`): the argmax, which the accuracy needs anyway, gives the
+  logsumexp's shift, and the gradient is one elementwise expression."""
   logits = logits.astype(jnp.float32)
   if not label_smoothing:
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return _integer_label_cross_entropy(logits, labels)
   num_classes = logits.shape[-1]
   targets_onehot = optax.smooth_labels(jax.nn.one_hot(labels, num_classes), label_smoothing)
-  return optax.softmax_cross_entropy(logits, targets_onehot)
+  return optax.softmax_cross_entropy(logits, targets_onehot), jnp.argmax(logits, -1)
+
+
+@jax.custom_vjp
+def _integer_label_cross_entropy(logits: jax.Array, labels: jax.Array
+                                 ) -> tuple[jax.Array, jax.Array]:
+  """(logsumexp(logits) - logits[label], argmax(logits)) in two passes over the logits,
+  with the gradient g (softmax(logits) - onehot(label)) as one elementwise expression.
+
+  Forward: the argmax pass also gives the maximum (the logit it points at, gathered), the
+  logsumexp's shift, so `jax.nn.logsumexp`'s own max pass is not needed; the loss is
+  bitwise its value. Backward: autodiff gives the same values as a softmax pass, a
+  scatter of -g into the label's entries (the gather's transpose) and an add, three passes
+  over [..., V], a 50k vocabulary's largest arrays of the step, that XLA does not fuse with
+  the cast to bf16 the tied LM head's backward applies next (`gpt2.tied_logits`). As one
+  expression the chain is one fusion: read the float32 logits once, write the gradient
+  once. The same gradient up to float rounding (softmax - onehot is rounded once before
+  the product by g instead of each term separately)."""
+  return _integer_label_cross_entropy_fwd(logits, labels)[0]
+
+
+def _integer_label_cross_entropy_fwd(logits, labels):
+  predicted = jnp.argmax(logits, axis=-1)
+  top = jnp.take_along_axis(logits, predicted[..., None], axis=-1)[..., 0]
+  shift = jnp.where(jnp.isfinite(top), top, 0.0)  # as jax.nn.logsumexp: inf and nan pass
+  lse = jnp.log(jnp.sum(jnp.exp(logits - shift[..., None]), axis=-1)) + shift
+  loss = lse - jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+  return (loss, predicted), (logits, lse, labels)
+
+
+def _integer_label_cross_entropy_bwd(residuals, cotangents):
+  logits, lse, labels = residuals
+  g = cotangents[0]  # the prediction's cotangent is float0: it has no gradient
+  classes = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+  onehot = (classes == labels[..., None]).astype(logits.dtype)
+  return g[..., None] * (jnp.exp(logits - lse[..., None]) - onehot), None
+
+
+_integer_label_cross_entropy.defvjp(_integer_label_cross_entropy_fwd,
+                                    _integer_label_cross_entropy_bwd)
 
 
 def _variables(state: TrainState, params) -> dict:
@@ -110,16 +157,17 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
     out = state.apply_fn(_variables(state, params), inputs, train=True, mutable=mutable,
                          rngs={"dropout": rng})
     logits, updates = out if mutable else (out, {})
-    loss = cross_entropy(logits, labels, cfg.label_smoothing)
+    loss, predicted = loss_and_predictions(logits, labels, cfg.label_smoothing)
     if "weight" in batch:  # a weighted coreset: sum_i w_i l_i / sum_i w_i
       per_example = loss.reshape(loss.shape[0], -1).mean(-1)
       loss = jnp.sum(batch["weight"] * per_example) / jnp.maximum(jnp.sum(batch["weight"]), 1e-12)
     else:
       loss = loss.mean()
-    return loss, (logits, updates.get("batch_stats"))
+    return loss, (predicted, updates.get("batch_stats"))
 
-  (loss, (logits, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-  accuracy = jnp.mean(jnp.argmax(logits, -1) == labels)
+  (loss, (predicted, batch_stats)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+      state.params)
+  accuracy = jnp.mean(predicted == labels)
   return _update(state, grads, batch_stats, loss, accuracy, cfg)
 
 
@@ -163,12 +211,12 @@ def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfi
     out = state.apply_fn(_variables(state, params), model_inputs(mb, cfg), train=True,
                          mutable=mutable, rngs={"dropout": rng})
     logits, updates = out if mutable else (out, {})
-    loss = cross_entropy(logits, labels, cfg.label_smoothing)
+    loss, predicted = loss_and_predictions(logits, labels, cfg.label_smoothing)
     if "weight" in mb:
       loss = jnp.sum(mb["weight"] * loss.reshape(loss.shape[0], -1).mean(-1))
     else:
       loss = loss.mean()
-    correct = jnp.sum(jnp.argmax(logits, -1) == labels, dtype=jnp.float32)
+    correct = jnp.sum(predicted == labels, dtype=jnp.float32)
     return loss_scale * loss, (correct, updates.get("batch_stats"))
 
   (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

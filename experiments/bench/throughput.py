@@ -19,6 +19,7 @@ Nothing is modelled: every time is measured.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import time
 
@@ -47,6 +48,11 @@ flags.DEFINE_float("peak_tflops", 0.0, "0: from the device kind", flag_values=FL
 flags.DEFINE_string("out", "", "write the rows as JSON here", flag_values=FLAGS)
 flags.DEFINE_string("trace_dir", "", "also trace 3 steps per model (Perfetto JSON) under this "
                     "folder", flag_values=FLAGS)
+flags.DEFINE_string("hlo_dir", "", "also write each compiled step's optimised HLO (the "
+                    "fusions a trace's kernel names refer to) under this folder",
+                    flag_values=FLAGS)
+flags.DEFINE_list("table", [], "print the rows of these --out files as one Markdown table, "
+                  "each given as LABEL=PATH (LABEL names the code measured)", flag_values=FLAGS)
 flags.DEFINE_string("top_kernels", "", "print where the device time goes in this "
                     "perfetto_trace.json.gz", flag_values=FLAGS)
 
@@ -113,10 +119,14 @@ def measure(name: str, args, attention: str = "einsum", gpt2_batch: int = 16) ->
   # What results.json records (costs.flops); on GPU it misses the GEMMs and convolutions
   # XLA hands to cuBLAS / cuDNN, hence the analytic count beside it (MFU uses that one).
   flops_xla = costs.flops(compiled)
+  label = name + (f"_{attention}_b{b}" if name.startswith("gpt2") else "")
+  if args.hlo_dir:
+    os.makedirs(args.hlo_dir, exist_ok=True)
+    with open(os.path.join(args.hlo_dir, f"{label}.hlo.txt"), "w") as f:
+      f.write(compiled.as_text())
   times, state, m = step_times(compiled, state, batch, rng, args.steps, warmup=2)
   step_s = statistics.median(times)
   if args.trace_dir:
-    label = name + (f"_{attention}_b{b}" if name.startswith("gpt2") else "")
     with jax.profiler.trace(f"{args.trace_dir}/{label}", create_perfetto_trace=True):
       for _ in range(3):
         state, m = compiled(state, batch, rng)
@@ -140,6 +150,23 @@ def measure(name: str, args, attention: str = "einsum", gpt2_batch: int = 16) ->
       "peak_memory_gib": mem.get("peak_bytes_in_use", 0) / 2**30 or None,
       "loss_finite": bool(jnp.isfinite(m["loss"])),
   }
+
+
+def table(runs: list[tuple[str, str]]) -> str:
+  """Markdown: one row per row of each (label, --out JSON file), as the docs give them."""
+  lines = ["| code | batch | step | throughput | MFU |", "| --- | --- | --- | --- | --- |"]
+  for label, path in runs:
+    with open(path) as f:
+      rows = json.load(f)
+    for r in rows:
+      if "tokens_per_s" in r:  # per step: batch x context tokens
+        context = round(r["tokens_per_s"] * r["step_s"] / r["batch"])
+        shape, rate = f"{r['batch']} x {context}", f"{r['tokens_per_s']:,.0f} tokens/s"
+      else:
+        shape, rate = f"{r['batch']} x 224²", f"{r['images_per_s']:,.0f} images/s"
+      mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a"
+      lines.append(f"| {label} | {shape} | {1e3 * r['step_s']:.1f} ms | {rate} | {mfu} |")
+  return "\n".join(lines) + "\n"
 
 
 def top_kernels(path: str, top: int = 25) -> None:
@@ -171,6 +198,9 @@ def main(argv: list[str]) -> int:
   cli.parse(FLAGS, argv, __doc__)
   if FLAGS.top_kernels:
     top_kernels(FLAGS.top_kernels)
+    return 0
+  if FLAGS.table:
+    print(table([tuple(entry.split("=", 1)) for entry in FLAGS.table]), end="")
     return 0
   rows = []
   gpt2 = [(a, int(b)) for a in FLAGS.attention.split(",") for b in FLAGS.gpt2_batch]
