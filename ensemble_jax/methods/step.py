@@ -129,8 +129,8 @@ def _integer_label_cross_entropy_fwd(logits, labels):
 def _integer_label_cross_entropy_bwd(residuals, cotangents):
   logits, lse, labels = residuals
   g = cotangents[0]  # the prediction's cotangent is float0: it has no gradient
-  classes = jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
-  onehot = (classes == labels[..., None]).astype(logits.dtype)
+  classes = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  onehot = (classes == labels[..., None].astype(jnp.int32)).astype(logits.dtype)
   return g[..., None] * (jnp.exp(logits - lse[..., None]) - onehot), None
 
 
