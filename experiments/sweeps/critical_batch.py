@@ -13,7 +13,7 @@ and critical_batch.png (steps to target vs B, McCandlish's S = S_min (1 + B_crit
 fitted, B_simple marked). Resumable: a finished run is read back, a half-finished one
 resumes from its checkpoint; `--report_only` writes the report from the finished runs and
 trains nothing. The committed grids trained ~10 h (Fashion-MNIST, B = 64 .. 16,384), ~4 h
-(its small model, to 8,192) and ~10 h (the Python docs, B = 64 .. 8,192) on 2 CPU cores,
+(its small model, to 8,192) and ~13.5 h (the Python docs, B = 64 .. 8,192) on 2 CPU cores,
 tuning included; `smoke`, seconds.
 
 The rules every point follows: docs/methodology.md.
