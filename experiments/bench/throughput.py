@@ -2,7 +2,9 @@
 
   python -m experiments.bench.throughput [--models=resnet50,gpt2_small] [--steps=20] \
       [--resnet_batch=256] [--gpt2_batch=16,32] [--attention=einsum,fused] [--dtype=bfloat16] \
-      [--out=results.json]
+      [--out=results.json] [--trace_dir=DIR] [--hlo_dir=DIR]
+  python -m experiments.bench.throughput --top_kernels=DIR/.../perfetto_trace.json.gz
+  python -m experiments.bench.throughput --table=LABEL=results.json,LABEL=other.json
 
 Each model is built from its workload config (`imagenet_resnet50.py`, `pile_gpt2.py`: its
 optimizer, compute dtype, 224x224 images / context 1024) and its data-parallel train step
