@@ -101,8 +101,13 @@ TIERS = {
     "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
     "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
+    "test_synthetic.py": "integration",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
+    "test_synthetic.py": {
+        "test_shares_are_disjoint_and_stratified": "unit",
+        "test_siamese_augmentation_is_one_transform_for_every_batch": "unit",
+        "test_sigkill_mid_distillation_resumes_to_the_same_set": "subprocess"},
     "test_communication.py": {
         "test_a_child_process_reads_the_same_collectives_as_this_one": "subprocess"},
     "test_config.py": {

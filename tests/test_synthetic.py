@@ -1,0 +1,124 @@
+"""Distribution matching: the objective falls, workers never talk, a kill resumes bit for bit."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ensemble_jax import hlo
+from ensemble_jax.distill import augment, synthetic
+from tests.conftest import REPO, subprocess_env
+
+TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=2, init="noise")
+
+
+def _data(num_workers: int, per_class: int = 12, seed: int = 0):
+  """Random 'images' with a class-dependent brightness, split into stratified shares."""
+  rng = np.random.default_rng(seed)
+  labels = np.repeat(np.arange(3), per_class * num_workers)
+  images = rng.integers(0, 128, (len(labels), 28, 28, 1)) + 40 * labels[:, None, None, None]
+  images = images.astype(np.uint8)
+  shares = synthetic.stratified_shares(labels, num_workers, 3, seed)
+  pools = [synthetic.class_pool(images[s], labels[s], 3) for s in shares]
+  return np.stack([p for p, _ in pools]), np.stack([c for _, c in pools])
+
+
+def test_shares_are_disjoint_and_stratified():
+  labels = np.repeat(np.arange(4), 10)
+  shares = synthetic.stratified_shares(labels, 3, 4, seed=1)
+  together = np.concatenate(shares)
+  assert sorted(together) == list(range(40))
+  for s in shares:
+    assert np.bincount(labels[s], minlength=4).min() >= 3
+
+
+def test_siamese_augmentation_is_one_transform_for_every_batch():
+  x = jax.random.normal(jax.random.key(0), (4, 28, 28, 1))
+  for i in range(6):  # each draw, whatever family it picks
+    a, b = augment.siamese(jax.random.key(i), augment.DSA(), x, x[::-1])
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b[::-1]), atol=1e-6)
+  identity = augment._warp(x[0], jnp.eye(2))
+  np.testing.assert_allclose(np.asarray(identity), np.asarray(x[0]), rtol=1e-5, atol=1e-5)
+  shifted = augment._crop(x[0], {"shift": jnp.array([2, -1])}, augment.DSA())
+  expected = np.zeros_like(np.asarray(x[0]))
+  expected[:-2, 1:] = np.asarray(x[0])[2:, :-1]
+  np.testing.assert_allclose(np.asarray(shifted), expected)
+  grad = jax.grad(lambda y: augment.per_example(jax.random.key(3), augment.DSA(), y).sum())(x)
+  assert np.isfinite(np.asarray(grad)).all()
+
+
+def test_matching_objective_falls():
+  pool, counts = _data(1)
+  cfg = synthetic.DistributionMatching(iterations=60, **TINY)
+  mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
+  out = synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=20)
+  first, last = out["loss"][0][1], out["loss"][-1][1]
+  assert last < 0.5 * first, out["loss"]
+  assert out["images"].shape == (1, 3, 2, 28, 28, 1)
+  assert out["flops_per_iteration"] > 0
+
+
+def test_stacked_distillation_has_no_cross_worker_collective():
+  pool, counts = _data(4)
+  cfg = synthetic.DistributionMatching(iterations=2, **TINY)
+  mesh = jax.make_mesh((4,), ("worker",), devices=jax.devices()[:4])
+  d = synthetic.Distiller(cfg, mesh, 3, pool.shape[3:])
+  put = lambda x: jax.device_put(x, d.per_worker)
+  seeds = put(np.arange(4, dtype=np.int32))
+  state = d.init(seeds, put(pool), put(counts))
+  text = d.chunk_fn(2).lower(state, jnp.int32(0), seeds, put(pool), put(counts)).compile()
+  colls = hlo.collectives(text.as_text())
+  device_to_group = {dev.id: i for i, dev in enumerate(mesh.devices.flat)}
+  assert not hlo.spanning(colls, device_to_group, 4), [c.line for c in colls]
+  # and the workers differ: own seeds, own shares
+  images = np.asarray(d.chunk_fn(2)(state, jnp.int32(0), seeds, put(pool), put(counts))[0]
+                      ["images"])
+  assert not np.allclose(images[0], images[1])
+
+
+_CHILD = """
+import sys, jax, numpy as np
+sys.path.insert(0, {repo!r})
+from tests.test_synthetic import _data, TINY
+from ensemble_jax.distill import synthetic
+pool, counts = _data(2)
+cfg = synthetic.DistributionMatching(iterations=20, **TINY)
+mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+out = synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10,
+                       checkpoint_dir=sys.argv[1], on_chunk=lambda *a: print("chunk", a[0],
+                       flush=True) and False)
+np.save(sys.argv[2], out["images"])
+"""
+
+
+def _child(tmp_path, ckpt, out):
+  script = tmp_path / "child.py"
+  script.write_text(_CHILD.format(repo=REPO))
+  return subprocess.Popen([sys.executable, str(script), str(ckpt), str(out)], cwd=REPO,
+                          env=subprocess_env(2), stdout=subprocess.PIPE, text=True)
+
+
+def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
+  killed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "killed.npy")
+  for line in killed.stdout:  # kill once a checkpoint has landed and another chunk ran
+    if line.strip() == "chunk 15":
+      killed.send_signal(signal.SIGKILL)
+      break
+  killed.wait(timeout=60)
+  assert killed.returncode == -signal.SIGKILL
+  steps = sorted(int(s) for s in os.listdir(tmp_path / "ckpt") if s.isdigit())
+  assert steps and max(steps) < 20, steps
+  resumed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "resumed.npy")
+  out, _ = resumed.communicate(timeout=300)
+  assert resumed.returncode == 0
+  assert out.split()[:2] == ["chunk", str(max(steps) + 5)], "the rerun did not resume"
+  pool, counts = _data(2)  # the same run uninterrupted, here
+  whole = synthetic.distil(synthetic.DistributionMatching(iterations=20, **TINY),
+                           jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2]),
+                           pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10)
+  np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
