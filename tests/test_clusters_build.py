@@ -11,6 +11,8 @@ from ensemble_jax.data import images, windows
 from ensemble_jax.distill import clusters, pools
 from tests.conftest import pca_routed_config
 
+pytestmark = pytest.mark.unit
+
 
 class _Counted:
   """A source read one example at a time (no `get_range`), counting its reads."""

@@ -11,6 +11,8 @@ from ensemble_jax.config_lib import ConfigError
 from tests import forked_cli
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
+
 
 def _set(config, dotted, value):
   """A copy of `config` with one field changed, type-safety off (as a hand-built dict)."""
@@ -162,6 +164,7 @@ OVERRIDES = [
 ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("override,message", OVERRIDES)
 def test_cli_exits_2_on_bad_override(cli, override, message):
   workdir, proc = cli[("override", override)]
@@ -225,6 +228,7 @@ def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
     validation.validate(config)
 
 
+@pytest.mark.subprocess
 def test_cli_reports_a_config_files_syntax_error_as_file_and_line(cli):
   bad, proc = cli["syntax error"]
   assert proc.returncode == 2
@@ -274,6 +278,7 @@ BAD_INPUTS = [  # (what, arguments ({root}: the fixture's files), what the one l
 ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("what,args,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inputs, cli,
                                                                          what, args, message):
@@ -285,6 +290,7 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
   assert not workdir.exists()
 
 
+@pytest.mark.subprocess
 def test_help_names_the_config_files_their_variants_and_the_schema(cli):
   _, result = cli["help"]
   assert result.returncode == 0

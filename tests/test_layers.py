@@ -8,7 +8,11 @@ on 3c6ac85, where train imported distill.pools (which imported train back, insid
 import ast
 import os
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 PACKAGE = "ensemble_jax"
 # Higher stands above: a module may import its own layer and the layers below it.

@@ -9,6 +9,8 @@ import pytest
 from ensemble_jax import aggregate, metrics, run
 from tests.conftest import assert_documented
 
+pytestmark = pytest.mark.integration
+
 
 def _config(arg):
   from experiments.configs import pydocs_gpt2
@@ -16,6 +18,7 @@ def _config(arg):
   return pydocs_gpt2.get_config(arg)
 
 
+@pytest.mark.e2e
 def test_data_parallel_lm_few_steps(tmp_path):
   config = _config("tiny")
   r = run.train_and_evaluate(config, str(tmp_path))
@@ -33,6 +36,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
   assert r["target"]["metric"] == "perplexity" and r["target"]["reached"]
 
 
+@pytest.mark.e2e
 def test_ensemble_lm_reports_both_aggregations(tmp_path):
   config = _config("ensemble,tiny")
   config.method.num_workers = 8

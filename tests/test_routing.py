@@ -5,10 +5,13 @@ import types
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from ensemble_jax import metrics
 from ensemble_jax.distill import clusters, pools
 from ensemble_jax.methods.ensemble import Ensemble
+
+pytestmark = pytest.mark.unit
 
 T = 32  # predictions per window: a window holds T + 1 tokens
 TOPIC = 40  # topic k's tokens are [40k, 40k + 40)
@@ -108,6 +111,7 @@ def _mixture(logits_NxBx, weights_NxBx):
   return np.log(np.sum(w_NxBx[..., None] * np.nan_to_num(p_NxBx), axis=0))
 
 
+@pytest.mark.integration
 def test_excluded_routed_experts_fall_back_to_the_healthy_workers():
   logits_NxBxC = np.random.default_rng(0).normal(size=(3, 4, 5)).astype(np.float32)
   logits_NxBxC[1] = np.nan  # worker 1 diverged
@@ -133,6 +137,7 @@ def test_excluded_routed_experts_fall_back_to_the_healthy_workers():
   assert np.isfinite(out["routed/nll"])
 
 
+@pytest.mark.integration
 def test_per_position_routing_falls_back_per_position():
   b, t, v = 2, 3, 6
   logits_NxBxTxV = np.random.default_rng(1).normal(size=(3, b, t, v)).astype(np.float32)
