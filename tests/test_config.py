@@ -175,15 +175,33 @@ def test_cli_exits_2_on_bad_override(cli, override, message):
 
 
 def test_choice_lists_are_the_registries():
-  """config_lib holds each choice list once; what implements the choices agrees with it."""
+  """No second list of names: config_lib holds none, validation reads the registries."""
   from ensemble_jax import aggregate, methods
   from ensemble_jax.data import samplers
+  from ensemble_jax.distill.registry import BUILDERS
 
-  assert tuple(methods.METHODS) == config_lib.METHODS
-  assert tuple(samplers.SAMPLERS) == config_lib.SAMPLERS
-  assert aggregate.MODES is config_lib.AGGREGATION_MODES
+  for gone in ("METHODS", "SAMPLERS", "DISTILL_METHODS", "AGGREGATION_MODES", "RESNETS",
+               "GPT2_SIZES"):
+    assert not hasattr(config_lib, gone), gone
+  assert not hasattr(__import__("ensemble_jax.methods.ensemble").methods.ensemble, "MIXTURES")
+  assert methods.METHODS.names() == ("data_parallel", "ensemble", "diloco")
+  assert samplers.SAMPLERS.names() == ("random", "disjoint")
+  assert set(aggregate.MODES) == {"logits", "probs", "routed", "soup"}
+  assert set(BUILDERS) == {"none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch"}
   assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
       "routed", "probs")
+
+
+@pytest.mark.parametrize("field,value,close", [
+    ("method.name", "ensembel", "ensemble"), ("method.sampler", "disjont", "disjoint"),
+    ("method.aggregation", "logits,prob", "probs"), ("distill.method", "kmean", "kmeans"),
+    ("model.name", "resnet19", "resnet18")])
+def test_a_name_not_registered_is_one_line_naming_the_closest(tiny_config, field, value,
+                                                               close):
+  with pytest.raises(ConfigError, match=rf"config.{field}=.*choose one of .*Did you mean "
+                                        rf"'{close}'\?") as e:
+    validation.validate(_set(tiny_config, field, value))
+  assert "\n" not in str(e.value)
 
 
 def test_a_remote_workdir_is_refused_before_any_work(tiny_config, tmp_path, monkeypatch):
@@ -197,12 +215,16 @@ def test_a_remote_workdir_is_refused_before_any_work(tiny_config, tmp_path, monk
 def test_model_choice_lists_agree_with_the_model_zoo():
   from ensemble_jax.models import gpt2, resnet
 
-  assert set(config_lib.RESNETS) == set(resnet.MODELS)
-  assert set(config_lib.GPT2_SIZES) == set(gpt2.SIZES)
+  from ensemble_jax import models
+
+  assert {n for n, m in models.MODELS.items() if m.task == "classification"} == set(
+      resnet.MODELS)
+  assert {n for n, m in models.MODELS.items() if m.task == "lm"} == {"gpt2"}
+  assert set(gpt2.SIZES) >= {"tiny", "small"}
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("model.name", "resnet19", "takes one of"),
+    ("model.name", "resnet19", "choose one of"),
     ("data.dataset", "mnist", "serves only 'fashion_mnist'"),
     ("eval.target_metric", "perplexity", "reports"),
 ])

@@ -205,7 +205,7 @@ def test_gpt2_through_the_loop_equals_the_unsplit_run(tmp_path):
 def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
   """4 workers, each over 2 `data` devices (its microbatches per device, gradients pmeaned
   once): the same workers as without microbatches."""
-  from ensemble_jax.methods import create_method
+  from ensemble_jax import methods
   from experiments.configs import pydocs_gpt2
 
   out = {}
@@ -217,9 +217,9 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
     model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
     # lr > 0 at step 0: the first step trains
     config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0
-    tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
-    engine = create_method(config, model, tx, make_mesh(config.mesh),
-                           jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
+    engine = methods.build(config, make_mesh(config.mesh), num_classes=VOCAB,
+                           init_input=jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32),
+                           num_steps=10, steps_per_epoch=10, model=model).method
     tokens = _gpt2_batch(4 * 8)["tokens"].reshape(4, 8, CONTEXT + 1)
     batch = jax.device_put({"tokens": tokens}, engine.train_layout.sharding)
     out[k] = engine.train_step(engine.init(jax.random.key(0)), batch, jax.random.key(1))

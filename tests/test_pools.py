@@ -164,7 +164,7 @@ def test_text_pools_are_tfidf_clusters_routed_at_eval(text_pool_run):
       "probs"]["num_tokens"]
   c = config.copy_and_resolve_references()
   c.distill.method, c.method.aggregation = "el2n", "probs"
-  with pytest.raises(config_lib.ConfigError, match="use 'kmeans' or 'none' for task 'lm'"):
+  with pytest.raises(config_lib.ConfigError, match="use 'none' or 'kmeans' for task 'lm'"):
     validation.validate(c)
 
 

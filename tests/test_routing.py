@@ -9,6 +9,7 @@ import pytest
 
 from ensemble_jax import metrics
 from ensemble_jax.distill import clusters, pools
+from ensemble_jax.distill.registry import BuildInputs
 from ensemble_jax.methods.ensemble import Ensemble
 
 pytestmark = pytest.mark.unit
@@ -39,12 +40,12 @@ def _route(eval_tokens_MxT1):
   """pools' c-BTM routing of the eval windows (3 topic clusters, top 2 of 3 experts)."""
   config = types.SimpleNamespace(
       seed=0, method=types.SimpleNamespace(aggregation="probs,routed"),
-      distill=types.SimpleNamespace(tfidf_dim=8, balanced=True, kmeans_balance="greedy",
-                                    route_temperature=0.1, route_top_k=2))
+      distill=types.SimpleNamespace(method="kmeans", tfidf_dim=8, balanced=True,
+                                    kmeans_balance="greedy", route_temperature=0.1,
+                                    route_top_k=2))
   data = types.SimpleNamespace(train=_Windows(_topic_windows(np.repeat(np.arange(3), 30), 0)),
                                eval=_Windows(eval_tokens_MxT1), num_classes=3 * TOPIC)
-  _, _, route, _ = pools._text_clusters(config, data, 3, start=0.0)
-  return route
+  return pools._text_clusters(BuildInputs(config, data, 3, "", start=0.0)).route
 
 
 def _mixed_eval_windows():
