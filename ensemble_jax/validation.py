@@ -88,13 +88,14 @@ def _validate_method(config) -> None:
         f"a comma-separated list of {', '.join(aggregate.MODES.names())} (e.g. "
         "'logits,probs').")
   entries = [aggregate.MODES[mode] for mode in modes]
+  mixtures = [name for name, mode in aggregate.MODES.items() if mode.mixture]
   _need(entries[0].mixture, "method.aggregation", config.method.aggregation,
         "the first mode is evaluated during training: put one that mixes the workers' "
-        f"predictions first ({', '.join(m for m in aggregate.MODES if aggregate.MODES[m].mixture)}).")
+        f"predictions first ({', '.join(mixtures)}).")
+  builder = BUILDERS[config.distill.method]
   for mode in entries:
     fix = mode.requires(config) if mode.requires else None
     _need(fix is None, "method.aggregation", config.method.aggregation, fix)
-    builder = BUILDERS[config.distill.method]
     _need(not mode.routed or builder.routes, "method.aggregation", config.method.aggregation,
           f"{mode.name!r} weights each worker by the pool's routing of each example: set "
           f"config.distill.method to one that routes ("
@@ -107,7 +108,7 @@ def _validate_model(config) -> None:
   _need(models.MODELS[config.model.name].task == config.task, "model.name",
         config.model.name, f"task {config.task!r} takes one of {served}.")
   _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
-        config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
+        config.model.size, f"choose a GPT-2 size of {tuple(GPT2_SIZES)}.")
   _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
         f"choose one of {ATTENTIONS}.")
   stages = config.model.stage_sizes

@@ -204,8 +204,9 @@ def _legacy_key_fields(config, builder) -> dict:
   distill = {k: d[k] for k in LEGACY_KEY_FIELDS}
   for name in builder.fields:
     group, _, field = name.partition(".")
-    if group == "distill" and field not in distill and d[field] != default[field]:
-      distill[field] = d[field]
+    if group == "distill" and field not in distill:
+      if d.get(field, default[field]) != default[field]:  # absent: an older config's
+        distill[field] = d[field]
   fields = {"distill": distill, "routed": _routed(config), "eval_split": config.eval.split,
             "model": config.model.to_dict(), "data": config.data.to_dict(),
             "optim": config.optim.to_dict(), "batch": config.train.batch_size,
