@@ -82,6 +82,9 @@ def map_local_workers(fn, strategy: str, *stacked):
 
 class Ensemble(Method):
   name = "ensemble"
+  # Whether config.method.aggregation names modes of aggregate.MODES. DiLoCo's one mode,
+  # `global`, is its outer model, which its own `_eval_sums` scores.
+  mixes_workers = True
 
   def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.mesh = config, mesh
@@ -127,7 +130,7 @@ class Ensemble(Method):
                                         in_specs=(P("worker"), P("data")),
                                         out_specs=P("worker", "data"), check_vma=False)
     self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
-    self.end_modes = eval_plan(config.task, self.modes)[1]
+    self.end_modes = eval_plan(config.task, self.modes)[1] if self.mixes_workers else ()
     self._final_fn = jax.jit(self._final_sums, out_shardings=rep)
 
   # ---- init ----
@@ -249,7 +252,7 @@ class Ensemble(Method):
                     eval_batches) -> dict:
     ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
                        if k.startswith(mode + "/")} for mode in self.modes
-                if aggregate.MODES[mode].mixture}
+                if not self.mixes_workers or aggregate.MODES[mode].mixture}
     if self.end_modes:  # in full, once: what the evaluations left out (`eval_plan`)
       weights = jnp.asarray(self.healthy, jnp.float32)
       sums = None
