@@ -39,7 +39,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 data: install
 	$(PY) -m ensemble_jax.data.fetch
 
-# The whole suite; test-fast is its unit tier (tests/conftest.py's table), for the edit-run loop.
+# The whole suite; test-fast is its unit tier (each test file's pytestmark), for the edit-run loop.
 test: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
 

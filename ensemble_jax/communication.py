@@ -132,7 +132,7 @@ def build(req: Request, devices) -> methods_lib.Method:
   return methods_lib.build(config, make_mesh(config.mesh, devices),
                            num_classes=req.num_classes,
                            init_input=jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)),
-                           num_steps=req.num_steps, steps_per_epoch=req.steps_per_epoch)
+                           num_steps=req.num_steps, steps_per_epoch=req.steps_per_epoch).method
 
 
 _READ: dict[str, list[costs.ProgramCollective]] = {}  # a sweep's seeds share their points'

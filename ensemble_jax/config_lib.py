@@ -10,13 +10,8 @@ import math
 
 import ml_collections
 
-# The choice lists, each written once: the modules that implement them import these (or a
-# test checks that their registries agree), and validate() checks configs against them.
-METHODS = ("data_parallel", "ensemble", "diloco")  # methods.METHODS implements each
-SAMPLERS = ("random", "disjoint")  # data.samplers.SAMPLERS
-DISTILL_METHODS = ("none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch")
-# aggregate.py: the reductions over workers; the first listed in a config is the headline.
-AGGREGATION_MODES = ("logits", "probs", "soup", "routed")  # an ensemble's
+# Field values checked by validation.py. The extension points' names (methods, samplers,
+# aggregation modes, pool builders, models) are their registries' (ensemble_jax/registry.py).
 DILOCO_MODES = ("global",)  # DiLoCo's one model
 LR_SCALINGS = ("linear", "sqrt", "none")  # optim.py: peak lr vs batch size
 OPTIMIZERS = ("sgd", "adamw")
@@ -25,8 +20,6 @@ TASKS = ("classification", "lm")
 TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
                  "perplexity": (1.0, math.inf)}
 LOWER_IS_BETTER = ("nll", "perplexity")
-RESNETS = ("resnet18", "resnet34", "resnet50")  # models/resnet.py MODELS builds each
-GPT2_SIZES = ("micro", "tiny", "mini", "small", "medium", "large", "xl")  # models/gpt2.py SIZES
 ATTENTIONS = ("einsum", "fused")  # models/gpt2.py GPT2.attention
 TARGET_METRICS = {"classification": ("accuracy", "nll"),  # what each task's eval reports
                   "lm": ("perplexity", "nll", "accuracy")}
@@ -75,7 +68,7 @@ def _method() -> ml_collections.ConfigDict:
   g.local_strategy = "auto"  # vmap | unroll | auto (unroll on CPU, vmap elsewhere)
   g.shared_init = False  # one init for all workers (needed for the weight soup)
   g.sampler = "random"  # random | disjoint (see ensemble_jax/data/samplers.py)
-  # Modes reported, the first the headline: the ensemble's AGGREGATION_MODES; DiLoCo
+  # Modes reported, the first the headline: aggregate.MODES (an ensemble's); DiLoCo
   # trains one model, so its only mode is 'global' (the outer params).
   g.aggregation = "logits,probs"
   g.soup_bn_batches = 4  # train batches to re-estimate BatchNorm stats of the soup

@@ -13,9 +13,11 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding, validation
+from ensemble_jax import aggregate, checkpoint, config_lib, distributed, logs, methods, models
 from ensemble_jax import run as run_lib
-from ensemble_jax.data import fetch
+from ensemble_jax import sharding, validation
+from ensemble_jax.data import fetch, samplers
+from ensemble_jax.distill.registry import BUILDERS
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "experiments", "configs")
@@ -40,8 +42,18 @@ def config_files_help(config_dir: str = CONFIG_DIR) -> str:
   return "\n".join(lines)
 
 
+def registered_choices_help() -> str:
+  """Each registry's config field and its registered names (docs/design.md, "Extension
+  points"): what `--config.<field>=` accepts."""
+  return "\n".join(f"  {r.field}: {', '.join(r.names())}" for r in (
+      methods.METHODS, aggregate.MODES, samplers.SAMPLERS, BUILDERS, models.MODELS))
+
+
 HELP_TAIL = """
 Config files (variants combine with commas: `fashion_mnist.py:smoke,ensemble`):
+{}
+
+Registered choices (method.aggregation takes a comma-separated list, the headline first):
 {}
 
 Every field, its default and what it means: ensemble_jax/config_lib.py:base_config(); the
@@ -111,7 +123,8 @@ def parse_flags(argv):
   and --help exits 0."""
   if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[1:]):
     # the listing reads the config files: only when asked for, not at every start
-    sys.modules["__main__"].__doc__ = __doc__ + HELP_TAIL.format(config_files_help())
+    sys.modules["__main__"].__doc__ = __doc__ + HELP_TAIL.format(config_files_help(),
+                                                                registered_choices_help())
     app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   _check_config_file(argv)
   try:

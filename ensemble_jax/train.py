@@ -88,14 +88,15 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
   validation.check_batch_fits(config, len(data.train))
   num_steps = config_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
-  model, tx = methods_lib.model_and_optimizer(config, data.num_classes, num_steps,
-                                              steps_per_epoch)
-  method = methods_lib.create_method(config, model, tx, mesh, data.init_input)
+  built = methods_lib.build(config, mesh, num_classes=data.num_classes,
+                            init_input=data.init_input, num_steps=num_steps,
+                            steps_per_epoch=steps_per_epoch)
+  method = built.method
   method.cluster_mesh(config.cost.devices)  # the cluster the cost report models must fit
   one_model = None
   if config.train.microbatches > 1:
     one_model = jax.eval_shape(functools.partial(
-        step_lib.create_train_state, model, tx, init_input=data.init_input,
+        step_lib.create_train_state, built.model, built.tx, init_input=data.init_input,
         sparse=config.model.sparsity > 0), jax.random.key(0))
   return Setup(mesh, data, method, num_steps, steps_per_epoch,
                config.eval.every_steps or steps_per_epoch,

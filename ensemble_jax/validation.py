@@ -10,12 +10,14 @@ import math
 
 import ml_collections
 
-from ensemble_jax import sharding
-from ensemble_jax.config_lib import (AGGREGATION_MODES, ATTENTIONS, AUGMENTS, DILOCO_MODES,
-                                     DISTILL_METHODS, GPT2_SIZES, LR_SCALINGS, METHODS,
-                                     OPTIMIZERS, RESNETS, SAMPLERS, TARGET_METRICS,
-                                     TARGET_RANGES, TASKS, ConfigError, aggregation_modes,
-                                     base_config, flat, get)
+from ensemble_jax import aggregate, models, sharding
+from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, DILOCO_MODES, LR_SCALINGS,
+                                     OPTIMIZERS, TARGET_METRICS, TARGET_RANGES, TASKS,
+                                     ConfigError, aggregation_modes, base_config, flat, get)
+from ensemble_jax.data.samplers import SAMPLERS
+from ensemble_jax.distill.registry import BUILDERS
+from ensemble_jax.methods import METHODS
+from ensemble_jax.models.gpt2 import SIZES as GPT2_SIZES
 
 
 def _need(ok: bool, field: str, value, fix: str):
@@ -67,8 +69,7 @@ def _validate_keys_and_types(config) -> None:
 
 
 def _validate_method(config) -> None:
-  _need(config.method.name in METHODS, "method.name", config.method.name,
-        f"choose one of {METHODS}.")
+  METHODS[config.method.name]  # noqa: B018  (a name not registered raises)
   _need(config.method.num_workers > 0, "method.num_workers", config.method.num_workers,
         "must be > 0.")
   _need(config.method.steps_per_worker >= 0, "method.steps_per_worker",
@@ -76,34 +77,38 @@ def _validate_method(config) -> None:
   _need(config.method.name != "diloco" or config.method.sync_every > 0, "method.sync_every",
         config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
         "method.name='ensemble').")
-  _need(config.method.sampler in SAMPLERS, "method.sampler", config.method.sampler,
-        f"choose one of {SAMPLERS}.")
+  SAMPLERS[config.method.sampler]  # noqa: B018
   modes = aggregation_modes(config)
   if config.method.name == "diloco":
     _need(modes == DILOCO_MODES, "method.aggregation", config.method.aggregation,
           "DiLoCo trains one model, the global (outer) params, and reports only it: set "
           "method.aggregation='global'.")
     return
-  _need(bool(modes) and all(m in AGGREGATION_MODES for m in modes),
-        "method.aggregation", config.method.aggregation,
-        f"a comma-separated list of {', '.join(AGGREGATION_MODES)} (e.g. 'logits,probs').")
-  _need(modes[0] != "soup", "method.aggregation", config.method.aggregation,
-        "the first mode is evaluated during training; put 'logits' or 'probs' first.")
-  _need("routed" not in modes or config.distill.method == "kmeans", "method.aggregation",
-        config.method.aggregation, "'routed' weights each worker by the example's distance "
-        "to its k-means cluster: set config.distill.method='kmeans' or drop 'routed'.")
-  _need("soup" not in modes or config.method.shared_init, "method.aggregation",
-        config.method.aggregation, "'soup' averages weights, which is only meaningful from "
-        "one shared init: set config.method.shared_init=True or drop 'soup'.")
+  _need(bool(modes), "method.aggregation", config.method.aggregation,
+        f"a comma-separated list of {', '.join(aggregate.MODES.names())} (e.g. "
+        "'logits,probs').")
+  entries = [aggregate.MODES[mode] for mode in modes]
+  mixtures = [name for name, mode in aggregate.MODES.items() if mode.mixture]
+  _need(entries[0].mixture, "method.aggregation", config.method.aggregation,
+        "the first mode is evaluated during training: put one that mixes the workers' "
+        f"predictions first ({', '.join(mixtures)}).")
+  builder = BUILDERS[config.distill.method]
+  for mode in entries:
+    fix = mode.requires(config) if mode.requires else None
+    _need(fix is None, "method.aggregation", config.method.aggregation, fix)
+    _need(not mode.routed or builder.routes, "method.aggregation", config.method.aggregation,
+          f"{mode.name!r} weights each worker by the pool's routing of each example: set "
+          f"config.distill.method to one that routes ("
+          f"{', '.join(b for b in BUILDERS if BUILDERS[b].routes)}) or drop {mode.name!r}.")
 
 
 def _validate_model(config) -> None:
   _need(config.task in TASKS, "task", config.task, f"choose one of {TASKS}.")
-  models = ("gpt2",) if config.task == "lm" else RESNETS
-  _need(config.model.name in models, "model.name", config.model.name,
-        f"task {config.task!r} takes one of {models}.")
+  served = tuple(name for name in models.MODELS if models.MODELS[name].task == config.task)
+  _need(models.MODELS[config.model.name].task == config.task, "model.name",
+        config.model.name, f"task {config.task!r} takes one of {served}.")
   _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
-        config.model.size, f"choose a GPT-2 size of {GPT2_SIZES}.")
+        config.model.size, f"choose a GPT-2 size of {tuple(GPT2_SIZES)}.")
   _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
         f"choose one of {ATTENTIONS}.")
   stages = config.model.stage_sizes
@@ -214,50 +219,53 @@ def _validate_microbatches(train) -> None:
         "is a moving-average decay, in [0, 1).")
 
 
+def _in(*choices):
+  return lambda v: v in choices, f"choose one of {choices}."
+
+
+# The checks of the distill fields a pool builder may read: validation checks those its
+# builder reads (`distill.registry.Builder.reads`), and no others.
+DISTILL_CHECKS = {
+    "fraction": (lambda v: 0.0 < v <= 1.0, "must lie in (0, 1]."),
+    "keep": _in("hardest", "easiest"),
+    "split": _in("shared", "disjoint", "bagging"),
+    "gradient": _in("bias", "last_layer"),
+    "gradmatch_lambda": (lambda v: v >= 0, "must be >= 0."),
+    "tfidf_dim": (lambda v: v >= 1, "must be >= 1."),
+    "embedding": _in("proxy", "pca"),
+    "pca_dim": (lambda v: v >= 1, "must be >= 1."),
+    "pca_covariance": _in("float64", "float32"),
+    "kmeans_balance": _in("greedy", "sinkhorn"),
+    "pca_image_size": (lambda v: v >= 0, "must be >= 0 (0: the model's input size)."),
+    "proxy_models": (lambda v: v > 0, "must be > 0."),
+    "proxy_steps": (lambda v: v > 0, "must be > 0."),
+    "proxy_width": (lambda v: v > 0, "must be > 0."),
+    "proxy": _in("standard", "lipt"),
+    "lipt_sparsity": (lambda v: 0.0 <= v < 1.0, "is a pruned fraction, in [0, 1)."),
+    "route_temperature": (lambda v: v > 0, "must be > 0."),
+    "route_top_k": (lambda v: v >= 1, "must be >= 1."),
+}
+
+
 def _validate_distill(config) -> None:
   d = config.distill
-  _need(d.method in DISTILL_METHODS, "distill.method", d.method,
-        f"choose one of {DISTILL_METHODS}.")
-  if d.method == "none":
+  builder = BUILDERS[d.method]
+  if builder.build is None:
     return
-  _need(config.method.name != "data_parallel" or d.method != "kmeans", "distill.method",
-        d.method, "k-means gives each worker its own cluster: use an ensemble or diloco.")
-  _need(config.task == "classification" or d.method == "kmeans", "distill.method", d.method,
-        "language-model pools are tf-idf clusters only: use 'kmeans' or 'none' for task "
-        "'lm'.")
-  _need(d.tfidf_dim >= 1, "distill.tfidf_dim", d.tfidf_dim, "must be >= 1.")
-  _need(d.embedding in ("proxy", "pca"), "distill.embedding", d.embedding,
-        "choose 'proxy' or 'pca'.")
-  _need(d.pca_dim >= 1, "distill.pca_dim", d.pca_dim, "must be >= 1.")
-  _need(d.pca_covariance in ("float64", "float32"), "distill.pca_covariance",
-        d.pca_covariance, "choose 'float64' or 'float32'.")
-  _need(d.kmeans_balance in ("greedy", "sinkhorn"), "distill.kmeans_balance",
-        d.kmeans_balance, "choose 'greedy' or 'sinkhorn'.")
-  _need(d.pca_image_size >= 0, "distill.pca_image_size", d.pca_image_size,
-        "must be >= 0 (0: the model's input size).")
-  routed = "routed" in aggregation_modes(config)
-  _need(not (config.eval.score_rest_at_end and routed and (
-      config.task == "lm" or d.embedding != "pca")), "eval.score_rest_at_end",
-        config.eval.score_rest_at_end, "with routed aggregation, only distill.embedding="
-        "'pca' image pools route the eval examples past eval.num_examples: turn it off.")
-  _need(0.0 < d.fraction <= 1.0, "distill.fraction", d.fraction, "must lie in (0, 1].")
-  _need(d.keep in ("hardest", "easiest"), "distill.keep", d.keep,
-        "choose 'hardest' or 'easiest'.")
-  _need(d.split in ("shared", "disjoint", "bagging"), "distill.split", d.split,
-        "choose 'shared', 'disjoint' or 'bagging'.")
-  _need(d.gradient in ("bias", "last_layer"), "distill.gradient", d.gradient,
-        "choose 'bias' or 'last_layer'.")
-  for field in ("proxy_models", "proxy_steps", "proxy_width"):
-    _need(d[field] > 0, f"distill.{field}", d[field], "must be > 0.")
-  _need(d.proxy in ("standard", "lipt"), "distill.proxy", d.proxy,
-        "choose 'standard' or 'lipt'.")
-  _need(0.0 <= d.lipt_sparsity < 1.0, "distill.lipt_sparsity", d.lipt_sparsity,
-        "is a pruned fraction, in [0, 1).")
-  _need(d.route_temperature > 0, "distill.route_temperature", d.route_temperature,
-        "must be > 0.")
-  _need(1 <= d.route_top_k, "distill.route_top_k", d.route_top_k, "must be >= 1.")
-  _need(d.gradmatch_lambda >= 0, "distill.gradmatch_lambda", d.gradmatch_lambda,
-        "must be >= 0.")
+  _need(builder.methods is None or config.method.name in builder.methods, "distill.method",
+        d.method, f"it gives each worker its own pool: use one of {builder.methods}, not "
+        f"{config.method.name!r}.")
+  serves = tuple(b for b in BUILDERS if BUILDERS[b].tasks is None
+                 or config.task in BUILDERS[b].tasks)
+  _need(builder.tasks is None or config.task in builder.tasks, "distill.method", d.method,
+        f"use {' or '.join(map(repr, serves))} for task {config.task!r}.")
+  for name in builder.reads(config):
+    group, _, field = name.partition(".")
+    if group == "distill" and field in DISTILL_CHECKS:
+      ok, fix = DISTILL_CHECKS[field]
+      _need(ok(d[field]), name, d[field], fix)
+  if builder.check is not None:
+    builder.check(config)
 
 
 def _validate_tune(config) -> None:

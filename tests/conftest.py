@@ -82,110 +82,34 @@ def assert_documented(results: dict) -> None:
 
 
 # Test tiers, the markers pytest.ini lists. `make test-fast` runs `unit and not slow`; `make
-# test` runs every tier. Each file has a tier; EXCEPTIONS names its tests that belong to another.
-# A unit test takes a few seconds at most; one that compiles whole sharded steps is integration.
-TIERS = {
-    "test_communication.py": "integration", "test_config.py": "unit", "test_costs.py": "unit",
-    "test_critical_batch.py": "unit", "test_data.py": "unit", "test_data_parallel.py": "integration",
-    "test_diloco.py": "integration", "test_distill.py": "unit", "test_divergence.py": "e2e",
-    "test_docs.py": "docs", "test_ensemble.py": "integration", "test_eval_cadence.py": "unit",
-    "test_fetch.py": "unit", "test_flops.py": "integration", "test_golden.py": "e2e",
-    "test_gpt2.py": "unit", "test_hlo.py": "unit", "test_layers.py": "unit", "test_lm.py": "integration",
-    "test_microbatches.py": "integration", "test_multihost.py": "subprocess",
-    "test_noise_scale.py": "integration", "test_notebooks.py": "docs", "test_optim.py": "unit",
-    "test_pools.py": "unit", "test_projection.py": "unit", "test_readme.py": "docs",
-    "test_readme_commands.py": "docs", "test_report.py": "unit", "test_resnet.py": "unit",
-    "test_resume.py": "e2e", "test_routing.py": "unit", "test_samplers_sweep.py": "e2e",
-    "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
-    "test_train.py": "e2e", "test_tuning.py": "unit",
-    "test_workload_study.py": "e2e",
-    "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
-    "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
-    "test_synthetic.py": "integration",
-}
-EXCEPTIONS = {  # file -> {test function: tier}
-    "test_synthetic.py": {
-        "test_shares_are_disjoint_and_stratified": "unit",
-        "test_siamese_augmentation_is_one_transform_for_every_batch": "unit",
-        "test_sigkill_mid_distillation_resumes_to_the_same_set": "subprocess"},
-    "test_communication.py": {
-        "test_a_child_process_reads_the_same_collectives_as_this_one": "subprocess"},
-    "test_config.py": {
-        "test_cli_exits_2_on_bad_override": "subprocess",
-        "test_cli_reports_a_config_files_syntax_error_as_file_and_line": "subprocess",
-        "test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir": "subprocess",
-        "test_help_names_the_config_files_their_variants_and_the_schema": "subprocess"},
-    "test_critical_batch.py": {"test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs": "e2e"},
-    "test_diloco.py": {"test_diloco_needs_a_sync_period": "unit"},
-    "test_ensemble.py": {"test_hlo_parser_reads_both_replica_group_formats": "unit",
-                         "test_logit_mean_matches_numpy_and_excludes_nan_workers": "unit",
-                         "test_soup_without_shared_init_is_refused": "unit",
-                         "test_n_not_a_multiple_of_the_worker_axis_is_refused": "unit",
-                         "test_ece_of_a_perfectly_calibrated_batch_is_zero": "unit"},
-    "test_gpt2.py": {"test_logits_match_hugging_face_reference": "integration",
-                     "test_remat_gives_same_loss_and_gradients": "integration",
-                     "test_fused_attention_matches_einsum_attention": "integration"},
-    "test_data.py": {"test_train_and_evaluate_on_tfds_mock": "e2e",
-                     "test_own_images_in_class_folders_train_end_to_end": "e2e"},
-    "test_eval_cadence.py": {
-        "test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds": "e2e"},
-    "test_fetch.py": {"test_real_fetch_fashion_mnist": "subprocess"},  # apt-get download
-    "test_lm.py": {"test_data_parallel_lm_few_steps": "e2e",
-                   "test_ensemble_lm_reports_both_aggregations": "e2e"},
-    "test_microbatches.py": {"test_microbatch_sizes_are_checked_before_compiling": "unit",
-                             "test_resnet_trains_with_microbatches_through_the_loop": "e2e",
-                             "test_gpt2_through_the_loop_equals_the_unsplit_run": "e2e"},
-    "test_notebooks.py": {"test_notebook_runs_in_smoke_mode": "subprocess"},
-    "test_pools.py": {  # building a pool trains its proxy
-        "test_pool_is_built_costed_cached_and_invalidated": "e2e",
-        "test_kmeans_pool_trains_routed_experts": "e2e",
-        "test_coreset_pools_are_weighted_and_split_disjointly": "e2e",
-        "test_pixel_pca_pools_are_routed_clusters_without_a_proxy": "e2e",
-        "test_text_pools_are_tfidf_clusters_routed_at_eval": "e2e",
-        "test_a_pool_built_before_training_is_read_by_runs_at_other_rates": "e2e",
-        "test_a_pool_built_again_by_newer_code_is_retimed_only_if_it_is_the_same": "e2e",
-        "test_snip_mask_is_data_driven_and_stays_fixed": "integration",
-        "test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics": "integration",
-        "test_weights_enter_the_loss": "integration",
-        "test_routed_combine_uses_per_example_weights": "integration"},
-    "test_noise_scale.py": {"test_moving_average_is_bias_corrected_and_restorable": "unit"},
-    "test_readme_commands.py": {
-        "test_readme_command_runs": "subprocess",
-        "test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on": "subprocess"},
-    "test_report.py": {"test_tables_and_pngs_from_json": "e2e"},  # every table and figure
-    "test_resnet.py": {"test_resnet18_small_stem_fashion_mnist_forward": "integration"},
-    "test_resume.py": {"test_kill_9_at_random_steps_then_resume_is_bit_identical": "subprocess",
-                       "test_a_stop_request_checkpoints_exits_then_resumes_identically":
-                           "subprocess"},
-    "test_routing.py": {
-        "test_per_position_routing_falls_back_per_position": "integration",
-        "test_excluded_routed_experts_fall_back_to_the_healthy_workers": "integration"},
-    "test_sweep.py": {
-        "test_the_study_on_two_processes_matches_one": "subprocess",
-        "test_program_fingerprint_ignores_source_locations_and_scalar_constants": "unit",
-        "test_the_many_worker_grid_uses_what_the_committed_grid_tuned_at_n8": "unit",
-        "test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache": "unit"},
-    "test_workload_study.py": {
-        "test_every_grid_point_and_variant_is_a_valid_config": "unit",
-        "test_plan_has_a_quiet_phase_one_line_per_point_and_the_report": "unit",
-        "test_make_without_its_data_exits_2_naming_what_it_needs": "subprocess"},
-    "test_train.py": {"test_metric_writer_does_not_import_torch": "subprocess"},
-}
+# test` runs every tier. Each file declares its tier (`pytestmark = pytest.mark.unit`); a
+# test marked with another tier itself belongs to that one alone. A unit test takes a few
+# seconds at most; one that compiles whole sharded steps is integration.
+TIERS = ("unit", "integration", "e2e", "subprocess", "docs")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
   for item in items:
-    file = item.path.name
-    if file not in TIERS:
-      raise pytest.UsageError(f"{file} has no tier: add it to TIERS in tests/conftest.py")
-    stale = [name for name in EXCEPTIONS.get(file, {}) if not hasattr(item.module, name)]
-    if stale:
-      raise pytest.UsageError(f"EXCEPTIONS in tests/conftest.py names tests {file} lacks: {stale}")
-    tier = EXCEPTIONS.get(file, {}).get(item.originalname, TIERS[file])
-    item.add_marker(getattr(pytest.mark, tier))
+    tiers = [mark.name for mark in item.iter_markers() if mark.name in TIERS]  # closest first
+    if not tiers:
+      raise pytest.UsageError(
+          f"{item.path.name} declares no tier: add `pytestmark = pytest.mark.unit` (or "
+          f"{', '.join(TIERS[1:])}: pytest.ini says which) below its imports")
+    if len(set(tiers)) > 1:  # the test's own tier replaces its file's
+      _only_tier(item, tiers[0])
   # Heaviest files first (a stable sort: each file's tests keep their order).
   items.sort(key=lambda item: HEAVIEST_FIRST.get(item.path.name, len(HEAVIEST_FIRST)))
+
+
+def _only_tier(item, tier: str) -> None:
+  """`item`'s markers without the tiers other than `tier` (what `-m` reads)."""
+  markers = item.iter_markers
+
+  def iter_markers(name=None):
+    return (mark for mark in markers(name) if mark.name not in TIERS or mark.name == tier)
+
+  item.iter_markers = iter_markers
 
 
 # `make test` hands whole files to its two workers (--dist loadfile), the next file to the

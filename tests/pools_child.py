@@ -63,8 +63,9 @@ def build(case: str) -> dict:
   data = data_lib.load(c)
   data.train = _Counted(data.train)
   with tempfile.TemporaryDirectory() as proxy_dir:
-    built_pools, weights, route, info = pools.build(c, data, WORKERS, proxy_dir)
-  assert weights is None
+    built = pools.build(c, data, WORKERS, proxy_dir)
+  built_pools, route, info = built.pools, built.route, built.info
+  assert built.weights is None
   untimed = {k: v for k, v in info.items() if not k.endswith("time_s")}
   return {"indices": np.concatenate(built_pools),
           "offsets": np.cumsum([0] + [len(p) for p in built_pools]), "route": route,

@@ -4,6 +4,8 @@ import pytest
 
 from ensemble_jax.distill import clusters
 
+pytestmark = pytest.mark.unit
+
 
 def _distances(rng, n, k, kind):
   if kind == "uniform":

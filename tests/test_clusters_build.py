@@ -11,6 +11,8 @@ from ensemble_jax.data import images, windows
 from ensemble_jax.distill import clusters, pools
 from tests.conftest import pca_routed_config
 
+pytestmark = pytest.mark.unit
+
 
 class _Counted:
   """A source read one example at a time (no `get_range`), counting its reads."""
@@ -123,9 +125,9 @@ def test_default_pca_pool_is_the_one_by_one_build(tmp_path, monkeypatch):
                             data.info)
   monkeypatch.setattr(clusters.PixelPCA, "__init__", _without_cache(clusters.PixelPCA.__init__))
   old = pools.build(config, slow_data, n, str(tmp_path / "b"))
-  assert len(new[0]) == len(old[0]) == n
-  assert all(np.array_equal(a, b) for a, b in zip(new[0], old[0]))
-  assert new[2].shape == old[2].shape == (300, n) and np.array_equal(new[2], old[2])
+  assert len(new.pools) == len(old.pools) == n
+  assert all(np.array_equal(a, b) for a, b in zip(new.pools, old.pools))
+  assert new.route.shape == old.route.shape == (300, n) and np.array_equal(new.route, old.route)
 
 
 def _without_cache(init):
@@ -151,14 +153,14 @@ def test_opt_in_pools_are_balanced_deterministic_and_as_tight(tmp_path, option, 
   opted = pca_routed_config(**option)
   first = pools.build(opted, data, n, str(tmp_path / "b"))
   again = pools.build(opted, data, n, str(tmp_path / "c"))
-  assert all(np.array_equal(a, b) for a, b in zip(first[0], again[0]))  # deterministic
-  assert np.array_equal(first[2], again[2])
-  sizes = [len(p) for p in first[0]]
+  assert all(np.array_equal(a, b) for a, b in zip(first.pools, again.pools))  # deterministic
+  assert np.array_equal(first.route, again.route)
+  sizes = [len(p) for p in first.pools]
   assert sum(sizes) == 3000 and max(sizes) - min(sizes) <= 1
-  assert label in first[3]["features"]
+  assert label in first.info["features"]
   # Scored in the default build's features: within 1% of the default's clusters.
   x = pools.pixel_embedding(config, data)[1].astype(np.float64)
-  assert _objective(x, first[0]) <= 1.01 * _objective(x, default[0])
+  assert _objective(x, first.pools) <= 1.01 * _objective(x, default.pools)
 
 
 def test_float32_covariance_finds_the_default_components():

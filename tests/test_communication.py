@@ -9,7 +9,10 @@ import pytest
 from ensemble_jax import communication, costs, train
 from ensemble_jax.data import samplers
 
+pytestmark = pytest.mark.integration
 
+
+@pytest.mark.subprocess
 def test_a_child_process_reads_the_same_collectives_as_this_one(tiny_config, tmp_path):
   tiny_config.cost.devices = 2  # trained on 8 devices, priced as a 2-device cluster
   s = train.set_up(tiny_config, str(tmp_path))

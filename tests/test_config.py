@@ -11,6 +11,8 @@ from ensemble_jax.config_lib import ConfigError
 from tests import forked_cli
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
+
 
 def _set(config, dotted, value):
   """A copy of `config` with one field changed, type-safety off (as a hand-built dict)."""
@@ -162,6 +164,7 @@ OVERRIDES = [
 ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("override,message", OVERRIDES)
 def test_cli_exits_2_on_bad_override(cli, override, message):
   workdir, proc = cli[("override", override)]
@@ -172,15 +175,33 @@ def test_cli_exits_2_on_bad_override(cli, override, message):
 
 
 def test_choice_lists_are_the_registries():
-  """config_lib holds each choice list once; what implements the choices agrees with it."""
+  """No second list of names: config_lib holds none, validation reads the registries."""
   from ensemble_jax import aggregate, methods
   from ensemble_jax.data import samplers
+  from ensemble_jax.distill.registry import BUILDERS
 
-  assert tuple(methods.METHODS) == config_lib.METHODS
-  assert tuple(samplers.SAMPLERS) == config_lib.SAMPLERS
-  assert aggregate.MODES is config_lib.AGGREGATION_MODES
+  for gone in ("METHODS", "SAMPLERS", "DISTILL_METHODS", "AGGREGATION_MODES", "RESNETS",
+               "GPT2_SIZES"):
+    assert not hasattr(config_lib, gone), gone
+  assert not hasattr(__import__("ensemble_jax.methods.ensemble").methods.ensemble, "MIXTURES")
+  assert methods.METHODS.names() == ("data_parallel", "ensemble", "diloco")
+  assert samplers.SAMPLERS.names() == ("random", "disjoint")
+  assert set(aggregate.MODES) == {"logits", "probs", "routed", "soup"}
+  assert set(BUILDERS) == {"none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch"}
   assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
       "routed", "probs")
+
+
+@pytest.mark.parametrize("field,value,close", [
+    ("method.name", "ensembel", "ensemble"), ("method.sampler", "disjont", "disjoint"),
+    ("method.aggregation", "logits,prob", "probs"), ("distill.method", "kmean", "kmeans"),
+    ("model.name", "resnet19", "resnet18")])
+def test_a_name_not_registered_is_one_line_naming_the_closest(tiny_config, field, value,
+                                                               close):
+  with pytest.raises(ConfigError, match=rf"config.{field}=.*choose one of .*Did you mean "
+                                        rf"'{close}'\?") as e:
+    validation.validate(_set(tiny_config, field, value))
+  assert "\n" not in str(e.value)
 
 
 def test_a_remote_workdir_is_refused_before_any_work(tiny_config, tmp_path, monkeypatch):
@@ -194,12 +215,16 @@ def test_a_remote_workdir_is_refused_before_any_work(tiny_config, tmp_path, monk
 def test_model_choice_lists_agree_with_the_model_zoo():
   from ensemble_jax.models import gpt2, resnet
 
-  assert set(config_lib.RESNETS) == set(resnet.MODELS)
-  assert set(config_lib.GPT2_SIZES) == set(gpt2.SIZES)
+  from ensemble_jax import models
+
+  assert {n for n, m in models.MODELS.items() if m.task == "classification"} == set(
+      resnet.MODELS)
+  assert {n for n, m in models.MODELS.items() if m.task == "lm"} == {"gpt2"}
+  assert set(gpt2.SIZES) >= {"tiny", "small"}
 
 
 @pytest.mark.parametrize("field, value, message", [
-    ("model.name", "resnet19", "takes one of"),
+    ("model.name", "resnet19", "choose one of"),
     ("data.dataset", "mnist", "serves only 'fashion_mnist'"),
     ("eval.target_metric", "perplexity", "reports"),
 ])
@@ -225,6 +250,7 @@ def test_bad_gpt2_choices_are_refused_by_validate(overrides, message):
     validation.validate(config)
 
 
+@pytest.mark.subprocess
 def test_cli_reports_a_config_files_syntax_error_as_file_and_line(cli):
   bad, proc = cli["syntax error"]
   assert proc.returncode == 2
@@ -274,6 +300,7 @@ BAD_INPUTS = [  # (what, arguments ({root}: the fixture's files), what the one l
 ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("what,args,message", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inputs, cli,
                                                                          what, args, message):
@@ -285,6 +312,7 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
   assert not workdir.exists()
 
 
+@pytest.mark.subprocess
 def test_help_names_the_config_files_their_variants_and_the_schema(cli):
   _, result = cli["help"]
   assert result.returncode == 0

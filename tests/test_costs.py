@@ -9,6 +9,8 @@ from ensemble_jax import costs
 from tests.conftest import REPO
 from tests.test_hlo import HLO
 
+pytestmark = pytest.mark.unit
+
 LINK = costs.Interconnect("test", bandwidth=1e9, latency=1e-5, models="a 1 GB/s test link")
 
 

@@ -8,7 +8,10 @@ import pytest
 from experiments.sweeps import critical_batch
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
 
+
+@pytest.mark.e2e
 def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   # B = 16: 2 simulated devices of 8 (2 microbatches, the noise scale); the shared tuning
   # rule (smoke: x1 and x2, no extension) on seed 0, the chosen rate on seed 1. B = 16's

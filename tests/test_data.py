@@ -12,6 +12,8 @@ from ensemble_jax import run
 from ensemble_jax.data import fetch, images, pipeline
 from ensemble_jax.data import samplers
 
+pytestmark = pytest.mark.unit
+
 
 def test_random_sampler_is_a_seeded_epoch_permutation():
   s = samplers.RandomSampler(100, num_consumers=2, seed=0)
@@ -36,7 +38,7 @@ def test_disjoint_sampler_partitions_the_data():
   assert sum(map(len, pools)) == 103 and set().union(*pools) == set(range(103))
   for i in range(4):
     assert set(s.batch_indices(i, 5, 64)) <= pools[i]
-  with pytest.raises(ValueError, match="unknown"):
+  with pytest.raises(ValueError, match="choose one of"):
     samplers.create_sampler("nope", 10, 1, 0)
 
 
@@ -184,6 +186,7 @@ def test_tfds_imagenet_inception_crop_under_mock_data():
       assert out.shape == (32, 32, 3) and out.dtype == np.uint8
 
 
+@pytest.mark.e2e
 def test_train_and_evaluate_on_tfds_mock(tiny_config, tmp_path):
   tiny_config.data.source = "tfds"
   tiny_config.train.num_steps = 2
@@ -205,6 +208,7 @@ def _image_folder(root, split, per_class, size=12, mode="RGB"):
       Image.fromarray(pixels).convert(mode).save(root / split / name / f"{j}.png")
 
 
+@pytest.mark.e2e
 def test_own_images_in_class_folders_train_end_to_end(tiny_config, tmp_path):
   """data.source='folder': a user's own dataset without TensorFlow, through the same
   pipeline, transforms and loop as every other image source."""

@@ -10,6 +10,8 @@ from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
 
+pytestmark = pytest.mark.integration
+
 
 def _method(config, fsdp: bool):
   config.method.fsdp = fsdp

@@ -11,6 +11,8 @@ from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
 from tests.test_report import _sweep
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_demo_ends_with_its_points_and_the_verdict_in_few_lines(tmp_path):
   _sweep(tmp_path)  # DP D1, D4; ensemble N4_L100 (both seeds reach), N8_L50 (one misses)

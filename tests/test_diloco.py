@@ -11,6 +11,8 @@ from ensemble_jax.methods.diloco import DiLoCo
 from ensemble_jax.models import gpt2
 from ensemble_jax.sharding import make_mesh
 
+pytestmark = pytest.mark.integration
+
 CONTEXT, VOCAB = 8, 256
 INIT_INPUT = jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32)
 
@@ -77,6 +79,7 @@ def test_inner_step_is_worker_local_and_the_sync_is_the_collective(engines):
   assert hlo.spanning(hlo.collectives(sync), groups, 4)
 
 
+@pytest.mark.unit
 def test_diloco_needs_a_sync_period():
   from ensemble_jax.config_lib import ConfigError
   from ensemble_jax.validation import validate

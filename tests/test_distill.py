@@ -7,6 +7,8 @@ import pytest
 from ensemble_jax.data import samplers
 from ensemble_jax.distill import clusters, coresets, scores
 
+pytestmark = pytest.mark.unit
+
 E, D, C = 400, 8, 4
 
 

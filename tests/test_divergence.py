@@ -8,9 +8,12 @@ import math
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from ensemble_jax import run
 from ensemble_jax.methods import step as step_lib
+
+pytestmark = pytest.mark.e2e
 
 BAD_WORKER = 5
 

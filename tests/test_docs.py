@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import REPO, makefile_recipe
 
+pytestmark = pytest.mark.docs
+
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 # a path in a code span that climbs out of its page's folder, `../shared/DESIGN.md`
 CODE_PATH = re.compile(r"`(\.\./[^`\s]+)`")

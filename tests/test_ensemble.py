@@ -15,6 +15,8 @@ from ensemble_jax.methods.ensemble import Ensemble
 from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
 
+pytestmark = pytest.mark.integration
+
 IMAGE_SHAPE = (12, 12, 1)
 INIT_INPUT = jax.ShapeDtypeStruct((1, *IMAGE_SHAPE), jnp.float32)
 
@@ -110,6 +112,7 @@ def test_programs_the_cost_report_reads_talk_across_workers_only_to_evaluate():
   assert hlo.spanning(evaluate, _worker_groups(engine.mesh), 8)
 
 
+@pytest.mark.unit
 def test_hlo_parser_reads_both_replica_group_formats():
   explicit = "%ar = f32[8]{0} all-reduce(f32[8]{0} %x), replica_groups={{0,1},{2,3}}, to_apply=%s"
   iota = "%ag = f32[8]{0} all-gather-start(f32[2]{0} %x), replica_groups=[2,4]<=[4,2]T(1,0)"
@@ -195,6 +198,7 @@ def test_shared_init_gives_identical_workers():
   assert all(np.array_equal(kernels[0], kernels[i]) for i in range(8))
 
 
+@pytest.mark.unit
 def test_logit_mean_matches_numpy_and_excludes_nan_workers():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(4, 5, 3)).astype(np.float32)
@@ -230,6 +234,7 @@ def test_nan_worker_is_excluded_and_reported():
   engine.excluded.clear()
 
 
+@pytest.mark.unit
 def test_soup_without_shared_init_is_refused():
   config = _config(8, [("worker", 8), ("data", 1)])
   config.method.aggregation = "logits,soup"
@@ -237,6 +242,7 @@ def test_soup_without_shared_init_is_refused():
     validate(config)
 
 
+@pytest.mark.unit
 def test_n_not_a_multiple_of_the_worker_axis_is_refused():
   config = _config(12, [("worker", 8), ("data", 1)])
   tx = optim.create_optimizer(config.optim, 4, 10, 10)
@@ -245,6 +251,7 @@ def test_n_not_a_multiple_of_the_worker_axis_is_refused():
     Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), INIT_INPUT)
 
 
+@pytest.mark.unit
 def test_ece_of_a_perfectly_calibrated_batch_is_zero():
   logits = jnp.log(jnp.asarray([[0.5, 0.5], [0.5, 0.5]]))
   sums = metrics.prediction_sums(logits, jnp.asarray([0, 1]), jnp.ones(2))

@@ -6,6 +6,8 @@ import pytest
 
 from ensemble_jax import config_lib, eval_schedule
 
+pytestmark = pytest.mark.unit
+
 
 def _eval_config(resolution=0.05, margin=0.05, lookahead=2.0):
   c = config_lib.base_config().eval
@@ -61,6 +63,7 @@ def test_the_first_eval_past_the_target_is_within_5_percent_of_the_crossing(scal
   assert (step - previous) <= 0.05 * step
 
 
+@pytest.mark.e2e
 def test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds(tmp_path):
   """Evaluated only at step 4, a run meets its target there 4 steps after the previous eval
   (the start): coarser than 5%. The loop replays steps 1..4 from its copy of the start with

@@ -9,6 +9,8 @@ import pytest
 
 from ensemble_jax.data import fetch as F
 
+pytestmark = pytest.mark.unit
+
 FASHION_FILES = F.DATASETS["fashion_mnist"]["files"]
 
 
@@ -104,6 +106,7 @@ def test_apt_failure_reports_stderr(tmp_path, monkeypatch):
     assert list(data.iterdir()) == []
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(
     shutil.which("apt-get") is None or shutil.which("dpkg") is None,
     reason="apt-get/dpkg not available (not a Debian-like system); real fetch not possible",

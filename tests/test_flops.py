@@ -11,6 +11,8 @@ from ensemble_jax import costs
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import gpt2, resnet
 
+pytestmark = pytest.mark.integration
+
 
 def _step_flops(model, batch, cfg, init_input):
   state = step_lib.create_train_state(model, optax.sgd(0.1), jax.random.key(0), init_input)

@@ -28,6 +28,8 @@ import pytest
 
 from ensemble_jax import train
 
+pytestmark = pytest.mark.e2e
+
 VARIANTS = {"data_parallel": "tiny", "ensemble": "ensemble,tiny", "diloco": "diloco,tiny"}
 
 REL = float(os.environ.get("GOLDEN_REL", "1e-6"))

@@ -11,6 +11,8 @@ import pytest
 
 from ensemble_jax.models import gpt2
 
+pytestmark = pytest.mark.unit
+
 # Small config shared by the compute tests: cheap to compile on a CPU.
 VOCAB, CONTEXT, LAYERS, HEADS, DIM = 97, 16, 2, 2, 32
 
@@ -78,6 +80,7 @@ def _to_torch_state_dict(params, num_layers):
   return sd
 
 
+@pytest.mark.integration
 def test_logits_match_hugging_face_reference():
   torch = pytest.importorskip(
       'torch', reason='torch (the HF reference backend) is not installed')
@@ -123,6 +126,7 @@ def test_logits_match_hugging_face_reference():
   assert max_abs_diff <= 1e-4
 
 
+@pytest.mark.integration
 def test_remat_gives_same_loss_and_gradients():
   # Dropout on and train=True: remat must also replay the same dropout masks.
   tokens_BxT = _random_tokens(3)
@@ -186,6 +190,7 @@ def test_bf16_compute_keeps_float32_params_and_logits():
   assert logits.shape == (2, CONTEXT, VOCAB) and logits.dtype == jnp.float32
 
 
+@pytest.mark.integration
 def test_fused_attention_matches_einsum_attention():
   # Same parameters, same loss and gradients: the fused kernel (XLA's on CPU, cuDNN's on
   # GPU) is a drop-in for the materialised scores.

@@ -4,6 +4,8 @@ import pytest
 
 from ensemble_jax import hlo
 
+pytestmark = pytest.mark.unit
+
 # A module as XLA prints it after optimization: a combined (tuple) all-reduce whose
 # operands' types are on their defining instructions, bf16, an all-gather of a shard, and a
 # BatchNorm-style all-reduce inside a while body that runs 3 times.

@@ -4,8 +4,11 @@ import json
 
 import numpy as np
 from PIL import Image
+import pytest
 
 from experiments.bench import input_pipeline
+
+pytestmark = pytest.mark.e2e
 
 
 def test_synthetic_imagenet_reads_back_through_tfds(tmp_path):

@@ -11,6 +11,8 @@ from ensemble_jax import data as data_lib
 from ensemble_jax.distill import clusters, pools
 from tests.conftest import pca_routed_config
 
+pytestmark = pytest.mark.unit
+
 
 def _blobs(n_per=400, k=6, d=5, seed=0):
   rng = np.random.default_rng(seed)

@@ -6,8 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ensemble_jax import aggregate, metrics, run
+from ensemble_jax import aggregate, config_lib, metrics, run
 from tests.conftest import assert_documented
+
+pytestmark = pytest.mark.integration
 
 
 def _config(arg):
@@ -16,6 +18,7 @@ def _config(arg):
   return pydocs_gpt2.get_config(arg)
 
 
+@pytest.mark.e2e
 def test_data_parallel_lm_few_steps(tmp_path):
   config = _config("tiny")
   r = run.train_and_evaluate(config, str(tmp_path))
@@ -33,6 +36,7 @@ def test_data_parallel_lm_few_steps(tmp_path):
   assert r["target"]["metric"] == "perplexity" and r["target"]["reached"]
 
 
+@pytest.mark.e2e
 def test_ensemble_lm_reports_both_aggregations(tmp_path):
   config = _config("ensemble,tiny")
   config.method.num_workers = 8
@@ -106,18 +110,27 @@ def _lm_eval_collectives(aggregation: str, vocab: int, n=4, b=16, t=32):
   config.method.aggregation, config.eval.batch_size = aggregation, b
   method = methods.build(config, make_mesh(config.mesh, jax.devices()[:n]), num_classes=vocab,
                          init_input=jax.ShapeDtypeStruct((1, t), jnp.int32), num_steps=4,
-                         steps_per_epoch=10)
+                         steps_per_epoch=10).method
   train = {"tokens": jax.ShapeDtypeStruct((n, 8, t + 1), jnp.int32)}
   batch = {"tokens": jax.ShapeDtypeStruct((b, t + 1), jnp.int32),
            "mask": jax.ShapeDtypeStruct((b,), jnp.float32)}
-  if "routed" in aggregation:
+  if aggregate.routed(config_lib.aggregation_modes(config)):
     batch["route"] = jax.ShapeDtypeStruct((b, t, n), jnp.float32)
   [program] = [p for p in method.programs(train, batch, 1) if p.name == "eval"]
   return sorted((c.op, c.operand_bytes) for c in hlo.collectives(
       program.lowered.compile().as_text()))
 
 
-@pytest.mark.parametrize("aggregation", ["probs,logits", "routed,probs,logits"])
+def vocabulary_cases() -> list[str]:
+  """The aggregations the vocabulary check compiles: one per registered mode that mixes
+  predictions (`aggregate.MODES`), read when called. A mode with a target-only form leads
+  (its evaluations reduce only that); any other follows `probs` (reduced in full only at
+  the end, where its accuracy needs the whole distribution)."""
+  return [name if mode.targets else f"probs,{name}"
+          for name, mode in aggregate.MODES.items() if mode.mixture]
+
+
+@pytest.mark.parametrize("aggregation", vocabulary_cases())
 def test_lm_ensemble_evaluations_send_no_collective_that_grows_with_the_vocabulary(
     aggregation):
   """The mixture's perplexity needs one log-probability per worker and target: no
@@ -126,5 +139,4 @@ def test_lm_ensemble_evaluations_send_no_collective_that_grows_with_the_vocabula
   n, b, t, vocab = 4, 16, 32, 256
   found = _lm_eval_collectives(aggregation, vocab, n, b, t)
   assert found and max(size for _, size in found) < b * t * vocab * 4 // n, found
-  if aggregation.startswith("probs"):
-    assert _lm_eval_collectives(aggregation, 2 * vocab, n, b, t) == found
+  assert _lm_eval_collectives(aggregation, 2 * vocab, n, b, t) == found

@@ -14,6 +14,8 @@ from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.models import gpt2, resnet
 from ensemble_jax.sharding import make_mesh
 
+pytestmark = pytest.mark.integration
+
 VOCAB, CONTEXT = 97, 16  # tests/test_gpt2.py's small model
 
 
@@ -116,6 +118,7 @@ def test_data_parallel_accumulates_per_device_and_all_reduces_once():
   assert [c.op for c in hlo.collectives(text)] == ["all-reduce", "all-reduce"]
 
 
+@pytest.mark.unit
 def test_microbatch_sizes_are_checked_before_compiling():
   from experiments.configs import fashion_mnist
 
@@ -164,6 +167,7 @@ def test_batchnorm_is_per_microbatch_with_one_running_update_per_step():
   assert not np.allclose(jax.tree.leaves(split.params)[-1], jax.tree.leaves(whole.params)[-1])
 
 
+@pytest.mark.e2e
 def test_resnet_trains_with_microbatches_through_the_loop(tmp_path):
   from experiments.configs import fashion_mnist
 
@@ -179,6 +183,7 @@ def test_resnet_trains_with_microbatches_through_the_loop(tmp_path):
   assert any("train/b_simple" in row and "train/noise_trace" in row for row in logged)
 
 
+@pytest.mark.e2e
 def test_gpt2_through_the_loop_equals_the_unsplit_run(tmp_path):
   """Four steps of DP on 8 devices with 4 microbatches each: the unsplit run's weights,
   losses and FLOPs (XLA counts the microbatch loop's body once; the loop adds the rest)."""
@@ -200,7 +205,7 @@ def test_gpt2_through_the_loop_equals_the_unsplit_run(tmp_path):
 def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
   """4 workers, each over 2 `data` devices (its microbatches per device, gradients pmeaned
   once): the same workers as without microbatches."""
-  from ensemble_jax.methods import create_method
+  from ensemble_jax import methods
   from experiments.configs import pydocs_gpt2
 
   out = {}
@@ -212,9 +217,9 @@ def test_ensemble_workers_accumulate_like_their_unsplit_steps(strategy):
     model = gpt2.create_model("tiny", vocab_size=VOCAB, context=CONTEXT)
     # lr > 0 at step 0: the first step trains
     config.optim.warmup_fraction = config.optim.warmup_epochs = 0.0
-    tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
-    engine = create_method(config, model, tx, make_mesh(config.mesh),
-                           jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32))
+    engine = methods.build(config, make_mesh(config.mesh), num_classes=VOCAB,
+                           init_input=jax.ShapeDtypeStruct((1, CONTEXT), jnp.int32),
+                           num_steps=10, steps_per_epoch=10, model=model).method
     tokens = _gpt2_batch(4 * 8)["tokens"].reshape(4, 8, CONTEXT + 1)
     batch = jax.device_put({"tokens": tokens}, engine.train_layout.sharding)
     out[k] = engine.train_step(engine.init(jax.random.key(0)), batch, jax.random.key(1))

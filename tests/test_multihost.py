@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import free_port, run_processes, subprocess_env, untimed
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 TIMEOUT_S = 300
 RTOL, ATOL = 1e-4, 1e-6

@@ -6,6 +6,8 @@ import pytest
 
 from ensemble_jax import noise_scale
 
+pytestmark = pytest.mark.integration
+
 DIM = 64
 
 
@@ -55,6 +57,7 @@ def test_moving_averages_recover_b_simple(k):
   assert got["trace"] == pytest.approx(sigma_diag.sum(), rel=0.1)
 
 
+@pytest.mark.unit
 def test_moving_average_is_bias_corrected_and_restorable():
   ema = noise_scale.NoiseScaleEMA(decay=0.9)
   assert math.isnan(ema.estimates()["b_simple"])

@@ -17,6 +17,8 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+pytestmark = pytest.mark.docs
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
@@ -73,6 +75,7 @@ def test_notebook_is_clean_with_one_parameters_cell(path):
   assert "ENSEMBLE_JAX_NOTEBOOK_WORKDIR" in params[0].source
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_in_smoke_mode(path, tmp_path):

@@ -5,6 +5,8 @@ import pytest
 
 from ensemble_jax import config_lib, optim
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("name", config_lib.OPTIMIZERS)
 def test_every_optimizer_builds_and_steps(name):

@@ -14,6 +14,8 @@ from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
 
+pytestmark = pytest.mark.unit
+
 
 def _config(method, cache_dir, **distill):
   from experiments.configs import fashion_mnist
@@ -30,6 +32,7 @@ def _config(method, cache_dir, **distill):
   return c
 
 
+@pytest.mark.e2e
 def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
   cache = tmp_path / "pools"
   r = run.train_and_evaluate(_config("el2n", cache), str(tmp_path / "a"))
@@ -54,6 +57,7 @@ def test_pool_is_built_costed_cached_and_invalidated(tmp_path):
   assert len(glob.glob(str(cache / "*.npz"))) == 2
 
 
+@pytest.mark.e2e
 def test_kmeans_pool_trains_routed_experts(tmp_path):
   config = _config("kmeans", tmp_path / "pools", split="disjoint")
   config.method.aggregation = "logits,routed,probs"
@@ -70,6 +74,7 @@ def test_kmeans_pool_trains_routed_experts(tmp_path):
   assert routed["nll"] != pytest.approx(uniform["nll"], rel=1e-6)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method,proxy", [("craig", "standard"), ("gradmatch", "lipt")])
 def test_coreset_pools_are_weighted_and_split_disjointly(tmp_path, method, proxy):
   """The pool phase alone (the loop that reads a pool is tested above)."""
@@ -81,6 +86,7 @@ def test_coreset_pools_are_weighted_and_split_disjointly(tmp_path, method, proxy
   assert sum(info["pool_sizes"]) == info["pool_size"] <= 69
 
 
+@pytest.mark.e2e
 def test_pixel_pca_pools_are_routed_clusters_without_a_proxy(tmp_path):
   config = _config("kmeans", tmp_path / "pools", embedding="pca", pca_dim=8)
   config.method.aggregation = "logits,routed,probs"
@@ -147,6 +153,7 @@ def text_pool_run(tmp_path_factory):
   return c, built, r, tmp_path / "pools"
 
 
+@pytest.mark.e2e
 def test_text_pools_are_tfidf_clusters_routed_at_eval(text_pool_run):
   config, _, r, _ = text_pool_run
   info = r["distill"]
@@ -157,10 +164,11 @@ def test_text_pools_are_tfidf_clusters_routed_at_eval(text_pool_run):
       "probs"]["num_tokens"]
   c = config.copy_and_resolve_references()
   c.distill.method, c.method.aggregation = "el2n", "probs"
-  with pytest.raises(config_lib.ConfigError, match="use 'kmeans' or 'none' for task 'lm'"):
+  with pytest.raises(config_lib.ConfigError, match="use 'none' or 'kmeans' for task 'lm'"):
     validation.validate(c)
 
 
+@pytest.mark.e2e
 def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(text_pool_run):
   """The quiet phase builds a point's pool; its runs at other learning rates read it, and
   its quiet build time, instead of building their own (the pool key holds the rate).
@@ -171,6 +179,7 @@ def test_a_pool_built_before_training_is_read_by_runs_at_other_rates(text_pool_r
   assert len(list(pool_dir.glob("*.npz"))) == 1
 
 
+@pytest.mark.e2e
 def test_a_pool_built_again_by_newer_code_is_retimed_only_if_it_is_the_same(text_pool_run,
                                                                             tmp_path):
   """--recost --retime_pools: the pool built again by this code, timed, must come out the
@@ -217,6 +226,7 @@ def test_a_pool_built_again_by_newer_code_is_retimed_only_if_it_is_the_same(text
                     {**r["distill"], "pool_sizes": [1, 255]})
 
 
+@pytest.mark.integration
 def test_routed_combine_uses_per_example_weights():
   logits_NxBxC = jax.random.normal(jax.random.key(0), (3, 5, 4))
   route_NxB = jax.nn.one_hot(jnp.array([0, 2, 1, 1, 0]), 3).T  # example b -> one worker
@@ -252,6 +262,7 @@ def _tiny_resnet():
                              stage_sizes=(1, 1))
 
 
+@pytest.mark.integration
 def test_weights_enter_the_loss():
   model = _tiny_resnet()
   state = jax.jit(lambda key: step_lib.create_train_state(
@@ -291,6 +302,7 @@ def _stacked_states(n, tx=optax.sgd(0.0)):
   return jax.jit(jax.vmap(init))(jax.random.split(jax.random.key(0), n))
 
 
+@pytest.mark.integration
 def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
   """The merged LiPT proxy and the soup aggregation: mean weights, and BatchNorm statistics
   of those weights on train batches -- not the members' averaged statistics (the LiPT
@@ -319,6 +331,7 @@ def test_soup_averages_weights_and_reestimates_its_own_batchnorm_statistics():
     assert not np.allclose(got, members.mean(0), rtol=1e-3)
 
 
+@pytest.mark.integration
 def test_snip_mask_is_data_driven_and_stays_fixed():
   optim_config = config_lib.base_config().optim
   optim_config.warmup_epochs = 0.0  # the first step moves the weights

@@ -13,7 +13,7 @@ import pytest
 from tests import pools_child
 from tests.conftest import free_port, run_processes, subprocess_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 TIMEOUT_S = 300
 

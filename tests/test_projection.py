@@ -6,6 +6,8 @@ import pytest
 from ensemble_jax import costs
 from experiments import projection
 
+pytestmark = pytest.mark.unit
+
 LINK = costs.Interconnect("test", bandwidth=1e9, latency=1e-3, models="a 1 GB/s test link")
 
 

@@ -18,6 +18,8 @@ from experiments.docs_tables import SAMPLER_PAGE
 from experiments.sweeps import samplers
 from tests.conftest import REPO, makefile_recipe
 
+pytestmark = pytest.mark.docs
+
 OTHERS = [f for f in docs_tables.FAMILIES if f != "samplers"]  # families these tests skip
 
 

@@ -23,6 +23,8 @@ import pytest
 from tests import forked_cli
 from tests.conftest import REPO, subprocess_env
 
+pytestmark = pytest.mark.docs
+
 TINY = {  # config file -> overrides that keep its run to seconds on a CPU
     "experiments/configs/fashion_mnist.py": [
         "--config.model.width=4", "--config.model.stage_sizes=(1,1)",
@@ -139,6 +141,7 @@ def runs(tmp_path_factory):
   return dict(zip(RUNS, zip(workdirs, procs)))
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c in COMMANDS if _plan(c)[0] or _plan(c)[1]])
 def test_readme_command_runs(command, request):
@@ -150,6 +153,7 @@ def test_readme_command_runs(command, request):
   assert proc.stdout.strip().splitlines()[-1].startswith(f"results: {workdir}/results.json; ")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on(runs):
   """The quickest documented run, `python -m ensemble_jax.main` in a process of its own (a

@@ -9,6 +9,8 @@ import pytest
 from ensemble_jax import report
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
+
 
 def _write(root, curve, point, seed, method, reached, steps, flops, time_s):
   d = root / curve / point / f"seed{seed}"
@@ -33,6 +35,7 @@ def _sweep(root):
     _write(root, "ensemble", "N8_L50", seed, "ensemble", seed == 0, 50, 4e12, 5.0)
 
 
+@pytest.mark.e2e
 def test_tables_and_pngs_from_json(tmp_path):
   _sweep(tmp_path)
   out = tmp_path / "out"

@@ -10,6 +10,8 @@ import pytest
 
 from ensemble_jax.models import resnet
 
+pytestmark = pytest.mark.unit
+
 
 def _num_params(tree) -> int:
   return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(tree))
@@ -39,6 +41,7 @@ def test_bf16_compute_keeps_float32_params_and_logits():
   assert logits.shape == (2, 10) and logits.dtype == jnp.float32
 
 
+@pytest.mark.integration
 def test_resnet18_small_stem_fashion_mnist_forward():
   model = resnet.create_model('resnet18', num_classes=10, width=16, stem='small')
   x_Bx28x28x1 = jax.random.normal(jax.random.PRNGKey(1), (2, 28, 28, 1))

@@ -19,6 +19,8 @@ from ensemble_jax import checkpoint, config_lib, run
 from tests import forked_cli
 from tests.conftest import subprocess_env
 
+pytestmark = pytest.mark.e2e
+
 STEPS, EVERY = 12, 3
 # A finished checkpoint's directory is its step alone: orbax writes into
 # `<step>.orbax-checkpoint-tmp-<n>` and renames when done; damaged ones become `<step>.damaged`.
@@ -119,6 +121,7 @@ def reference(cli, tmp_path_factory):
   return out
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["tiny", "ensemble,tiny"])
 def test_kill_9_at_random_steps_then_resume_is_bit_identical(cli, reference, tmp_path,
@@ -366,6 +369,7 @@ def _logged_twice(workdir) -> list[tuple[int, str]]:
   return twice
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code, said", [
     (signal.SIGTERM, 143, "a preemption notice (SIGTERM)"), (signal.SIGINT, 130, "Ctrl-C")])

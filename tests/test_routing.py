@@ -5,10 +5,14 @@ import types
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from ensemble_jax import metrics
 from ensemble_jax.distill import clusters, pools
+from ensemble_jax.distill.registry import BuildInputs
 from ensemble_jax.methods.ensemble import Ensemble
+
+pytestmark = pytest.mark.unit
 
 T = 32  # predictions per window: a window holds T + 1 tokens
 TOPIC = 40  # topic k's tokens are [40k, 40k + 40)
@@ -36,12 +40,12 @@ def _route(eval_tokens_MxT1):
   """pools' c-BTM routing of the eval windows (3 topic clusters, top 2 of 3 experts)."""
   config = types.SimpleNamespace(
       seed=0, method=types.SimpleNamespace(aggregation="probs,routed"),
-      distill=types.SimpleNamespace(tfidf_dim=8, balanced=True, kmeans_balance="greedy",
-                                    route_temperature=0.1, route_top_k=2))
+      distill=types.SimpleNamespace(method="kmeans", tfidf_dim=8, balanced=True,
+                                    kmeans_balance="greedy", route_temperature=0.1,
+                                    route_top_k=2))
   data = types.SimpleNamespace(train=_Windows(_topic_windows(np.repeat(np.arange(3), 30), 0)),
                                eval=_Windows(eval_tokens_MxT1), num_classes=3 * TOPIC)
-  _, _, route, _ = pools._text_clusters(config, data, 3, start=0.0)
-  return route
+  return pools._text_clusters(BuildInputs(config, data, 3, "", start=0.0)).route
 
 
 def _mixed_eval_windows():
@@ -108,6 +112,7 @@ def _mixture(logits_NxBx, weights_NxBx):
   return np.log(np.sum(w_NxBx[..., None] * np.nan_to_num(p_NxBx), axis=0))
 
 
+@pytest.mark.integration
 def test_excluded_routed_experts_fall_back_to_the_healthy_workers():
   logits_NxBxC = np.random.default_rng(0).normal(size=(3, 4, 5)).astype(np.float32)
   logits_NxBxC[1] = np.nan  # worker 1 diverged
@@ -133,6 +138,7 @@ def test_excluded_routed_experts_fall_back_to_the_healthy_workers():
   assert np.isfinite(out["routed/nll"])
 
 
+@pytest.mark.integration
 def test_per_position_routing_falls_back_per_position():
   b, t, v = 2, 3, 6
   logits_NxBxTxV = np.random.default_rng(1).normal(size=(3, b, t, v)).astype(np.float32)

@@ -6,6 +6,8 @@ import pytest
 
 from experiments.sweeps import samplers
 
+pytestmark = pytest.mark.e2e
+
 
 def test_smoke_samplers_sweep(tmp_path):
   chosen = ["random", "gradmatch"]  # no pool, and a weighted coreset (tests/test_pools.py: more)

@@ -11,6 +11,8 @@ import pytest
 
 from ensemble_jax import run
 
+pytestmark = pytest.mark.e2e
+
 
 def test_pruned_entries_stay_zero_and_zero_initialised_parameters_train(tiny_config,
                                                                          tmp_path):

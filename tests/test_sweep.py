@@ -15,6 +15,8 @@ from ensemble_jax import run, validation
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO, free_port, run_processes, subprocess_env, untimed
 
+pytestmark = pytest.mark.e2e
+
 CONFIG = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
 SMOKE_POINTS = (("data_parallel", "D2"), ("ensemble", "N8_L4"))
 MULTIHOST_TIMEOUT_S = 240
@@ -72,6 +74,7 @@ def _close(a, b, path=""):
     assert a == b, path
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
   """2 processes x 4 fake CPU devices, each running the same `--distributed` command on one
@@ -187,6 +190,7 @@ def test_the_calibrated_step_is_one_devices_program_on_one_device():
   assert sharding.mesh_shape(c.mesh, jax.device_count()) == [("data", 1)]
 
 
+@pytest.mark.unit
 def test_program_fingerprint_ignores_source_locations_and_scalar_constants():
   text = """HloModule jit_train_step, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
 
@@ -271,6 +275,7 @@ def test_recost_reads_the_collectives_of_a_run_whose_own_reading_failed(smoke_sw
     path.write_text(good)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("workload,n8_point", [("fashion_mnist", "N8_L235"),
                                                ("pydocs_gpt2", "N8_L300")])
 def test_the_many_worker_grid_uses_what_the_committed_grid_tuned_at_n8(workload, n8_point):
@@ -298,6 +303,7 @@ def test_the_many_worker_grid_uses_what_the_committed_grid_tuned_at_n8(workload,
     assert trained(n8) == trained(full)
 
 
+@pytest.mark.unit
 def test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache(monkeypatch,
                                                                              tmp_path):
   import jax

@@ -14,6 +14,7 @@ from ensemble_jax import hlo
 from ensemble_jax.distill import augment, synthetic
 from tests.conftest import REPO, subprocess_env
 
+pytestmark = pytest.mark.integration
 TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=2, init="noise")
 
 
@@ -28,6 +29,7 @@ def _data(num_workers: int, per_class: int = 12, seed: int = 0):
   return np.stack([p for p, _ in pools]), np.stack([c for _, c in pools])
 
 
+@pytest.mark.unit
 def test_shares_are_disjoint_and_stratified():
   labels = np.repeat(np.arange(4), 10)
   shares = synthetic.stratified_shares(labels, 3, 4, seed=1)
@@ -37,6 +39,7 @@ def test_shares_are_disjoint_and_stratified():
     assert np.bincount(labels[s], minlength=4).min() >= 3
 
 
+@pytest.mark.unit
 def test_siamese_augmentation_is_one_transform_for_every_batch():
   x = jax.random.normal(jax.random.key(0), (4, 28, 28, 1))
   for i in range(6):  # each draw, whatever family it picks
@@ -103,6 +106,7 @@ def _child(tmp_path, ckpt, out):
                           env=subprocess_env(2), stdout=subprocess.PIPE, text=True)
 
 
+@pytest.mark.subprocess
 def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
   killed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "killed.npy")
   for line in killed.stdout:  # kill once a checkpoint has landed and another chunk ran

@@ -10,6 +10,8 @@ import pytest
 
 from ensemble_jax.data import fetch, text, text_readers, token_cache, tokenizers, windows
 
+pytestmark = pytest.mark.unit
+
 EOS = tokenizers.GPT2_EOS
 
 

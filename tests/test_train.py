@@ -11,6 +11,8 @@ import pytest
 from ensemble_jax import optim, run
 from tests.conftest import REPO, assert_documented, subprocess_env
 
+pytestmark = pytest.mark.e2e
+
 RESULT_KEYS = {"method", "config", "num_devices", "host", "steps", "wall_time_s", "flops_per_step",
                "step_time_s", "final", "target"}
 TARGET_KEYS = {"metric", "value", "reached", "reached_step", "reached_time_s",
@@ -118,6 +120,7 @@ def test_target_tracking(tiny_config, tmp_path):
   assert not r["target"]["reached"] and r["target"]["reached_step"] is None
 
 
+@pytest.mark.subprocess
 def test_metric_writer_does_not_import_torch(tmp_path):
   """tensorboardX imports torch when it is installed (2.4 s of every run's start here)."""
   code = ("import sys; from ensemble_jax import writers; "

@@ -8,6 +8,8 @@ from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs
 from experiments.sweeps import tuning
 
+pytestmark = pytest.mark.unit
+
 BASE = 3e-3
 
 

@@ -15,10 +15,13 @@ from experiments import sweeps
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.e2e
+
 IMAGENET = os.path.join(REPO, "experiments", "configs", "imagenet_resnet50.py")
 PILE = os.path.join(REPO, "experiments", "configs", "pile_gpt2.py")
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", [IMAGENET, PILE])
 def test_every_grid_point_and_variant_is_a_valid_config(path, tmp_path):
   module = sweeps.load_config_module(path)
@@ -49,6 +52,7 @@ def test_every_grid_point_and_variant_is_a_valid_config(path, tmp_path):
   assert min(syncs) == 50 and max(syncs) == 500
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("target,needs", [("imagenet", "DATA_DIR"),
                                           ("pile", "PILE_DIR and TOKENIZER_DIR")])
 def test_make_without_its_data_exits_2_naming_what_it_needs(target, needs):
@@ -60,6 +64,7 @@ def test_make_without_its_data_exits_2_naming_what_it_needs(target, needs):
   assert needs in r.stdout and "cost-vs-time study" in r.stdout
 
 
+@pytest.mark.unit
 def test_plan_has_a_quiet_phase_one_line_per_point_and_the_report(tmp_path):
   text = cost_vs_time.plan(IMAGENET, str(tmp_path), [0, 1], "full")
   jobs = [line for line in text.splitlines() if not line.startswith("#")]

@@ -12,6 +12,8 @@ import functools
 
 import numpy as np
 
+from ensemble_jax.registry import Registry
+
 
 class Sampler(abc.ABC):
   """An index stream per consumer: `batch_indices(consumer, step, batch_size)`."""
@@ -74,12 +76,13 @@ class DisjointSampler(Sampler):
     return self._shards()[consumer]
 
 
-SAMPLERS = {"random": RandomSampler, "disjoint": DisjointSampler}
+# What a worker's stream draws from without a distilled pool: name -> Sampler class.
+SAMPLERS: Registry[type[Sampler]] = Registry("method.sampler")
+SAMPLERS.register("random", RandomSampler)
+SAMPLERS.register("disjoint", DisjointSampler)
 
 
 def create_sampler(name: str, num_examples: int, num_consumers: int, seed: int) -> Sampler:
-  if name not in SAMPLERS:
-    raise ValueError(f"sampler {name!r} unknown; choose one of {sorted(SAMPLERS)}")
   if name == "disjoint" and num_examples < num_consumers:
     raise ValueError(f"sampler 'disjoint' needs at least one example per consumer: "
                      f"{num_examples} examples for {num_consumers} consumers")

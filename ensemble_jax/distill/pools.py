@@ -1,42 +1,16 @@
-"""Pools: the data each worker's distilled sequence draws from, built from a cheap proxy.
+"""Pools: the data each worker's distilled sequence draws from, built above the loop.
 
-Built by `ensemble_jax/run.py` before the loop starts and handed to it (`train.fit(...,
-pool=)`): this module stands above the loop, which knows nothing about distillation.
-`config.distill.method` picks the builder:
-  none                 no pool: the loop uses the method's own sampler (config.method.sampler:
-                       random | disjoint)
-  el2n | grand | loss  the `fraction` of hardest (or easiest) examples by score, averaged
-                       over the proxies (Paul et al. 2021), per class if asked
-  kmeans               k = number of workers clusters of proxy embeddings (penultimate
-                       layer), or with `embedding='pca'` of the top `pca_dim` principal
-                       components of the standardised pixels (no proxy: seconds to build);
-                       worker i draws cluster i. For language models (c-BTM): the
-                       clusters of the windows' tf-idf (SVD to `tfidf_dim`), no proxy; with
-                       `routed` aggregation each eval position is routed on the tf-idf of
-                       its running prefix (its context), never on the tokens it predicts
-  craig | gradmatch    a weighted coreset of `fraction` on closed-form last-layer gradients
-                       of all proxies (concatenated), per class; the weights go into the loss
-A selected pool is shared by the workers, split disjointly, or bagged (`distill.split`).
-In a multi-process run the proxy-free routed pools (PCA, tf-idf) are built sharded: each
-process reads and featurises its share of the training chunks, and every process ends
-with the one-process pool, bit for bit (`shards`, `clusters.PixelPCA`, `clusters.TfIdf`).
-
-The proxy is `distill.proxy_models` ResNets of width `proxy_width`, trained
-`proxy_steps` each by the stacked engine through the one training loop (its results.json
-sits next to the cached pool): independent models on the full data (`proxy='standard'`),
-or the lightweight distributed proxy of Ro et al. 2023 (`proxy='lipt'`): members from one
-shared init, each on its own disjoint subset, with crop+flip augmentation and a SNIP mask
-fixed at init (`lipt_sparsity`), merged by weight averaging into one proxy. Building costs
-time and compute, which are part of the method: `build_time_s` (wall clock of proxy
-training, scoring and selection) and `build_flops` (XLA: proxy training + scoring forward
-passes; the selection's own arithmetic is not counted) go into results.json `distill` and
-the cost report. Pools are
-cached as `<cache_dir>/<key>.npz`, the key hashing every config field the pool depends on
-and the data's fingerprint; a cached pool is reused and reports its original cost.
+`create` builds the pool `config.distill.method` names (a `registry.Builder`) or reads it
+from its cache, `<cache_dir>/<cache_key>.npz`, and hands it to the loop (`train.fit(...,
+pool=)`). The built-in builders registered here: el2n | grand | loss (scores of a proxy),
+kmeans (clusters of proxy features, of pixels' PCA, or of text's tf-idf: one per worker,
+routed at eval), craig | gradmatch (weighted coresets of last-layer gradients). The build's
+time and FLOPs are part of the method's cost (docs/design.md).
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import hashlib
 import json
@@ -52,32 +26,32 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ensemble_jax import config_lib, costs, train
 from ensemble_jax import data as data_lib
 from ensemble_jax.data import images, pipeline, samplers
+from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
+                                          register_builder)
 from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
-
-SCORES = {"el2n": scores.el2n_scores, "loss": scores.loss_scores}
-
 
 def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | None:
   """The run's distilled pool, built or read from cache, split for `num_consumers` workers
   (the method's `num_workers`); None when config.distill.method is 'none'."""
-  if config.distill.method == "none":
+  if BUILDERS[config.distill.method].build is None:
     return None
   path = cache_path(config, data, num_consumers, workdir)
   if os.path.exists(path):
     logging.info("distill: the %s pool read from %s", config.distill.method, path)
-    pools, weights, route, info = _read(path)
-    info["cached"] = path
+    built = _read(path)
+    built.info["cached"] = path
   else:
-    logging.info("distill: building the %s pool for %d workers (proxy training, scoring, "
-                 "selection; cached in %s)", config.distill.method, num_consumers, path)
-    pools, weights, route, info = build(config, data, num_consumers, _proxy_dir(path))
-    logging.info("distill: pool built in %.1f s", info["build_time_s"])
-    _write(path, pools, weights, route, info)
-    info = {**info, "cached": False}
-  return samplers.Pool(samplers.PoolSampler(pools, len(data.train), config.seed, weights), info,
-                       route)
+    logging.info("distill: building the %s pool for %d workers (cached in %s)",
+                 config.distill.method, num_consumers, path)
+    built = build(config, data, num_consumers, _proxy_dir(path))
+    logging.info("distill: pool built in %.1f s", built.info["build_time_s"])
+    _write(path, built)
+    built.info = {**built.info, "cached": False}
+  return samplers.Pool(samplers.PoolSampler(built.pools, len(data.train), config.seed,
+                                            built.weights), built.info, built.route)
 
 
 def cache_path(config, data, num_consumers: int, workdir: str) -> str:
@@ -105,7 +79,8 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
   built = build(config, data, num_consumers, _proxy_dir(path))
   if os.path.exists(path):
     cached, check = _read(path), "bit for bit the cached pool"
-    for name, old, new in zip(("pools", "weights", "route"), cached[:3], built[:3]):
+    for name in ("pools", "weights", "route"):
+      old, new = getattr(cached, name), getattr(built, name)
       same = (old is None) == (new is None) and (old is None or (
           len(old) == len(new) and all(np.array_equal(a, b) for a, b in zip(old, new))
           if name == "pools" else np.array_equal(old, new)))
@@ -115,47 +90,46 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
                          "train them again rather than re-time it")
   else:
     check = "the cluster sizes its runs recorded (the cached pool was not kept)"
-    if built[3]["pool_sizes"] != recorded["pool_sizes"]:
+    if built.info["pool_sizes"] != recorded["pool_sizes"]:
       raise PoolChanged(f"no cached pool {path}, and this code's build has other cluster sizes "
                        "than its runs recorded: they trained on another pool; train them "
                        "again rather than re-time it")
-  info = {**built[3], "retimed": check}
-  _write(path, *built[:3], info)
-  return info
+  built.info = {**built.info, "retimed": check}
+  _write(path, built)
+  return built.info
 
 
 def proxy_free(config) -> bool:
-  """Whether `config`'s pool is built without training a proxy: k-means of the pixels' PCA,
-  or of the windows' tf-idf (language models)."""
-  d = config.distill
-  return d.method == "kmeans" and (config.task == "lm" or d.embedding == "pca")
+  """Whether `config`'s pool is built without training a proxy."""
+  return not BUILDERS[config.distill.method].uses_proxy(config)
 
 
 def _proxy_dir(path: str) -> str:
   return os.path.join(os.path.dirname(path), f"proxy_{os.path.basename(path)[:-len('.npz')]}")
 
 
-def _read(path: str):
-  """(pools, weights or None, route or None, info) of a cached pool."""
+def _read(path: str) -> Built:
+  """A cached pool."""
   with np.load(path) as f:
-    pools = np.split(f["indices"], f["offsets"][1:-1])
-    weights = f["weights"] if f["weights"].size else None
-    route = f["route"] if f["route"].size else None
-    return pools, weights, route, json.loads(str(f["info"]))
+    return Built(pools=np.split(f["indices"], f["offsets"][1:-1]),
+                 info=json.loads(str(f["info"])),
+                 weights=f["weights"] if f["weights"].size else None,
+                 route=f["route"] if f["route"].size else None)
 
 
-def _write(path: str, pools, weights, route, info) -> None:
+def _write(path: str, built: Built) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  offsets = np.cumsum([0] + [len(p) for p in pools])
+  offsets = np.cumsum([0] + [len(p) for p in built.pools])
   tmp = f"{path}.{os.getpid()}.tmp.npz"  # the processes of a multi-host run write alike
-  np.savez(tmp, indices=np.concatenate(pools), offsets=offsets,
-           weights=np.zeros(0) if weights is None else weights,
-           route=np.zeros(0) if route is None else route, info=json.dumps(info))
+  np.savez(tmp, indices=np.concatenate(built.pools), offsets=offsets,
+           weights=np.zeros(0) if built.weights is None else built.weights,
+           route=np.zeros(0) if built.route is None else built.route,
+           info=json.dumps(built.info))
   os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
 
 
 def _routed(config) -> bool:
-  return "routed" in config_lib.aggregation_modes(config)
+  return aggregate.routed(config_lib.aggregation_modes(config))
 
 
 def _scored_eval(config, data):
@@ -186,40 +160,70 @@ class _Head:
     return data_lib.get_range(self.source, begin, end)
 
 
-# distill fields added after pools were cached, with the value every earlier pool was built
-# with: at that value a field stays out of the key, so those pools are read back.
-_ADDED_FIELDS = {"pca_covariance": "float64", "pca_image_size": 0,
-                 "kmeans_balance": "greedy"}
+# The distill fields every pool built before the builder registry hashed, read or not:
+# `legacy_key` builders hash them so that those pools keep their keys. A field of theirs
+# added to the schema since enters their key only away from its default (the value every
+# earlier pool was built with); others never do.
+LEGACY_KEY_FIELDS = ("method", "fraction", "keep", "per_class", "split", "gradient",
+                     "gradmatch_lambda", "balanced", "tfidf_dim", "embedding", "pca_dim",
+                     "route_temperature", "route_top_k", "proxy_models", "proxy_steps",
+                     "proxy_width", "proxy", "lipt_sparsity")
 
 
 def cache_key(config, data, num_consumers: int) -> str:
-  """A hash of everything a pool depends on: distill, model, data, optim, seed, workers."""
-  fields = {"distill": {k: v for k, v in config.distill.items() if k != "cache_dir" and not (
-                k in _ADDED_FIELDS and v == _ADDED_FIELDS[k])},
-            "routed": _routed(config), "eval_split": config.eval.split,
+  """A hash of everything `config`'s pool depends on: the fields its builder reads, the
+  workers, the data's fingerprint and, for a routed pool, the eval examples it routes."""
+  builder = BUILDERS[config.distill.method]
+  fields = {"consumers": num_consumers, "fingerprint": fingerprint(data)}
+  if builder.legacy_key:
+    fields.update(_legacy_key_fields(config, builder))
+  else:
+    fields["builder"] = builder.name
+    fields["reads"] = {name: config_lib.get(config, name) for name in builder.reads(config)}
+    fields["reads"] = json.loads(json.dumps(fields["reads"], default=_plain))
+  if builder.routes and _routed(config):
+    fields["routed"] = True
+    if len(_scored_eval(config, data)) < len(data.eval):
+      # The routing covers only the examples the evaluation scores.
+      fields["routed_eval_examples"] = len(_scored_eval(config, data))
+    if config.eval.score_rest_at_end:
+      fields["routed_rest"] = True  # the rest of the split routed too, untimed
+  blob = json.dumps(fields, sort_keys=True, default=str)
+  return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _plain(value):
+  """ConfigDicts and tuples in JSON form."""
+  return value.to_dict() if hasattr(value, "to_dict") else str(value)
+
+
+def _legacy_key_fields(config, builder) -> dict:
+  """The key's fields as every pool built before the registry was cached under."""
+  d = config.distill
+  default = config_lib.base_config().distill
+  distill = {k: d[k] for k in LEGACY_KEY_FIELDS}
+  for name in builder.fields:
+    group, _, field = name.partition(".")
+    if group == "distill" and field not in distill:
+      if d.get(field, default[field]) != default[field]:  # absent: an older config's
+        distill[field] = d[field]
+  fields = {"distill": distill, "routed": _routed(config), "eval_split": config.eval.split,
             "model": config.model.to_dict(), "data": config.data.to_dict(),
             "optim": config.optim.to_dict(), "batch": config.train.batch_size,
-            "seed": config.seed, "consumers": num_consumers,
-            "fingerprint": fingerprint(data)}
-  if _routed(config) and len(_scored_eval(config, data)) < len(data.eval):
-    # The routing covers only the examples the evaluation scores.
-    fields["routed_eval_examples"] = len(_scored_eval(config, data))
-  if _routed(config) and config.eval.score_rest_at_end:
-    fields["routed_rest"] = True  # the rest of the split routed too, untimed
+            "seed": config.seed}
   if _routed(config) and config.task == "lm":
     # Text pools once routed each window on all of its tokens, targets included: a new key,
     # so no such cached routing is ever read back.
     fields["route_scheme"] = "prefix"
-  if config.distill.method != "none" and config.distill.proxy == "lipt":
+  if d.proxy == "lipt":
     # LiPT proxies were once pruned by value (zero-initialised parameters frozen) and merged
     # with averaged BatchNorm statistics: a new key, so no such pool is read back.
     fields["lipt_proxy"] = "snip_mask_in_state,bn_reestimated"
-  if config.distill.get("kmeans_balance") == "sinkhorn":
+  if d.get("kmeans_balance") == "sinkhorn":
     # The Sinkhorn balance once took one price step per Lloyd step at a fixed temperature:
     # a new key, so no such pool is read back.
     fields["sinkhorn_scheme"] = "annealed_overrelaxed"
-  blob = json.dumps(fields, sort_keys=True, default=str)
-  return hashlib.sha256(blob.encode()).hexdigest()[:16]
+  return fields
 
 
 def fingerprint(data) -> str:
@@ -253,70 +257,123 @@ def proxy_config(config):
   return p
 
 
-def build(config, data, num_consumers: int, proxy_dir: str):
-  """Trains the proxies, scores the training set and selects the pools.
+def build(config, data, num_consumers: int, proxy_dir: str) -> Built:
+  """`config`'s pool, built by its registered builder (not cached); a proxy, if any, runs
+  in `proxy_dir`."""
+  return BUILDERS[config.distill.method].build(
+      BuildInputs(config, data, num_consumers, proxy_dir))
 
-  The proxies run in `proxy_dir`. Returns (pools, weights, eval routing or None, info)."""
+
+@dataclasses.dataclass
+class Proxy:
+  """Trained proxies and their outputs over the training set (`train_proxy`)."""
+  fit: train.Fit
+  state: object  # stacked over the M proxies (one merged proxy for LiPT)
+  logits_MxExC: np.ndarray
+  features_MxExD: np.ndarray
+  labels_E: np.ndarray
+  train_flops: float
+  scoring_flops: float
+  scored_at: float  # perf_counter() once the training set was scored
+
+  def info(self, config) -> dict:
+    d, r = config.distill, self.fit.results
+    return {"kind": d.proxy, "models": d.proxy_models, "steps": d.proxy_steps,
+            "width": d.proxy_width, "train_time_s": r["train_time_s"],
+            "wall_time_s": r["wall_time_s"], "flops": self.train_flops,
+            "accuracy": r["final"].get("accuracy")}
+
+
+def train_proxy(inputs: BuildInputs) -> Proxy:
+  """Trains `proxy_config`'s proxies through the loop in `inputs.proxy_dir` (its
+  results.json sits next to the cached pool) and scores the training set with them."""
+  config, data = inputs.config, inputs.data
+  fit = train.fit(proxy_config(config), inputs.proxy_dir)
+  state = merged_proxy(fit, config.seed) if config.distill.proxy == "lipt" else fit.state
+  logits, features, labels, flops = forward(state, fit.method.step_config, data.train,
+                                            data.eval_transform, config.eval.batch_size)
+  return Proxy(fit, state, logits, features, labels,
+               fit.results["flops_per_step"] * fit.results["steps"], flops,
+               time.perf_counter())
+
+
+def _proxy_pool(inputs: BuildInputs, proxy: Proxy, selected, pools, weights=None,
+                route=None, eval_flops: float = 0.0) -> Built:
+  """A pool selected with a proxy's help, its info charging the proxy and the scoring."""
+  scoring_flops = proxy.scoring_flops + eval_flops
+  info = pool_info(inputs, pools, pool_size=len(selected),
+                   build_flops=proxy.train_flops + scoring_flops,
+                   proxy=proxy.info(inputs.config), scoring_flops=scoring_flops,
+                   selection_time_s=time.perf_counter() - proxy.scored_at,
+                   weighted=weights is not None)
+  return Built(pools, info, weights, route)
+
+
+BUILDERS.register("none", Builder("none", None, tasks=None))  # the method's own sampler
+
+
+def _register_scores(name: str, score) -> None:
+  """Builder `name`: keeps the `fraction` of examples the proxies' `score(logits_ExC,
+  labels_E, features_ExD)` ranks hardest or easiest, averaged over the proxies."""
+  @register_builder(name, fields=("distill.fraction", "distill.keep", "distill.per_class",
+                                  "distill.split"), proxy=True, legacy_key=True)
+  def build_scored(inputs: BuildInputs) -> Built:
+    d, proxy = inputs.config.distill, train_proxy(inputs)
+    per_proxy = [score(l, proxy.labels_E, f)
+                 for l, f in zip(proxy.logits_MxExC, proxy.features_MxExD)]
+    selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
+                                      d.keep, proxy.labels_E, d.per_class)
+    return _proxy_pool(inputs, proxy, selected,
+                       split(selected, inputs.num_consumers, inputs.config.seed, d.split))
+
+
+_register_scores("el2n", lambda logits, labels, _: scores.el2n_scores(logits, labels))
+_register_scores("grand", scores.grand_scores)
+_register_scores("loss", lambda logits, labels, _: scores.loss_scores(logits, labels))
+
+
+def _kmeans_trains_proxy(config) -> bool:
+  return config.task != "lm" and config.distill.embedding == "proxy"
+
+
+def _kmeans_check(config) -> None:
   d = config.distill
-  start = time.perf_counter()
+  if (config.eval.score_rest_at_end and _routed(config)
+      and (config.task == "lm" or d.embedding != "pca")):
+    raise config_lib.ConfigError(
+        f"config.eval.score_rest_at_end=True: with routed aggregation, only distill.embedding="
+        "'pca' image pools route the eval examples past eval.num_examples: turn it off.")
+
+
+@register_builder("kmeans", fields=(
+    "distill.balanced", "distill.kmeans_balance", "distill.embedding", "distill.pca_dim",
+    "distill.pca_covariance", "distill.pca_image_size", "distill.tfidf_dim",
+    "distill.route_temperature", "distill.route_top_k"), proxy=_kmeans_trains_proxy,
+    routes=True, tasks=None, methods=("ensemble", "diloco"), check=_kmeans_check,
+    legacy_key=True)
+def build_kmeans(inputs: BuildInputs) -> Built:
+  """k = workers balanced clusters, worker i drawing cluster i: of a proxy's penultimate
+  features, of the pixels' top principal components (`embedding='pca'`, no proxy), or, for
+  language models (c-BTM), of the windows' tf-idf (no proxy)."""
+  config, data, n = inputs.config, inputs.data, inputs.num_consumers
   if config.task == "lm":
-    return _text_clusters(config, data, num_consumers, start)
-  if d.method == "kmeans" and d.embedding == "pca":
-    return _pixel_clusters(config, data, num_consumers, start)
-  proxy = train.fit(proxy_config(config), proxy_dir)
-  proxy_flops = proxy.results["flops_per_step"] * proxy.results["steps"]
-  proxy_state = merged_proxy(proxy, config.seed) if d.proxy == "lipt" else proxy.state
-  logits_MxExC, features_MxExD, labels_E, score_flops = forward(
-      proxy_state, proxy.method.step_config, data.train, data.eval_transform,
-      config.eval.batch_size)
-  scoring_done = time.perf_counter()
-  weights = route = None
-  if d.method in ("el2n", "loss", "grand"):
-    selected, pools = _scored(config, logits_MxExC, features_MxExD, labels_E, num_consumers)
-  elif d.method == "kmeans":
-    selected, pools, route, eval_flops = _proxy_clusters(
-        config, data, proxy, proxy_state, features_MxExD, num_consumers)
-    if route is not None:
-      score_flops += eval_flops
-  else:
-    selected, weights, pools = _coreset(config, logits_MxExC, features_MxExD, labels_E,
-                                        num_consumers)
-  info = {
-      "method": d.method, "pool_size": int(len(selected)),
-      "pool_sizes": [int(len(p)) for p in pools], "split": d.split,
-      "build_time_s": time.perf_counter() - start,
-      "build_flops": proxy_flops + score_flops,
-      "proxy": {"kind": d.proxy, "models": d.proxy_models, "steps": d.proxy_steps,
-                "width": d.proxy_width,
-                "train_time_s": proxy.results["train_time_s"],
-                "wall_time_s": proxy.results["wall_time_s"], "flops": proxy_flops,
-                "accuracy": proxy.results["final"].get("accuracy")},
-      "scoring_flops": score_flops,
-      "selection_time_s": time.perf_counter() - scoring_done,
-      "weighted": weights is not None,
-  }
-  return pools, weights, route, info
+    return _text_clusters(inputs)
+  if config.distill.embedding == "pca":
+    return _pixel_clusters(inputs)
+  proxy = train_proxy(inputs)
+  selected, pools, route, eval_flops = _proxy_clusters(config, data, proxy, n)
+  return _proxy_pool(inputs, proxy, selected, pools, route=route, eval_flops=eval_flops)
 
 
-def _scored(config, logits_MxExC, features_MxExD, labels_E, num_consumers: int):
-  """Keeps the `fraction` of examples the proxies score hardest or easiest; and its split."""
-  d = config.distill
-  per_proxy = [scores.grand_scores(l, labels_E, f) if d.method == "grand" else
-               SCORES[d.method](l, labels_E) for l, f in zip(logits_MxExC, features_MxExD)]
-  selected = scores.select_by_score(scores.average_over_proxies(per_proxy), d.fraction,
-                                    d.keep, labels_E, d.per_class)
-  return selected, split(selected, num_consumers, config.seed, d.split)
-
-
-def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consumers: int):
+def _proxy_clusters(config, data, proxy: Proxy, num_consumers: int):
   """Balanced k-means of proxy 0's embeddings, one cluster per worker.
 
   With `routed` aggregation every eval example is routed by proxy 0's embedding of it.
   Returns (selected, pools, eval routing or None, the FLOPs of embedding the eval split).
   """
-  d = config.distill
-  mean, std = features_MxExD[0].mean(0), features_MxExD[0].std(0) + 1e-6
-  assignment, centroids = clusters.kmeans((features_MxExD[0] - mean) / std, num_consumers,
+  d, features_ExD = config.distill, proxy.features_MxExD[0]
+  mean, std = features_ExD.mean(0), features_ExD.std(0) + 1e-6
+  assignment, centroids = clusters.kmeans((features_ExD - mean) / std, num_consumers,
                                           seed=config.seed, balanced=d.balanced,
                                           balance=d.kmeans_balance)
   pools = [np.flatnonzero(assignment == i) for i in range(num_consumers)]
@@ -324,36 +381,45 @@ def _proxy_clusters(config, data, proxy, proxy_state, features_MxExD, num_consum
   route, eval_flops = None, 0.0
   if _routed(config):
     _, eval_features, _, eval_flops = forward(
-        proxy_state, proxy.method.step_config, _scored_eval(config, data), data.eval_transform,
-        config.eval.batch_size)
+        proxy.state, proxy.fit.method.step_config, _scored_eval(config, data),
+        data.eval_transform, config.eval.batch_size)
     route = np.asarray(clusters.routing_weights(
         (eval_features[0] - mean) / std, centroids,
         d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
   return selected, pools, route, eval_flops
 
 
-def _coreset(config, logits_MxExC, features_MxExD, labels_E, num_consumers: int):
-  """CRAIG or GradMatch on all proxies' last-layer gradients side by side.
+def _register_coreset(name: str, select, fields: tuple[str, ...], **kwargs) -> None:
+  """Builder `name`: `select` (CRAIG or GradMatch) on all proxies' last-layer gradients
+  side by side; each example's weight, mean 1 over the coreset, enters the loss."""
+  @register_builder(name, fields=("distill.fraction", "distill.per_class", "distill.split",
+                                  "distill.gradient") + fields, proxy=True, legacy_key=True)
+  def build_coreset(inputs: BuildInputs) -> Built:
+    d, proxy = inputs.config.distill, train_proxy(inputs)
+    labels_E = proxy.labels_E
+    n = len(labels_E)
 
-  Returns (selected, weights [E] with mean 1 over the coreset, pools)."""
-  d = config.distill
-  n = len(labels_E)
+    def gradients(rows):  # [len(rows), D]: computed per class when selecting per class
+      return np.concatenate([coresets.last_layer_gradients(
+          f[rows], l[rows], labels_E[rows], include_weight=d.gradient == "last_layer")
+          for l, f in zip(proxy.logits_MxExC, proxy.features_MxExD)], axis=1)
 
-  def gradients(rows):  # [len(rows), D]: computed per class when selecting per class
-    return np.concatenate([coresets.last_layer_gradients(
-        f[rows], l[rows], labels_E[rows], include_weight=d.gradient == "last_layer")
-        for l, f in zip(logits_MxExC, features_MxExD)], axis=1)
+    k = max(1, int(round(d.fraction * n)))
+    options = {key: d[field] for key, field in kwargs.items()}
+    if d.per_class:
+      selected, w = coresets.per_class(select, gradients, labels_E, k, **options)
+    else:
+      selected, w = select(gradients(np.arange(n)), k, **options)
+    weights = np.zeros(n, np.float32)
+    weights[selected] = w / w.mean()  # mean weight 1 over the coreset
+    return _proxy_pool(inputs, proxy, selected,
+                       split(selected, inputs.num_consumers, inputs.config.seed, d.split),
+                       weights)
 
-  k = max(1, int(round(d.fraction * n)))
-  kwargs = {"lam": d.gradmatch_lambda} if d.method == "gradmatch" else {}
-  select = coresets.gradmatch if d.method == "gradmatch" else coresets.craig
-  if d.per_class:
-    selected, w = coresets.per_class(select, gradients, labels_E, k, **kwargs)
-  else:
-    selected, w = select(gradients(np.arange(n)), k, **kwargs)
-  weights = np.zeros(n, np.float32)
-  weights[selected] = w / w.mean()  # mean weight 1 over the coreset
-  return selected, weights, split(selected, num_consumers, config.seed, d.split)
+
+_register_coreset("craig", coresets.craig, ())
+_register_coreset("gradmatch", coresets.gradmatch, ("distill.gradmatch_lambda",),
+                  lam="gradmatch_lambda")
 
 
 def pixel_embedding(config, data):
@@ -379,9 +445,10 @@ def pca_transform(config, data):
   return images.make_transform(small, train=False)
 
 
-def _pixel_clusters(config, data, num_consumers: int, start: float):
+def _pixel_clusters(inputs: BuildInputs) -> Built:
   """Balanced k-means of the standardised pixels' top principal components, no proxy;
   with `routed` aggregation each eval image is routed by its own projection."""
+  config, data, num_consumers = inputs.config, inputs.data, inputs.num_consumers
   d, iters = config.distill, 20
   pca, train_ExD, mean, std = pixel_embedding(config, data)
   assignment, centroids = clusters.kmeans(train_ExD, num_consumers, seed=config.seed,
@@ -399,7 +466,7 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
           d.route_temperature * centroids.shape[1], min(d.route_top_k, num_consumers)))
 
     route = routing(len(_scored_eval(config, data)))
-  build_time_s = time.perf_counter() - start
+  build_time_s = time.perf_counter() - inputs.start
   if route is not None and config.eval.score_rest_at_end:
     # The rest of the split, scored once at the end: routed after the build is timed (no
     # part of the run's cost); the scored rows stay the timed routing's.
@@ -412,17 +479,13 @@ def _pixel_clusters(config, data, num_consumers: int, start: float):
     features += f" ({d.pca_covariance} covariance)"
   if d.kmeans_balance != "greedy":
     features += f" ({d.kmeans_balance}-balanced k-means)"
-  info = {
-      "method": "kmeans", "features": features,
-      "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
-      "build_time_s": build_time_s,
-      # The covariance and projections (PixelPCA.flops) plus Lloyd's distances (3 E k D
-      # per iteration and the final assignment); the eigendecomposition (P^3) is host-only.
-      "build_flops": pca.flops + float(3 * n * num_consumers * dim * (iters + 1)),
-      "proxy": None, "scoring_flops": 0.0, "selection_time_s": build_time_s,
-      "weighted": False,
-  }
-  return pools, None, route, info
+  # The covariance and projections (PixelPCA.flops) plus Lloyd's distances (3 E k D per
+  # iteration and the final assignment); the eigendecomposition (P^3) is host-only.
+  flops = pca.flops + float(3 * n * num_consumers * dim * (iters + 1))
+  info = pool_info(inputs, pools, pool_size=n, split="clusters", features=features,
+                   build_flops=flops,
+                   build_time_s=build_time_s)
+  return Built(pools, info, route=route)
 
 
 def text_embedding(config, data):
@@ -431,9 +494,10 @@ def text_embedding(config, data):
   return tfidf, tfidf.fit(data.train, seed=config.seed)
 
 
-def _text_clusters(config, data, num_consumers: int, start: float):
+def _text_clusters(inputs: BuildInputs) -> Built:
   """c-BTM: balanced k-means of the training windows' tf-idf; each eval position routed by
   the tf-idf of its running prefix [E, T, N], so no prediction's routing sees its target."""
+  config, data, num_consumers = inputs.config, inputs.data, inputs.num_consumers
   d = config.distill
   tfidf, train_ExD = text_embedding(config, data)
   iters = 20
@@ -456,18 +520,13 @@ def _text_clusters(config, data, num_consumers: int, start: float):
           block.reshape(-1, dim), centroids, d.route_temperature,
           min(d.route_top_k, num_consumers))).reshape(-1, t, num_consumers)[:len(route) - i]
   n, dim = train_ExD.shape
-  info = {
-      "method": "kmeans", "features": f"tf-idf of token windows, SVD to {dim}" + (
-          f" ({d.kmeans_balance}-balanced k-means)" if d.kmeans_balance != "greedy" else ""),
-      "pool_size": n, "pool_sizes": [int(len(p)) for p in pools], "split": "clusters",
-      "build_time_s": time.perf_counter() - start,
-      # Lloyd's distances (3 E k D per iteration, plus the final assignment); the tf-idf
-      # counting and the sparse SVD run on the host and are in build_time_s only.
-      "build_flops": float(3 * n * num_consumers * dim * (iters + 1)),
-      "proxy": None, "scoring_flops": 0.0, "selection_time_s": time.perf_counter() - start,
-      "weighted": False,
-  }
-  return pools, None, route, info
+  features = f"tf-idf of token windows, SVD to {dim}" + (
+      f" ({d.kmeans_balance}-balanced k-means)" if d.kmeans_balance != "greedy" else "")
+  # Lloyd's distances (3 E k D per iteration, plus the final assignment); the tf-idf
+  # counting and the sparse SVD run on the host and are in build_time_s only.
+  info = pool_info(inputs, pools, pool_size=n, split="clusters", features=features,
+                   build_flops=float(3 * n * num_consumers * dim * (iters + 1)))
+  return Built(pools, info, route=route)
 
 
 def merged_proxy(proxy, seed: int):

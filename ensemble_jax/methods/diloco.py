@@ -49,6 +49,7 @@ def _broadcast(tree, n: int):
 
 class DiLoCo(Ensemble):
   name = "diloco"
+  mixes_workers = False  # its one model, `global`, is the outer params
 
   def __init__(self, config, model, tx, mesh, init_input):
     m = config.method

@@ -31,9 +31,6 @@ from ensemble_jax.methods.base import Method, Program, abstract
 from ensemble_jax.methods.data_parallel import check_batch_sizes, check_divisible
 
 LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
-# The aggregation modes that mix the workers' predictions (`soup` averages their weights;
-# DiLoCo's `global` is one model).
-MIXTURES = ("logits", "probs", "routed")
 
 
 def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -43,20 +40,20 @@ def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[
   [N, B, C] to [B, C], for every metric; `targets` reduces only each worker's
   log-probability of the target, [N, B, T], to the mixture's (`aggregate.mixture_log_probs`).
 
-  Classification reduces every mixture mode in full at every evaluation: its targets are
-  accuracies, which need the mixture's argmax, and C is the class count. A language model
-  reduces only what stopping at its target needs: the headline mode's perplexity. For
-  `probs` and `routed` that is the targets' log-probabilities, whatever the vocabulary;
-  `logits` needs the mean of the full logits. The other modes, and the headline mixture's
+  Classification reduces every mixture mode (`aggregate.Mode.mixture`) in full at every
+  evaluation: its targets are accuracies, which need the mixture's argmax, and C is the
+  class count. A language model reduces only what stopping at its target needs: the
+  headline mode's perplexity, from the targets' log-probabilities when the mode can
+  (`Mode.targets`), else from the full logits. The other modes, and the headline mixture's
   accuracy and ECE, are computed once at the end (`final_results`) from the full logits.
   """
-  mixtures = tuple(mode for mode in modes if mode in MIXTURES)
+  mixtures = tuple(mode for mode in modes if aggregate.MODES[mode].mixture)
   if task != "lm":
     return {mode: "full" for mode in mixtures}, ()
   headline = modes[0] if modes else None
   plan = {}
-  if headline in MIXTURES:
-    plan[headline] = "full" if headline == "logits" else "targets"
+  if headline in mixtures:
+    plan[headline] = "targets" if aggregate.MODES[headline].targets else "full"
   return plan, tuple(mode for mode in mixtures if plan.get(mode) != "full")
 
 
@@ -85,6 +82,9 @@ def map_local_workers(fn, strategy: str, *stacked):
 
 class Ensemble(Method):
   name = "ensemble"
+  # Whether config.method.aggregation names modes of aggregate.MODES. DiLoCo's one mode,
+  # `global`, is its outer model, which its own `_eval_sums` scores.
+  mixes_workers = True
 
   def __init__(self, config, model, tx, mesh, init_input: jax.ShapeDtypeStruct):
     self.config, self.mesh = config, mesh
@@ -130,7 +130,7 @@ class Ensemble(Method):
                                         in_specs=(P("worker"), P("data")),
                                         out_specs=P("worker", "data"), check_vma=False)
     self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
-    self.end_modes = eval_plan(config.task, self.modes)[1]
+    self.end_modes = eval_plan(config.task, self.modes)[1] if self.mixes_workers else ()
     self._final_fn = jax.jit(self._final_sums, out_shardings=rep)
 
   # ---- init ----
@@ -251,7 +251,8 @@ class Ensemble(Method):
   def final_results(self, state, last_eval: dict, num_steps: int, train_batches,
                     eval_batches) -> dict:
     ensemble = {mode: {k.split("/", 1)[1]: v for k, v in last_eval.items()
-                       if k.startswith(mode + "/")} for mode in self.modes if mode != "soup"}
+                       if k.startswith(mode + "/")} for mode in self.modes
+                if not self.mixes_workers or aggregate.MODES[mode].mixture}
     if self.end_modes:  # in full, once: what the evaluations left out (`eval_plan`)
       weights = jnp.asarray(self.healthy, jnp.float32)
       sums = None
@@ -352,8 +353,9 @@ def mixture_sums(logits_NxBx, batch: dict, weights_N, plan: dict[str, str], step
   if "targets" in plan.values():  # [N, B, T]: one number per worker and target
     log_probs_NxBx = jax.vmap(aggregate.target_log_probs, (0, None))(logits_NxBx, labels)
   for mode, form in plan.items():
+    entry = aggregate.MODES[mode]
     weights, fallback_Bx = weights_N, None
-    if mode == "routed":  # the k-means routing of each example [B, N] or position [B, T, N]
+    if entry.routed:  # the pool's routing of each example [B, N] or position [B, T, N]
       route_NxBx = jnp.moveaxis(batch["route"].astype(jnp.float32), -1, 0)
       healthy_NxBx = jnp.broadcast_to(
           weights_N.reshape((-1,) + (1,) * (route_NxBx.ndim - 1)), route_NxBx.shape)
@@ -362,12 +364,10 @@ def mixture_sums(logits_NxBx, batch: dict, weights_N, plan: dict[str, str], step
       fallback_Bx = jnp.sum(weights, axis=0) <= 0
       weights = jnp.where(fallback_Bx[None], healthy_NxBx, weights)
     if form == "targets":
-      sums[mode] = metrics_lib.nll_sums(aggregate.mixture_log_probs(log_probs_NxBx, weights),
-                                        mask)
+      sums[mode] = metrics_lib.nll_sums(entry.targets(log_probs_NxBx, weights), mask)
     else:
-      sums[mode] = metrics_lib.prediction_sums(
-          aggregate.combine(logits_NxBx, weights, "logits" if mode == "logits" else "probs"),
-          labels, mask)
+      sums[mode] = metrics_lib.prediction_sums(entry.combine(logits_NxBx, weights), labels,
+                                               mask)
     if fallback_Bx is not None:
       mask_Bx = mask.reshape(mask.shape + (1,) * (fallback_Bx.ndim - 1))
       sums[mode]["fallback"] = jnp.sum(fallback_Bx * mask_Bx)

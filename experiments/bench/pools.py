@@ -95,6 +95,8 @@ def timed_build(build, config, data, n: int):
   with tempfile.TemporaryDirectory() as proxy_dir:
     wall, cpu = time.perf_counter(), time.process_time()
     built = build(config, data, n, os.path.join(proxy_dir, "proxy"))
+    if not isinstance(built, tuple):  # a `registry.Built`; revisions before it: a tuple
+      built = (built.pools, built.weights, built.route, built.info)
     return built, time.perf_counter() - wall, time.process_time() - cpu
 
 
