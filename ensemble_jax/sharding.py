@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -100,3 +101,30 @@ def state_shardings(abstract_state, mesh: Mesh, *, fsdp: bool, min_size: int,
     return NamedSharding(mesh, P(*leading))
 
   return jax.tree.map(rule, abstract_state)
+
+
+# How a device runs its several local workers inside shard_map.
+LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
+
+
+def resolve_local_strategy(strategy: str, backend: str) -> str:
+  """Resolves `auto` to `unroll` on CPU and `vmap` on accelerators.
+
+  On CPU vmapped convolutions become slow grouped convolutions: 2 workers per device cost
+  ~3x two single steps vmapped, ~1x unrolled (experiments/bench/engine.py). On accelerators
+  batching the workers' matmuls fills the device."""
+  if strategy not in LOCAL_STRATEGIES:
+    raise ConfigError(f"config.method.local_strategy={strategy!r}: choose one of "
+                      f"{LOCAL_STRATEGIES}.")
+  if strategy != "auto":
+    return strategy
+  return "unroll" if backend == "cpu" else "vmap"
+
+
+def map_local_workers(fn, strategy: str, *stacked):
+  """Applies `fn(j, *tree_j)` to each of the k local workers; results stacked on axis 0."""
+  k = jax.tree.leaves(stacked)[0].shape[0]
+  if strategy == "vmap":
+    return jax.vmap(fn)(jnp.arange(k), *stacked)
+  outs = [fn(j, *jax.tree.map(lambda x: x[j], stacked)) for j in range(k)]
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)

@@ -127,7 +127,8 @@ def measure(ipcs, rows, out: str, *, iterations: int, real_per_class: int, eval_
       clock = {"distil_s": 0.0, "t": time.perf_counter()}
 
       def on_chunk(it, loss_N, state, ipc=ipc, entry=entry, clock=clock):
-        entry["loss"].append([it, float(loss_N[0])])
+        if it:
+          entry["loss"].append([it, float(loss_N[0])])
         entry["iterations"] = it
         over = budget_s > 0 and time.perf_counter() - clock["t"] >= budget_s
         if it in eval_at or it == iterations or over:
@@ -141,9 +142,6 @@ def measure(ipcs, rows, out: str, *, iterations: int, real_per_class: int, eval_
           write()
         return over
 
-      if 0 in eval_at:
-        on_chunk(0, np.zeros(1), synthetic.Distiller(cfg, mesh, 10, pool.shape[2:]).init(
-            jax.device_put(np.int32([seed])), pool[None], counts[None]))
       result = synthetic.distil(cfg, mesh, pool[None], counts[None], np.int32([seed]),
                                 chunk=chunk, checkpoint_every=max(eval_at + [iterations]),
                                 on_chunk=on_chunk)

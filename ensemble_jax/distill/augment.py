@@ -146,10 +146,10 @@ def siamese(key, dsa: DSA, *batches_BxHxWxI):
 
 
 def per_example(key, dsa: DSA, x_BxHxWxI):
-  """One family for the batch, its parameters drawn per example."""
+  """One family for the batch (only its branch runs), its parameters drawn per example."""
   b, h, w = x_BxHxWxI.shape[:3]
   family_key, key = jax.random.split(key)
-  family = jax.random.randint(family_key, (), 0, len(dsa.families))
   p_B = jax.vmap(lambda k: draw(k, dsa, h, w))(jax.random.split(key, b))
-  p_B["family"] = jnp.broadcast_to(family, (b,))
-  return jax.vmap(lambda x, p: _apply_one(x, p, dsa))(x_BxHxWxI, p_B)
+  branches = [jax.vmap(lambda x, p, f=_OPS[name]: f(x, p, dsa)) for name in dsa.families]
+  family = jax.random.randint(family_key, (), 0, len(dsa.families))
+  return jax.lax.switch(family, branches, x_BxHxWxI, p_B)

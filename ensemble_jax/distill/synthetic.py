@@ -25,7 +25,7 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax.distill import augment
-from ensemble_jax.methods.ensemble import map_local_workers, resolve_local_strategy
+from ensemble_jax.sharding import map_local_workers, resolve_local_strategy
 from ensemble_jax.models.convnet import ConvNet
 
 
@@ -194,8 +194,9 @@ def distil(cfg: DistributionMatching, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
   """Runs (or resumes) the N distillations -> {'images': [N, C, S, H, W, I] float32,
   'labels': [C*S], 'loss': per-chunk mean losses [chunks, N], 'iterations', 'time_s'}.
 
-  `on_chunk(iteration, losses_N, state)` is called after each chunk (evaluation curves,
-  progress); it returns True to end the run there (a time budget). `stop_at` ends early
+  `on_chunk(iteration, losses_N, state)` is called at iteration 0 (losses NaN) and after
+  each chunk (evaluation curves, progress); it returns True to end the run there (a time
+  budget). `stop_at` ends early
   (a test's stand-in for a kill) after checkpointing."""
   from ensemble_jax import checkpoint
 
@@ -213,6 +214,8 @@ def distil(cfg: DistributionMatching, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
     if meta:
       start, losses, elapsed = meta["step"], meta["loss"], meta["time_s"]
   end = cfg.iterations if stop_at is None else min(stop_at, cfg.iterations)
+  if on_chunk is not None and start == 0 and on_chunk(0, np.full(n, np.nan), state):
+    end = 0
   it = start
   while it < end:
     length = min(chunk, end - it, checkpoint_every - it % checkpoint_every)

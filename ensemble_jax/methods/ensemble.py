@@ -23,14 +23,14 @@ from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError, aggregation_modes
-from ensemble_jax.sharding import mesh_string
+from ensemble_jax.sharding import (LOCAL_STRATEGIES, map_local_workers, mesh_string,
+                                   resolve_local_strategy)
 from ensemble_jax.data.pipeline import BatchLayout, to_global
 from ensemble_jax.data.samplers import Sampler, create_sampler
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.base import Method, Program, abstract
 from ensemble_jax.methods.data_parallel import check_batch_sizes, check_divisible
 
-LOCAL_STRATEGIES = ("vmap", "unroll", "auto")
 
 
 def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -55,29 +55,6 @@ def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[
   if headline in mixtures:
     plan[headline] = "targets" if aggregate.MODES[headline].targets else "full"
   return plan, tuple(mode for mode in mixtures if plan.get(mode) != "full")
-
-
-def resolve_local_strategy(strategy: str, backend: str) -> str:
-  """Resolves `auto` to `unroll` on CPU and `vmap` on accelerators.
-
-  On CPU vmapped convolutions become slow grouped convolutions: 2 workers per device cost
-  ~3x two single steps vmapped, ~1x unrolled (experiments/bench/engine.py). On accelerators
-  batching the workers' matmuls fills the device."""
-  if strategy not in LOCAL_STRATEGIES:
-    raise ConfigError(f"config.method.local_strategy={strategy!r}: choose one of "
-                      f"{LOCAL_STRATEGIES}.")
-  if strategy != "auto":
-    return strategy
-  return "unroll" if backend == "cpu" else "vmap"
-
-
-def map_local_workers(fn, strategy: str, *stacked):
-  """Applies `fn(j, *tree_j)` to each of the k local workers; results stacked on axis 0."""
-  k = jax.tree.leaves(stacked)[0].shape[0]
-  if strategy == "vmap":
-    return jax.vmap(fn)(jnp.arange(k), *stacked)
-  outs = [fn(j, *jax.tree.map(lambda x: x[j], stacked)) for j in range(k)]
-  return jax.tree.map(lambda *xs: jnp.stack(xs), *outs)
 
 
 class Ensemble(Method):

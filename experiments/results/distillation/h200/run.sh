@@ -12,7 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 export ENSEMBLE_JAX_DATA_DIR=$ROOT/data
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> $LOG
-python3 -c "import jax, flax, optax; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" >> $LOG 2>&1
+python3 -c "import jax, flax, optax, ml_collections; print('jax', jax.__version__, 'flax', flax.__version__, jax.devices())" >> $LOG 2>&1
 echo "=== $(date -u +%T) start" >> $LOG
 timeout ${LIMIT:-540} python3 -m experiments.distillation_check --ipc=10,1,50 \
   --budget_s=${BUDGET:-100} --out=$OUT/results.json >> $LOG 2>&1
