@@ -13,9 +13,8 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import checkpoint, config_lib, distributed, logs, sharding, validation
+from ensemble_jax import checkpoint, distributed, logs, sharding, validation
 from ensemble_jax import run as run_lib
-from ensemble_jax.data import fetch
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "experiments", "configs")
@@ -54,8 +53,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and results g
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
-                checkpoint.CheckpointError)
+USAGE_ERRORS = run_lib.USAGE_ERRORS
 
 
 def run(config, workdir: str) -> int:
