@@ -98,7 +98,7 @@ TIERS = {
     "test_resume.py": "e2e", "test_routing.py": "unit", "test_samplers_sweep.py": "e2e",
     "test_sparse.py": "e2e", "test_sweep.py": "e2e", "test_text.py": "unit",
     "test_train.py": "e2e", "test_tuning.py": "unit",
-    "test_workload_study.py": "e2e",
+    "test_workload_study.py": "e2e", "test_study_safety.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
     "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
 }
@@ -111,6 +111,9 @@ EXCEPTIONS = {  # file -> {test function: tier}
         "test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir": "subprocess",
         "test_help_names_the_config_files_their_variants_and_the_schema": "subprocess"},
     "test_critical_batch.py": {"test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs": "e2e"},
+    "test_study_safety.py": {
+        "test_a_study_stopped_by_ctrl_c_or_sigterm_says_where_and_resumes_with_true_counts":
+            "subprocess"},
     "test_diloco.py": {"test_diloco_needs_a_sync_period": "unit"},
     "test_ensemble.py": {"test_hlo_parser_reads_both_replica_group_formats": "unit",
                          "test_logit_mean_matches_numpy_and_excludes_nan_workers": "unit",
