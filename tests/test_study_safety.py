@@ -69,6 +69,15 @@ def test_a_second_study_into_a_workdir_of_another_is_refused_its_records_untouch
   assert _digest(one_point_study) == before
 
 
+def test_a_part_of_the_same_study_goes_on(one_point_study):
+  """--curves (or --points) runs a part of the study recorded for the whole grid."""
+  before = _digest(one_point_study)
+  counts = cost_vs_time.run(CONFIG, str(one_point_study), seeds=[0], grid="smoke",
+                            curves=["data_parallel"])
+  assert counts["read_back"] == 2 and counts["tuning_runs"] == counts["trained"] == 0
+  assert _digest(one_point_study) == before
+
+
 def test_start_over_moves_the_old_study_aside_whole(one_point_study, tmp_path):
   workdir = tmp_path / "w"
   shutil.copytree(one_point_study, workdir)

@@ -252,10 +252,10 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
      `tune.seed`'s run is the chosen tuning run, copied. A seed run (finished or not) at other
      values than the chosen ones moves to `<point>/superseded/` and runs again.
 
-  Before anything is written, every point is resolved and checked (`check_points`: its
-  config, mesh, data and method; each bad point one line of a ConfigError), and the
-  workdir must hold this study or none (`study.check_workdir`; `start_over` moves another
-  aside).
+  Before anything is written, every point of the grid is resolved and each to train
+  checked (`study.check_points`: its config, mesh, data and method; each bad point one
+  line of a ConfigError), and the workdir must hold this study or none
+  (`study.check_workdir`; `start_over` moves another aside).
 
   Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `resumed` (of
   those, continued from a checkpoint), `from_tuning` (seed runs that are the chosen tuning
@@ -283,9 +283,12 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   if set(point_names or ()) - names:
     raise SystemExit(f"error: --points {sorted(set(point_names) - names)} not in the curves "
                      f"{sorted(grid_curves)}: they have {sorted(names)}")
+  # The whole grid is the study (a part of it, --curves or --points, is the same study);
+  # the points this command trains are checked as their runs will check them.
   configs = study.check_points(
-      {os.path.join(*key): functools.partial(_point_config, module, *spec, 0, workdir)
-       for key, spec in points.items()},
+      {os.path.join(curve, point): functools.partial(_point_config, module, *spec, 0, workdir)
+       for curve, specs in _grid_curves(module, grid, None).items()
+       for point, spec in specs.items()},
       [os.path.join(*key) for key in points if not point_names or key[1] in point_names],
       seeds)
   study.check_workdir(workdir, study.identity(config_path, grid, settings, configs),
