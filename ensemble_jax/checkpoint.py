@@ -221,6 +221,15 @@ class PreemptionWatch:
     logging.warning(message)
     return Preempted(message, code)
 
+  @classmethod
+  def stop_before(cls, what: str) -> None:
+    """Raises Preempted if the installed watch has received a stop signal: between the
+    runs of a study, which then stops before `what` rather than after its first step."""
+    watch = cls.active
+    if watch is not None and watch.received is not None:
+      signal_name, code = cls.SIGNALS[watch.received]
+      raise Preempted(f"stopped before {what} on {signal_name}", code)
+
   def close(self) -> None:
     for signum, previous in self._previous.items():
       signal.signal(signum, previous)

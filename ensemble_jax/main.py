@@ -13,10 +13,10 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import aggregate, checkpoint, config_lib, distributed, logs, methods, models
+from ensemble_jax import aggregate, checkpoint, distributed, logs, methods, models
 from ensemble_jax import run as run_lib
 from ensemble_jax import sharding, validation
-from ensemble_jax.data import fetch, samplers
+from ensemble_jax.data import samplers
 from ensemble_jax.distill.registry import BUILDERS
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -66,8 +66,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and results g
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
-                checkpoint.CheckpointError)
+USAGE_ERRORS = run_lib.USAGE_ERRORS
 
 
 def run(config, workdir: str) -> int:

@@ -111,16 +111,30 @@ def changed_fields(saved: dict | None, config, workdir: str) -> dict[str, tuple]
   if not saved or not isinstance(saved.get("config"), dict):
     return {}  # a fresh workdir, or checkpoints from before configs were kept with them
   changes = config_changes(saved["config"], config)
-  blocked = {k: v for k, v in changes.items() if not may_change_on_resume(k, *v)}
-  if blocked:
-    raise config_lib.ConfigError(
-        f"--workdir={workdir!r} holds a run trained {saved['step']} steps with other values: "
-        f"{listed(blocked)}. Continue it with its own values, or give the new config a new "
-        "--workdir. (A rerun may change logging, eval frequency and batch size, "
-        "stop_at_target, checkpointing, cost.*, the mesh, sharding and data location, and may "
-        "lengthen train.num_steps, train.num_epochs or method.steps_per_worker to extend the "
-        "run.)")
+  if blocked := blocked_changes(changes):
+    raise held_elsewhere(
+        workdir, f"a run trained {saved['step']} steps", blocked,
+        "Continue it with its own values, or give the new config a new --workdir. (A rerun "
+        "may change logging, eval frequency and batch size, stop_at_target, checkpointing, "
+        "cost.*, the mesh, sharding and data location, and may lengthen train.num_steps, "
+        "train.num_epochs or method.steps_per_worker to extend the run.)")
   return changes
+
+
+def blocked_changes(changes: dict[str, tuple], extend: bool = True) -> dict[str, tuple]:
+  """The changes of `changes` ({field: (before, now)}) a resumed run may not make; with
+  `extend` False a longer duration is one of them too (a study reads finished runs back:
+  it never extends them)."""
+  return {k: v for k, v in changes.items()
+          if not may_change_on_resume(k, *v) or not extend and k in EXTENSIBLE}
+
+
+def held_elsewhere(workdir: str, holds: str, changes: dict[str, tuple],
+                   ways_out: str) -> config_lib.ConfigError:
+  """The refusal of a workdir that holds `holds` trained with other values: each changed
+  field (before -> now), then the ways out. A run's (main.py) and a study's alike."""
+  return config_lib.ConfigError(f"--workdir={workdir!r} holds {holds} with other values: "
+                                f"{listed(changes)}. {ways_out}")
 
 
 def listed(changes: dict[str, tuple]) -> str:

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import ml_collections
 
-from ensemble_jax import record, resume, train
+from ensemble_jax import checkpoint, config_lib, record, resume, train
+from ensemble_jax.data import fetch
 from ensemble_jax.distill import pools
 
 RESULTS_FILE = record.RESULTS_FILE  # results.json, in every run's workdir
+# What a config, a dataset or a workdir that cannot work raises: one line and status 2 in
+# main.py and the studies, never a traceback.
+USAGE_ERRORS = (config_lib.ConfigError, fetch.DatasetUnavailableError, fetch.DataError,
+                checkpoint.CheckpointError)
 finished_results = resume.finished_results  # a finished run's results, read not rewritten
 
 

@@ -75,6 +75,13 @@ def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
   return s
 
 
+def check(config: ml_collections.ConfigDict) -> None:
+  """Everything `set_up` checks before it writes (the config, the mesh, the data found and
+  read, the method built on them), nothing written: a study checks each of its points
+  with it before anything trains. Raises ConfigError or the data's errors."""
+  _assemble(config)
+
+
 def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> Setup:
   """The run's mesh, data and method, checked against the config (and against the
   checkpoints in `workdir`, if given); nothing written."""

@@ -19,7 +19,7 @@ from absl import flags
 
 from ensemble_jax import report
 from experiments import cli, sweeps
-from experiments.sweeps import cost_vs_time
+from experiments.sweeps import cost_vs_time, study
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "fashion_mnist.py")
 PRESET = "ib_xdr800"  # the interconnect the summary's time axis models
@@ -69,8 +69,11 @@ def summary(workdir: str, preset: str = PRESET) -> str:
 def main(argv: list[str]) -> int:
   cli.parse(FLAGS, argv, __doc__)
   sweeps.use_compile_cache(FLAGS.compile_cache)
-  counts = cost_vs_time.run(CONFIG, FLAGS.workdir, [int(s) for s in FLAGS.seeds.split(",")],
-                            FLAGS.grid, write_report=False)
+  code, counts = study.guarded(FLAGS.workdir, lambda: cost_vs_time.run(
+      CONFIG, FLAGS.workdir, [int(s) for s in FLAGS.seeds.split(",")], FLAGS.grid,
+      write_report=False))
+  if code:  # a workdir of another grid, Ctrl-C: said in one line
+    return code
   report.write(FLAGS.workdir, FLAGS.workdir)
   trained = counts["tuning_runs"] + counts["trained"]
   print(f"\n{trained} runs trained, {counts['skipped']} read back (one seed, the full grid's "

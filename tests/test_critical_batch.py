@@ -20,8 +20,8 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
     critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke", batches=[16])
   first = critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke",
                              batches=[8, 16])
-  assert first == {"tuning_runs": 4, "trained": 2, "from_tuning": 2, "skipped": 0,
-                   "diverged": 0}
+  assert first == {"tuning_runs": 4, "trained": 2, "resumed": 0, "from_tuning": 2,
+                   "skipped": 0, "read_back": 0, "diverged": 0}
   small = json.loads((tmp_path / "B8" / "tuning.json").read_text())
   assert "warm_start_from_batch" not in small and "warm-start" not in small["rule"]
   (_, row) = json.loads((tmp_path / "summary.json").read_text())["rows"]
@@ -47,8 +47,8 @@ def test_smoke_sweep_tunes_on_seed0_then_skips_finished_runs(tmp_path):
   assert seed0["config"]["train"]["noise_scale"] and seed0["noise_scale"]["steps"] > 0
   again = critical_batch.run("fashion", str(tmp_path), seeds=[0, 1], grid="smoke",
                              batches=[8, 16])
-  assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 4,
-                   "diverged": 0}
+  assert again == {"tuning_runs": 0, "trained": 0, "resumed": 0, "from_tuning": 0,
+                   "skipped": 4, "read_back": 4, "diverged": 0}
   assert "| 16 | 2 |" in (tmp_path / "table.md").read_text()
   assert (tmp_path / "critical_batch.png").stat().st_size > 0
   # While only the tuning has run, the report reads the chosen tuning run as seed 0.

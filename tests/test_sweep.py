@@ -107,8 +107,8 @@ def test_the_study_on_two_processes_matches_one(smoke_sweep, tmp_path):
 def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
   tmp_path, first = smoke_sweep
   # Two rates per point on seed 0; seed 0 is the chosen tuning run, seed 1 trains.
-  assert first == {"tuning_runs": 4, "trained": 2, "from_tuning": 2, "skipped": 0,
-                   "diverged": 0}
+  assert first == {"tuning_runs": 4, "trained": 2, "resumed": 0, "from_tuning": 2,
+                   "skipped": 0, "read_back": 0, "diverged": 0}
   for curve, point in SMOKE_POINTS:
     point_dir = tmp_path / curve / point
     record = json.loads((point_dir / "tuning.json").read_text())
@@ -129,8 +129,8 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
   assert len(calibrations) == 1
   assert (tmp_path / "table.md").exists() and (tmp_path / "cost_vs_time_ib_xdr800.png").exists()
   again = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
-  assert again == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 4,
-                   "diverged": 0}
+  assert again == {"tuning_runs": 0, "trained": 0, "resumed": 0, "from_tuning": 0,
+                   "skipped": 4, "read_back": 4, "diverged": 0}
   # A finished seed run at another rate than the point's choice (the point was tuned again)
   # is set aside, kept, and trained again at the choice.
   point = tmp_path / "data_parallel" / "D2"
@@ -139,8 +139,8 @@ def test_smoke_sweep_tunes_runs_seeds_then_skips_finished_points(smoke_sweep):
   results["config"]["optim"]["learning_rate"] = 3 * rate
   (point / "seed1" / "results.json").write_text(json.dumps(results))
   third = cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0, 1], grid="smoke")
-  assert third == {"tuning_runs": 0, "trained": 1, "from_tuning": 0, "skipped": 3,
-                   "diverged": 0}
+  assert third == {"tuning_runs": 0, "trained": 1, "resumed": 0, "from_tuning": 0,
+                   "skipped": 3, "read_back": 4, "diverged": 0}
   aside = point / "superseded" / f"seed1-lr{3 * rate:.4g}"
   assert json.loads((aside / "results.json").read_text()) == results
   retrained = json.loads((point / "seed1" / "results.json").read_text())
@@ -328,8 +328,8 @@ def test_points_select_a_subset_of_the_grid_and_unknown_names_fail_before_traini
   finished, _ = smoke_sweep
   only_d2 = cost_vs_time.run(CONFIG, str(finished), seeds=[0, 1], grid="smoke",
                              point_names=["D2"])
-  assert only_d2 == {"tuning_runs": 0, "trained": 0, "from_tuning": 0, "skipped": 2,
-                     "diverged": 0}
+  assert only_d2 == {"tuning_runs": 0, "trained": 0, "resumed": 0, "from_tuning": 0,
+                     "skipped": 2, "read_back": 2, "diverged": 0}
   with pytest.raises(SystemExit, match=r"--points \['N3_L4'\] not in the curves.*N8_L4"):
     cost_vs_time.run(CONFIG, str(tmp_path), seeds=[0], grid="smoke", point_names=["N3_L4"])
   assert not any(tmp_path.iterdir())  # nothing calibrated or trained

@@ -10,7 +10,10 @@ The grid is the config file's `sweep_grid(name)`; any config file with one runs 
 writes, under --workdir: `calibration/` (one device-step timing per compiled program),
 `pools/`, `<curve>/<point>/tune/` with `tuning.json`, `<curve>/<point>/seed<k>/`, then
 table.md and cost_vs_time_<preset>.png (`ensemble_jax.report`). Resumable: a finished run
-is read back, a half-finished one resumes from its checkpoint. The full grids with 3 seeds
+is read back, a half-finished one resumes from its checkpoint; Ctrl-C or SIGTERM stops it
+cleanly (exit 130 / 143). Every point is checked before anything trains, and a workdir
+holding another study (`study.json`) is refused unless --start_over moves it aside
+(experiments/sweeps/study.py). The full grids with 3 seeds
 trained ~13 h (Fashion-MNIST) and ~8.5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
 
 On a cluster, either every process of one multi-controller job runs this command with
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import glob
 import hashlib
 import json
@@ -39,11 +43,11 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from ensemble_jax import config_lib, costs, distributed, report, resume, train
+from ensemble_jax import checkpoint, config_lib, costs, distributed, report, resume, train
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from experiments import cli, sweeps
-from experiments.sweeps import tuning
+from experiments.sweeps import study, tuning
 
 # The calibration run's schedule: values that only set scalar constants of the step, so its
 # time does not depend on them. Canonical, so that points tuned to other rates or warm-ups
@@ -238,7 +242,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
         curves: list[str] | None = None, calibration_dir: str | None = None,
         point_names: list[str] | None = None, quiet_only: bool = False,
         write_report: bool = True, settings: dict | None = None,
-        tune_schedule: bool = False) -> dict[str, int]:
+        tune_schedule: bool = False, start_over: bool = False) -> dict[str, int]:
   """Runs every (curve, point) of `curves` and `point_names` (default all), in three phases.
 
   1. Quiet, before anything trains: each point's device step (`calibrate`) and its pool
@@ -248,8 +252,15 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
      `tune.seed`'s run is the chosen tuning run, copied. A seed run (finished or not) at other
      values than the chosen ones moves to `<point>/superseded/` and runs again.
 
-  Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `from_tuning`
-  (seed runs that are the chosen tuning run), `skipped` (finished before), `diverged`.
+  Before anything is written, every point of the grid is resolved and each to train
+  checked (`study.check_points`: its config, mesh, data and method; each bad point one
+  line of a ConfigError), and the workdir must hold this study or none
+  (`study.check_workdir`; `start_over` moves another aside).
+
+  Returns run counts: `tuning_runs` and `trained` (seed runs) trained now, `resumed` (of
+  those, continued from a checkpoint), `from_tuning` (seed runs that are the chosen tuning
+  run), `skipped` (seed runs finished before), `read_back` (tuning runs finished before),
+  `diverged`.
   The report covers every run under the workdir. `calibration_dir` (default
   `<workdir>/calibration`): another sweep's of the same workload shares its timings.
   `settings`: {dotted key: value} set on every point (`with_settings`); `tune_schedule`:
@@ -272,6 +283,16 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   if set(point_names or ()) - names:
     raise SystemExit(f"error: --points {sorted(set(point_names) - names)} not in the curves "
                      f"{sorted(grid_curves)}: they have {sorted(names)}")
+  # The whole grid is the study (a part of it, --curves or --points, is the same study);
+  # the points this command trains are checked as their runs will check them.
+  configs = study.check_points(
+      {os.path.join(curve, point): functools.partial(_point_config, module, *spec, 0, workdir)
+       for curve, specs in _grid_curves(module, grid, None).items()
+       for point, spec in specs.items()},
+      [os.path.join(*key) for key in points if not point_names or key[1] in point_names],
+      seeds)
+  study.check_workdir(workdir, study.identity(config_path, grid, settings, configs),
+                      start_over)
   points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):
@@ -279,16 +300,17 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     return _point_config(module, variant, overrides, seed, workdir)
 
   _check_finished(workdir, points)
+  study.say_holdings(workdir, [os.path.join(*key) for key in points])
   # 1. Quiet: every timing the time axis needs, before any point trains.
   device_step = {}
   for key in points:
     config = point_config(key, 0)
+    checkpoint.PreemptionWatch.stop_before(f"{os.path.join(*key)}'s calibration and pools")
     device_step[key] = calibrate(config, calibration_dir) if simulated() else 0.0
-    tuning.check_seeds(config, seeds)
     for seed in sorted({*tuning.tuning_seeds(config), *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
   sweeps.sync("quiet phase done")
-  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
+  counts = dict.fromkeys(study.COUNTS, 0)
   if quiet_only:
     return counts
 
@@ -299,8 +321,9 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     base.seed = base.tune.seed
     base.cost.device_step_time_s = device_step[key]
     point_dir = os.path.join(workdir, *key)
-    tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: tuning.train_run(
-        c, run_dir, counts, "tuning_runs", pool_config=tuning.on_seed(b, c.seed)))
+    tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: study.counted(
+        counts, "tuning_runs", run_dir, lambda: tuning.train_run(
+            c, run_dir, counts, "tuning_runs", pool_config=tuning.on_seed(b, c.seed))))
     tuning.write_record(point_dir, tuned[key][1])
 
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
@@ -308,8 +331,10 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     tuning.ready_seeds(chosen, record, os.path.join(workdir, *key), seeds, counts)
   for seed in seeds:
     for key, (chosen, record) in tuned.items():
-      tuning.run_seed(chosen, record, os.path.join(workdir, *key), seed, counts,
-                      pool_config=point_config(key, seed))
+      run_dir = os.path.join(workdir, *key, f"seed{seed}")
+      study.counted(counts, "trained", run_dir, lambda: tuning.run_seed(
+          chosen, record, os.path.join(workdir, *key), seed, counts,
+          pool_config=point_config(key, seed)))
   sweeps.sync("points done")
   if write_report and sweeps.is_writer():
     print(report.write(workdir, workdir))
@@ -532,6 +557,9 @@ flags.DEFINE_string("calibration", "", "the device-step timings' directory (defa
 flags.DEFINE_multi_string("set", [], "<group>.<field>=<value> set on every point's config, "
                           "e.g. --set=data.data_dir=/data/tfds (where the data is)",
                           flag_values=FLAGS)
+flags.DEFINE_bool("start_over", False, "the workdir holds another study: move its records "
+                  "to <workdir>.previous (nothing is deleted) and start this one",
+                  flag_values=FLAGS)
 flags.DEFINE_bool("tune_schedule", False, "every point also tunes its schedule's length "
                   "(train.schedule_fraction at tune.schedule_fractions) after its other "
                   "fields", flag_values=FLAGS)
@@ -584,13 +612,14 @@ def main(argv: list[str]) -> int:
                _names(FLAGS.curves) or None, FLAGS.keep_device_step, FLAGS.retime_pools)
     print(f"sweep: {n} runs recosted")
     return 0
-  counts = run(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
-               _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None,
-               FLAGS.quiet_only, FLAGS.report, parse_settings(FLAGS.set), FLAGS.tune_schedule)
-  print(f"sweep: {counts['tuning_runs']} tuning runs and {counts['trained']} seed runs "
-        f"trained ({counts['diverged']} diverged), {counts['from_tuning']} seed runs taken "
-        f"from tuning, {counts['skipped']} already finished")
-  return 0
+  code, counts = study.guarded(FLAGS.workdir, lambda: run(
+      FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
+      _names(FLAGS.curves) or None, calibration_dir, _names(FLAGS.points) or None,
+      FLAGS.quiet_only, FLAGS.report, parse_settings(FLAGS.set), FLAGS.tune_schedule,
+      FLAGS.start_over))
+  if code == 0:
+    print(study.counts_line(counts))
+  return code
 
 
 if __name__ == "__main__":

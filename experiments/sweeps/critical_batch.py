@@ -12,7 +12,8 @@ It writes, under --workdir (default experiments/results/critical_batch/<workload
 and critical_batch.png (steps to target vs B, McCandlish's S = S_min (1 + B_crit / B)
 fitted, B_simple marked). Resumable: a finished run is read back, a half-finished one
 resumes from its checkpoint; `--report_only` writes the report from the finished runs and
-trains nothing. The committed grids trained ~10 h (Fashion-MNIST, B = 64 .. 16,384), ~4 h
+trains nothing. Like the cost-vs-time study, it checks every B first and refuses a workdir
+of another study unless --start_over (experiments/sweeps/study.py). The committed grids trained ~10 h (Fashion-MNIST, B = 64 .. 16,384), ~4 h
 (its small model, to 8,192) and ~13.5 h (the Python docs, B = 64 .. 8,192) on 2 CPU cores,
 tuning included; `smoke`, seconds.
 
@@ -21,6 +22,7 @@ The rules every point follows: docs/methodology.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import math
@@ -36,7 +38,7 @@ from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
 from experiments.configs import WORKLOAD_CONFIGS
-from experiments.sweeps import tuning
+from experiments.sweeps import study, tuning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +128,7 @@ def _steps_to_target(results: dict) -> int | None:
 
 
 def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
-        batches: list[int] | None = None) -> dict[str, int]:
+        batches: list[int] | None = None, start_over: bool = False) -> dict[str, int]:
   """Tunes every B's learning rate, then trains every seed not finished yet.
 
   `config` is a --workload name or a config file's path; `batches` a subset of its grid's.
@@ -135,23 +137,29 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
   (`tuning.tune`); then seeds outermost, so an interrupted sweep has whole seeds of every
   B. A seed run at other values than its B's choice moves to `B<B>/superseded/` before any
   seed trains, and runs again (`tuning.ready_seeds`). Writes the summary, table and figure
-  of every B finished under `workdir`; returns the run counts (`tuning_runs`, `trained`,
-  `from_tuning`, `skipped`, `diverged`, as the cost-vs-time sweep's).
+  of every B finished under `workdir`; returns the run counts (`study.COUNTS`, as the
+  cost-vs-time sweep's). Every B is checked and the workdir must hold this study or none
+  before anything trains (`study.check_points`, `study.check_workdir`; `start_over` moves
+  another aside).
   """
   w = load_workload(config, grid)
   batches = list(batches or w.batches)
   for b in batches:
     if b % w.per_device:
       raise SystemExit(f"error: batch {b} is not a multiple of the per-device {w.per_device}")
-  counts = dict.fromkeys(("tuning_runs", "trained", "from_tuning", "skipped", "diverged"), 0)
+  configs = study.check_points({f"B{b}": functools.partial(point_config, w, b, 0)
+                                for b in w.batches}, [f"B{b}" for b in batches], seeds)
+  study.check_workdir(workdir, study.identity(config, grid, None, configs), start_over)
+  study.say_holdings(workdir, [f"B{b}" for b in sorted(batches)])
+  counts = dict.fromkeys(study.COUNTS, 0)
   tuned = {}
   for batch in sorted(batches):  # every B tuned before any other seed trains, small B first
     base = point_config(w, batch, seed=0)
     base.seed = base.tune.seed
-    tuning.check_seeds(base, seeds)
     previous, warm_start = _warm_start(workdir, w, batch, tuned)
     chosen, record = tuning.tune(base, _point_dir(workdir, batch), lambda c, run_dir:
-                                 tuning.train_run(c, run_dir, counts, "tuning_runs"),
+                                 study.counted(counts, "tuning_runs", run_dir, lambda: (
+                                     tuning.train_run(c, run_dir, counts, "tuning_runs"))),
                                  warm_start=warm_start)
     if previous is not None:
       record["warm_start_from_batch"] = previous
@@ -161,7 +169,9 @@ def run(config: str, workdir: str, seeds: list[int], grid: str = "full",
     tuning.ready_seeds(chosen, record, _point_dir(workdir, batch), seeds, counts)
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds of every B
     for batch, (chosen, record) in tuned.items():
-      tuning.run_seed(chosen, record, _point_dir(workdir, batch), seed, counts)
+      run_dir = os.path.join(_point_dir(workdir, batch), f"seed{seed}")
+      study.counted(counts, "trained", run_dir, lambda: tuning.run_seed(
+          chosen, record, _point_dir(workdir, batch), seed, counts))
   write_report(summarize(workdir, w), workdir)  # every B finished there, not only these
   return counts
 
@@ -419,6 +429,9 @@ flags.DEFINE_string("grid", "full", "a grid the config's critical_batch_grid() k
                     "smoke (fashion_mnist.py also small_model)", flag_values=FLAGS)
 flags.DEFINE_string("batches", "", "comma-separated subset of global batches",
                     flag_values=FLAGS)
+flags.DEFINE_bool("start_over", False, "the workdir holds another study: move its records "
+                  "to <workdir>.previous (nothing is deleted) and start this one",
+                  flag_values=FLAGS)
 flags.DEFINE_bool("report_only", False, "write summary.json, table.md and the figure from the "
                   "finished runs (e.g. while the sweep runs); train nothing", flag_values=FLAGS)
 sweeps.define_flags(FLAGS)
@@ -438,12 +451,15 @@ def main(argv: list[str]) -> int:
   if FLAGS.report_only:
     write_report(summarize(workdir, load_workload(config, FLAGS.grid)), workdir)
   else:
-    counts = run(config, workdir, [int(s) for s in FLAGS.seeds.split(",")], FLAGS.grid,
-                 [int(b) for b in FLAGS.batches.split(",") if b] or None)
+    code, counts = study.guarded(workdir, lambda: run(
+        config, workdir, [int(s) for s in FLAGS.seeds.split(",")], FLAGS.grid,
+        [int(b) for b in FLAGS.batches.split(",") if b] or None, FLAGS.start_over))
+    if code:
+      return code
   with open(os.path.join(workdir, "table.md")) as f:
     print(f.read())
   if counts is not None:
-    print(f"critical_batch: {counts}")
+    print(study.counts_line(counts))
   return 0
 
 
