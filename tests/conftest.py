@@ -101,6 +101,7 @@ TIERS = {
     "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
     "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
+    "test_writers.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {
@@ -162,6 +163,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
         "test_sweeps_keep_compiled_programs_unless_the_environment_names_a_cache": "unit"},
     "test_workload_study.py": {
         "test_every_grid_point_and_variant_is_a_valid_config": "unit",
+        "test_make_study_suggests_the_reported_seeds_not_the_tuning_seed": "unit",
         "test_plan_has_a_quiet_phase_one_line_per_point_and_the_report": "unit",
         "test_make_without_its_data_exits_2_naming_what_it_needs": "subprocess"},
     "test_train.py": {"test_metric_writer_does_not_import_torch": "subprocess"},

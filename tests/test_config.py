@@ -118,7 +118,7 @@ MALFORMED = [  # (what, config edit, message)
     ("ppl target for accuracy", lambda c: _set(c, "eval.target_metric", "bleu"),
      "target_metric='bleu'"),
     ("missing dataset", lambda c: _set(c, "data.data_dir", "/nonexistent/data"),
-     "make data"),
+     "`python -m ensemble_jax.data.fetch --data_dir /nonexistent/data fashion_mnist`"),
     ("missing tokenizer", lambda c: _lm(c, "data.tokenizer_dir", "/nonexistent/tok"),
      "/nonexistent/tok"),
     ("lm with a resnet", lambda c: _set(c, "task", "lm"), "model.name='resnet18'"),
@@ -152,7 +152,8 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(tiny_config, tmp_pa
 
 
 OVERRIDES = [
-    ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
+    ("--config.train.batchsize=3", "error: --config.train.batchsize=3: config.train has no "
+     "field 'batchsize'; did you mean --config.train.batch_size? Known fields: "),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
     ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
     ("--config.mesh=data:16", "config.mesh='data:16' needs 16 devices but only 8 are present"),
@@ -169,6 +170,22 @@ def test_cli_exits_2_on_bad_override(cli, override, message):
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert message in proc.stderr
   assert not os.listdir(workdir)
+
+
+def test_an_unknown_field_is_one_clean_line_with_the_override_to_type():
+  """config_flags' KeyError, as it raises it, read into one line. Fails on 75ab1a7, which
+  printed `learning_rat Did you mean "learning_rate" instead of "learning_rat"?.`"""
+  from ensemble_jax import main
+
+  raised = KeyError("\\'learning_rat\\'\\nDid you mean \"learning_rate\" instead of "
+                    "\"learning_rat\"?")
+  assert main.unknown_field_error(raised, ["--config.seed=1", "--config.optim.learning_rat=0.1"]) == (
+      "error: --config.optim.learning_rat=0.1: config.optim has no field 'learning_rat'; did "
+      "you mean --config.optim.learning_rate? Known fields: "
+      "ensemble_jax/config_lib.py:base_config().")
+  assert main.unknown_field_error(KeyError("'zzz'"), ["--config.optim.zzz=1"]) == (
+      "error: --config.optim.zzz=1: config.optim has no field 'zzz'. Known fields: "
+      "ensemble_jax/config_lib.py:base_config().")
 
 
 def test_choice_lists_are_the_registries():
