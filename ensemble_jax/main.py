@@ -66,11 +66,14 @@ def run(config, workdir: str) -> int:
     validation.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
+    layout = sharding.fit_workers_to_devices(config, jax.device_count())
     mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
           f"{sharding.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
           flush=True)
+    if layout:
+      print(layout, flush=True)
     results = run_lib.finished_results(config, workdir)
     if results is None:
       with contextlib.closing(checkpoint.PreemptionWatch()):  # Ctrl-C from here on: a clean stop

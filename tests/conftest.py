@@ -147,6 +147,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
     "test_noise_scale.py": {"test_moving_average_is_bias_corrected_and_restorable": "unit"},
     "test_readme_commands.py": {
         "test_readme_command_runs": "subprocess",
+        "test_ensemble_and_diloco_commands_run_on_1_and_8_devices": "subprocess",
         "test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on": "subprocess"},
     "test_report.py": {"test_tables_and_pngs_from_json": "e2e"},  # every table and figure
     "test_resnet.py": {"test_resnet18_small_stem_fashion_mnist_forward": "integration"},

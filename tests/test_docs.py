@@ -181,6 +181,16 @@ def test_the_readme_reads_in_five_minutes():
   assert "![" in first_screen, "the first screen shows a figure"
 
 
+def test_the_readme_times_the_ensemble_smoke_run_beside_the_smoke_run():
+  """The quick start's `:smoke` row quotes its `,ensemble` form's time and accuracy too
+  (a newcomer's second command). Fails on 75ab1a7, which quoted the smoke run's only."""
+  with open(os.path.join(REPO, "README.md")) as f:
+    row = next(line for line in f if line.startswith("| `python -m ensemble_jax.main ...:smoke`"))
+  what, when = row.split(" | ")[1:3]
+  assert re.search(r"add `,ensemble` for 4 workers .*final accuracy 0\.\d+", what), what
+  assert re.search(r"^\d+ s; `,ensemble` \d+ s \(measured at load average [\d.]+", when), when
+
+
 def _collected(*args: str) -> int:
   """How many tests pytest collects from tests/ (with `args`, those it selects)."""
   out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
