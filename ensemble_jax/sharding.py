@@ -106,7 +106,8 @@ def fit_workers_to_devices(config, devices: int) -> str | None:
   config.mesh = mesh
   config.cost.devices = config.cost.devices or n
   used = math.prod(size for _, size in mesh_axes(mesh))
-  idle = f"; {devices - used} device(s) idle: the batches do not split further" if used < devices else ""
+  idle = (f"; {devices - used} device(s) idle: the batches do not split further"
+          if used < devices else "")
   return (f"layout: {n} workers on {devices} devices, mesh {mesh} (the default "
           f"{WORKER_MESH} fitted: one worker per device cannot hold {n} workers on "
           f"{devices}){idle}; priced as {config.cost.devices} devices (cost.devices). "

@@ -181,7 +181,8 @@ def test_an_unknown_field_is_one_clean_line_with_the_override_to_type():
 
   raised = KeyError("\\'learning_rat\\'\\nDid you mean \"learning_rate\" instead of "
                     "\"learning_rat\"?")
-  assert main.unknown_field_error(raised, ["--config.seed=1", "--config.optim.learning_rat=0.1"]) == (
+  overrides = ["--config.seed=1", "--config.optim.learning_rat=0.1"]
+  assert main.unknown_field_error(raised, overrides) == (
       "error: --config.optim.learning_rat=0.1: config.optim has no field 'learning_rat'; did "
       "you mean --config.optim.learning_rate? Known fields: "
       "ensemble_jax/config_lib.py:base_config().")
