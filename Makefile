@@ -166,7 +166,7 @@ imagenet-run: install
 study: install
 	@if [ -z "$(CONFIG)" ]; then \
 	  echo "make study runs the cost-vs-time study of a config file with a sweep_grid(name):"; \
-	  echo "  make study CONFIG=path/to/config.py [GRID=full] [SEEDS=0,1,2] [STUDY_FLAGS=--set=data.data_dir=/data]"; \
+	  echo "  make study CONFIG=path/to/config.py [GRID=full] [SEEDS=1,2,3] [STUDY_FLAGS=--set=data.data_dir=/data]"; \
 	  exit 2; fi
 	$(STUDY) --config=$(CONFIG) --workdir=$(WORKDIR)/$(notdir $(basename $(CONFIG))) $(STUDY_FLAGS)
 

@@ -7,6 +7,7 @@ import contextlib
 import difflib
 import glob
 import os
+import re
 import sys
 
 import jax
@@ -76,11 +77,14 @@ def run(config, workdir: str) -> int:
     validation.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
+    layout = sharding.fit_workers_to_devices(config, jax.device_count())
     mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
           f"{sharding.mesh_string(mesh)}; method {config.method.name}; workdir {workdir}",
           flush=True)
+    if layout:
+      print(layout, flush=True)
     results = run_lib.finished_results(config, workdir)
     if results is None:
       with contextlib.closing(checkpoint.PreemptionWatch()):  # Ctrl-C from here on: a clean stop
@@ -133,12 +137,35 @@ def parse_flags(argv):
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
   except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
-    detail = str(e.args[0] if e.args else e).replace("\\n", " ").replace("\\'", "")
-    detail = " ".join(detail.replace("'", "").split())
-    overrides = [a for a in argv[1:] if a.startswith("--config.")]
-    print(f"error: unknown config field in {' '.join(overrides)}: {detail}. Known fields: "
-          "ensemble_jax/config_lib.py:base_config().", file=sys.stderr)
+    print(unknown_field_error(e, [a for a in argv[1:] if a.startswith("--config.")]),
+          file=sys.stderr)
   sys.exit(2)
+
+
+def unknown_field_error(e: Exception, overrides: list[str]) -> str:
+  """One line for config_flags' error on an override of an unknown field: the override, the
+  group that lacks the field, and ml_collections' suggestion as an override to type.
+
+  config_flags raises KeyError("'learning_rat'\\nDid you mean \"learning_rate\" instead of
+  \"learning_rat\"?"), whose text once went out half-joined: 'learning_rat Did you mean
+  "learning_rate" instead of "learning_rat"?.'"""
+  text = str(e.args[0] if e.args else e).replace("\\'", "'").replace("\\n", "\n")
+  names = re.findall(r"[\"']([A-Za-z_]\w*)[\"']", text)
+  unknown = names[0] if names else text.strip("'\" ")
+  suggestion = re.search(r'Did you mean "(\w+)"', text)
+  for override in overrides:
+    path = override.split("=", 1)[0].split(".")[1:]  # --config.optim.x -> ["optim", "x"]
+    if unknown in path:
+      i = path.index(unknown)
+      group = ".".join(["config", *path[:i]])
+      hint = ""
+      if suggestion:
+        fixed = ".".join(["--config", *path[:i], suggestion.group(1), *path[i + 1:]])
+        hint = f"; did you mean {fixed}?"
+      return (f"error: {override}: {group} has no field {unknown!r}{hint or '.'} Known fields: "
+              "ensemble_jax/config_lib.py:base_config().")
+  return (f"error: unknown config field {unknown!r} in {' '.join(overrides)}. Known fields: "
+          "ensemble_jax/config_lib.py:base_config().")
 
 
 def main(argv):

@@ -14,7 +14,7 @@ import numpy as np
 from absl import logging
 from clu import parameter_overview
 
-from ensemble_jax import communication, costs
+from ensemble_jax import communication, costs, sharding
 
 RESULTS_FILE = "results.json"
 
@@ -29,6 +29,10 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
       "num_devices": jax.device_count(),
       "host": host_info(),
       "mesh": dict(s.mesh.shape),
+      # what runs where, in words: the default mesh fitted to the workers and devices
+      # (`sharding.fit_workers_to_devices`) or the one the config chose
+      "layout": sharding.describe_layout(method.name, method.num_workers, dict(s.mesh.shape),
+                                         jax.device_count()),
       "data": s.data.info,
       "steps": p.step,  # trained; fewer than step_budget when stopped at the target
       "step_budget": s.num_steps,

@@ -20,7 +20,8 @@ critical-path time to it on the cluster the run stands for (x: modelled from the
 device step time and the collectives of the method's compiled programs, per interconnect
 preset; see `ensemble_jax.costs`). Files written before the `ib800` preset was renamed
 `ib_xdr800` are read under the new name. Points where some seed missed the target are
-drawn hollow and left out of the ratios.
+left out of the ratios and out of the figure's plane: they are drawn apart, below it,
+marked "missed on k of n seeds" (`plot`).
 """
 from __future__ import annotations
 
@@ -258,6 +259,20 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
 
 
+FLOP_UNITS = (("TFLOPs", 1e12), ("GFLOPs", 1e9), ("MFLOPs", 1e6), ("kFLOPs", 1e3),
+              ("FLOPs", 1.0))
+
+
+def flop_unit(values) -> tuple[str, float]:
+  """The largest unit in which a column's smallest nonzero count reads at least 0.1 at two
+  decimals (a column of 0.00 TFLOPs says nothing): (name, FLOPs per unit)."""
+  small = min((v for v in values if v), default=None)
+  for name, scale in FLOP_UNITS:
+    if small is None or small / scale >= 0.1:
+      return name, scale
+  return FLOP_UNITS[-1]
+
+
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
   return (f"{s['median'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
           f"{s['max'] / scale:.{digits}f}]")
@@ -275,7 +290,8 @@ def _matched_table(pts, curves, baselines) -> list[str]:
            "within the point's compute / the point's time, and the frontier's cheapest "
            "compute within the point's time / the point's compute (> 1: the point is better; "
            "the frontier point named; 'no baseline within budget': no baseline reached the "
-           "target that cheaply / fast):", "",
+           "target that cheaply / fast; 'missed (k/n)': the point reached it on k of its n "
+           "seeds, so it has no ratio):", "",
            "| curve | point | " + " | ".join(f"time ratio {q}" for q in PRESETS) + " | "
            + " | ".join(f"compute ratio {q}" for q in PRESETS) + " |",
            "|---|---|" + "---|" * (2 * len(PRESETS))]
@@ -288,19 +304,36 @@ def _matched_table(pts, curves, baselines) -> list[str]:
   return lines
 
 
+def absent_ratio(pts: list[dict], curve: str, preset: str, baselines=None) -> tuple[str, str]:
+  """Why `ratios` has no (time ratio, compute ratio) for `curve`: every point of it missed
+  the target on some seed; no baseline reached it; or no point of it is as cheap (for the
+  time ratio) or as fast (for the compute ratio) as any baseline point that did."""
+  if not _reached(pts, [curve], preset):
+    missed = [p for p in pts if p["curve"] == curve]
+    why = ("every point missed the target (" + ", ".join(
+        f"{p['point']} on {p['seeds'] - p['reached']} of {p['seeds']} seeds" for p in missed)
+        + ")")
+    return why, why
+  if not _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset):
+    return ("no baseline reached the target",) * 2
+  return "no point within a baseline's compute", "no point within a baseline's time"
+
+
 def _ratio_table(pts, curves, baselines, caption: str) -> list[str]:
+  unit, scale = flop_unit(ratios(pts, c, q, baselines)["cheapest_flops"] or 0
+                          for c in curves for q in PRESETS)
   lines = ["", caption, "",
-           "| curve | preset | fastest time (s) | cheapest TFLOPs | time ratio at fixed "
+           f"| curve | preset | fastest time (s) | cheapest {unit} | time ratio at fixed "
            "compute | compute ratio at fixed time |", "|---|---|---|---|---|---|"]
   for curve in curves:
     for preset in PRESETS:
       r = ratios(pts, curve, preset, baselines)
       fastest = "-" if r["fastest_s"] is None else f"{r['fastest_s']:.1f}"
-      cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / 1e12:.2f}"
-      within = "none within budget"
+      cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / scale:.2f}"
+      no_time, no_compute = absent_ratio(pts, curve, preset, baselines)
       lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
-                   f"{_show(r['time_at_fixed_compute'], within)} | "
-                   f"{_show(r['compute_at_fixed_time'], within)} |")
+                   f"{_show(r['time_at_fixed_compute'], no_time)} | "
+                   f"{_show(r['compute_at_fixed_time'], no_compute)} |")
   return lines
 
 
@@ -316,6 +349,7 @@ def _steps(p: dict) -> str:
 def _tuning_table(pts) -> list[str]:
   """Each point's budget, resolution and tuning (the chosen values and what the tuning runs
   cost, their compute spent before any seed ran), then each curve's total tuning cost."""
+  unit, scale = flop_unit(p["tuning"]["flops"] for p in pts if p["tuning"])
   lines = ["", "Budgets and tuning, per point: the step budget; the resolution of the "
            "steps to target (the crossing lies within that many steps before the reported "
            "step; the coarsest seed's); the tuned values (experiments/sweeps/tuning.py, one "
@@ -326,7 +360,7 @@ def _tuning_table(pts) -> list[str]:
            "others ran); where the schedule's length was tuned, the chosen rates' run over "
            "the whole budget:", "",
            "| curve | point | step budget | resolution (steps) | tuned values | tuning runs "
-           "| tuning TFLOPs | tuning time " + PRESETS[0] + " (s) | chosen run's steps | "
+           f"| tuning {unit} | tuning time " + PRESETS[0] + " (s) | chosen run's steps | "
            "reported seeds' median | whole-budget schedule's steps |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
   totals: dict[str, list] = {}
@@ -342,7 +376,7 @@ def _tuning_table(pts) -> list[str]:
     edge = " *" if t["at_edge"] else ""
     runs = f"{t['runs']} ({t['diverged']} diverged)" if t["diverged"] else str(t["runs"])
     lines.append(f"| {p['curve']} | {p['point']} | {budget} | {res} | {chosen}{edge} | {runs} "
-                 f"| {t['flops'] / 1e12:.2f} | {t['time_s'][PRESETS[0]]:.1f} "
+                 f"| {t['flops'] / scale:.2f} | {t['time_s'][PRESETS[0]]:.1f} "
                  f"| {_value(p['tuning_seed_steps']) if p['tuning_seed_steps'] else '-'} "
                  f"| {_steps(p)} | {_value(t['whole_schedule_steps'] or '-')} |")
     total = totals.setdefault(p["curve"], [0, 0.0, 0.0])
@@ -351,9 +385,9 @@ def _tuning_table(pts) -> list[str]:
     total[2] += t["time_s"][PRESETS[0]]
   if totals:
     lines += ["", "Tuning, per curve (the cost a user pays to find the points above):", "",
-              "| curve | tuning runs | tuning TFLOPs | tuning time " + PRESETS[0] + " (s) |",
+              f"| curve | tuning runs | tuning {unit} | tuning time " + PRESETS[0] + " (s) |",
               "|---|---|---|---|"]
-    lines += [f"| {c} | {n} | {f / 1e12:.2f} | {t:.1f} |" for c, (n, f, t) in totals.items()]
+    lines += [f"| {c} | {n} | {f / scale:.2f} | {t:.1f} |" for c, (n, f, t) in totals.items()]
   return lines
 
 
@@ -369,6 +403,7 @@ def table(runs: list[dict]) -> str:
   pts = points(runs)
   targets = sorted({r["target"] for r in runs})
   rest = any(p["rest"] is not None for p in pts)
+  unit, scale = flop_unit(p["flops"]["min"] for p in pts)
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
@@ -383,7 +418,7 @@ def table(runs: list[dict]) -> str:
            "others ran." + (" Final: the metric at the stop on the evaluated examples; "
                             "on the rest: the same model on the eval split's examples that "
                             "no evaluation, stop or tuning choice saw." if rest else ""), "",
-           "| curve | point | D | seeds reached | steps to target | TFLOPs to target | "
+           f"| curve | point | D | seeds reached | steps to target | {unit} to target | "
            + " | ".join(f"time {p} (s)" for p in PRESETS)
            + f" | evaluations {EVALUATION_PRESET} (s) | host train s | final |"
            + (" final on the rest |" if rest else ""),
@@ -391,7 +426,7 @@ def table(runs: list[dict]) -> str:
            + ("---|" if rest else "")]
   for p in pts:
     lines.append(f"| {p['curve']} | {p['point']} | {p['devices']} | {p['reached']}/{p['seeds']} "
-                 f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], 1e12, 2)} | "
+                 f"| {_fmt(p['steps'], digits=0)} | {_fmt(p['flops'], scale, 2)} | "
                  + " | ".join(_fmt(p["time_s"][q]) for q in PRESETS)
                  + f" | {'-' if p['evaluation_s'] is None else _fmt(p['evaluation_s'])}"
                  + f" | {_fmt(p['host_time_s'])} | {_fmt(p['final'], digits=4)} |"
@@ -403,7 +438,9 @@ def table(runs: list[dict]) -> str:
     lines += _ratio_table(pts, curves, None,
                           "Summary against the same frontier: the best ratio over the "
                           "baselines' budgets (a second number, not the matched one), the "
-                          "baseline point compared named:")
+                          "baseline point compared named; an absent ratio says why (every "
+                          "point missed the target, no baseline reached it, or no point is "
+                          "as cheap / fast as any baseline point):")
   lines += _tuning_table(pts)
   if baselines and curves:
     for b in baselines:
@@ -464,27 +501,52 @@ def label_points(ax, labels: list[tuple[float, float, str, str]], fontsize: floa
     placed.append(best[1])
 
 
+MISSED_CAPTION = ("points that missed the target on some seed are drawn apart, below the "
+                  "plane, at the time their runs spent (not a time to the target)")
+
+
 def plot(runs: list[dict], path: str, preset: str) -> None:
   """Compute vs time to the target, one colour per curve, each point labelled with its
-  name; the strongest baseline's frontier drawn, and the region it beats shaded."""
+  name; the strongest baseline's frontier drawn, and the region it beats shaded.
+
+  Only points that reached the target on every seed stand in the plane: a point that
+  missed on any seed has no time to the target, and placed at its budget it could read as
+  a win (left of the frontier, outside the shaded region). Those are drawn in a strip
+  below the plane, at the time their runs spent, marked 'missed on k of n seeds'."""
   import matplotlib
 
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
   pts = points(runs)
-  fig, ax = plt.subplots(figsize=(8.6, 5.2))
-  labels = []
-  for i, curve in enumerate(sorted({p["curve"] for p in pts})):
+  missed = [p for p in pts if p["reached"] < p["seeds"]]
+  rows = [(p["curve"], p["point"]) for p in missed]  # the strip's: one per missed point
+  if missed:
+    fig, (ax, strip) = plt.subplots(
+        2, 1, figsize=(8.6, 5.5 + 0.25 * len(rows)), sharex=True,
+        gridspec_kw={"height_ratios": [5.2, 0.3 + 0.25 * len(rows)]})
+  else:
+    (fig, ax), strip = plt.subplots(figsize=(8.6, 5.2)), None
+  labels, strip_labels, named = [], [], set()
+  curves = sorted({p["curve"] for p in pts})
+  for i, curve in enumerate(curves):
     color, mine = f"C{i}", [p for p in pts if p["curve"] == curve]
     for p in mine:
       t, c = p["time_s"][preset], p["flops"]
-      full = p["reached"] == p["seeds"]
-      ax.errorbar(t["median"], c["median"] / 1e12,
-                  xerr=[[t["median"] - t["min"]], [t["max"] - t["median"]]],
+      label = curve if curve not in named else None
+      named.add(curve)
+      xerr = [[t["median"] - t["min"]], [t["max"] - t["median"]]]
+      if p["reached"] < p["seeds"]:
+        row = len(rows) - 1 - rows.index((curve, p["point"]))  # the first at the top
+        strip.errorbar(t["median"], row, xerr=xerr, fmt="x", color=color, ms=6, capsize=2,
+                       label=label)
+        strip_labels.append((t["median"], row,
+                             f"{p['point']}: missed on {p['seeds'] - p['reached']} of "
+                             f"{p['seeds']} seeds", color))
+        continue
+      ax.errorbar(t["median"], c["median"] / 1e12, xerr=xerr,
                   yerr=[[(c["median"] - c["min"]) / 1e12], [(c["max"] - c["median"]) / 1e12]],
-                  fmt="o", color=color, mfc=color if full else "none", ms=5, capsize=2,
-                  label=curve if p is mine[0] else None)
+                  fmt="o", color=color, ms=5, capsize=2, label=label)
       labels.append((t["median"], c["median"] / 1e12, p["point"], color))
     front = pareto([(p["time_s"][preset]["median"], p["flops"]["median"]) for p in mine
                     if p["reached"] == p["seeds"]])
@@ -505,18 +567,32 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   ax.set_xlim(left, right)
   ax.set_ylim(bottom, top)
   plain_log_ticks(ax)
-  ax.set_xlabel(f"time to target on D devices (s; modelled from measured steps, {preset})")
+  xlabel = f"time to target on D devices (s; modelled from measured steps, {preset})"
+  if strip is not None:
+    strip.set_ylim(-0.7, len(rows) - 0.3)
+    strip.set_yticks([])
+    strip.set_ylabel("missed", fontsize=8)
+    strip.set_xlabel(f"time on D devices (s; modelled from measured steps, {preset}): "
+                     "to target in the plane, spent below", fontsize=9)
+  else:
+    ax.set_xlabel(xlabel)
   ax.set_ylabel("training compute to target (TFLOPs, XLA)")
   targets = ", ".join(sorted({r["target"] for r in runs}))
   seeds = sorted({p["seeds"] for p in pts})
   spread = ("one seed per point" if seeds == [1] else
             "median and min-max over seeds")
-  ax.set_title(f"cost vs time to {targets}; interconnect {preset}\n"
-               f"{spread}; hollow: some seed missed the target; lower left is better",
-               fontsize=9)
-  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+  apart = f"; {MISSED_CAPTION}" if missed else ""
+  ax.set_title(f"cost vs time to {targets}; interconnect {preset}; lower left is better\n"
+               f"{spread}; in the plane only points that reached the target on every seed"
+               f"{apart}", fontsize=8, wrap=True)
+  handles = [h for a in (ax, strip) if a is not None for h in a.get_legend_handles_labels()[0]]
+  names = [n for a in (ax, strip) if a is not None for n in a.get_legend_handles_labels()[1]]
+  ax.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+            borderaxespad=0)
   fig.tight_layout()
   label_points(ax, labels)
+  if strip is not None:
+    label_points(strip, strip_labels)
   fig.savefig(path, dpi=120)
   plt.close(fig)
 

@@ -45,6 +45,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   `pool_config`: the config the pool is built (or read from its cache) for, when it is
   not `config` itself: the sweeps tune the learning rate on one pool per point and seed.
   """
+  train.fit_layout(config)  # before the workdir's check: a rerun fits as the run did
   finished = finished_results(config, workdir)
   return finished if finished is not None else fit(config, workdir, pool_config).results
 

@@ -59,6 +59,75 @@ def mesh_shape(mesh_config, num_devices: int) -> list[tuple[str, int]]:
   return axes
 
 
+# The stacked methods' default mesh: one worker per device (several per device when N is a
+# multiple of the devices). `fit_workers_to_devices` fits it to N workers on other counts.
+WORKER_MESH = "worker:-1,data:1"
+
+
+def fitted_mesh(num_workers: int, devices: int, batch_sizes: tuple[int, ...] = ()) -> str:
+  """The default layout of N workers on D devices, as a mesh string.
+
+  N a multiple of D: `WORKER_MESH`, N / D workers per device. Otherwise the workers form
+  g = gcd(N, D) groups, each on D / g devices that split its workers' batches on `data`
+  (N = 4 on 8 devices: 'worker:4,data:2', each worker on two devices): the same updates
+  as one worker per device (BatchNorm over the worker's whole batch). Where `batch_sizes`
+  do not split D / g ways, `data` is the largest divisor of D / g that splits them all, and
+  the other devices idle."""
+  if num_workers % devices == 0:
+    return WORKER_MESH
+  groups = math.gcd(num_workers, devices)
+  span = devices // groups
+  data = max(d for d in range(1, span + 1)
+             if span % d == 0 and all(b % d == 0 for b in batch_sizes))
+  return f"worker:{groups},data:{data}"
+
+
+def batch_sizes(config) -> tuple[int, ...]:
+  """What each worker's `data` devices split: its train batch (each microbatch) and the
+  eval batch."""
+  return (config.train.batch_size // max(config.train.microbatches, 1),
+          config.train.batch_size, config.eval.batch_size)
+
+
+def fit_workers_to_devices(config, devices: int) -> str | None:
+  """Fits an ensemble's or DiLoCo's default mesh (`WORKER_MESH`) to its N workers on the
+  `devices` present (`fitted_mesh`), in place; the one place every entry point (main, the
+  run API, the sweeps) fits them. Returns a line saying what it chose, None when the
+  config stays as it is (data-parallel, a mesh the user chose, N a multiple of D).
+
+  A layout field: it changes what runs where, not what is trained, nor the cluster the run
+  stands for and is priced on: N devices, one worker each (`cost.devices`, unless the config
+  sets it)."""
+  if config.method.name == "data_parallel" or mesh_string(config.mesh) != WORKER_MESH:
+    return None
+  n = config.method.num_workers
+  mesh = fitted_mesh(n, devices, batch_sizes(config))
+  if mesh == WORKER_MESH:
+    return None
+  config.mesh = mesh
+  config.cost.devices = config.cost.devices or n
+  used = math.prod(size for _, size in mesh_axes(mesh))
+  idle = (f"; {devices - used} device(s) idle: the batches do not split further"
+          if used < devices else "")
+  return (f"layout: {n} workers on {devices} devices, mesh {mesh} (the default "
+          f"{WORKER_MESH} fitted: one worker per device cannot hold {n} workers on "
+          f"{devices}){idle}; priced as {config.cost.devices} devices (cost.devices). "
+          "--config.mesh=... chooses another.")
+
+
+def describe_layout(method: str, num_workers: int, mesh: dict, devices: int) -> str:
+  """What runs where, in words (results.json `layout`)."""
+  used = math.prod(mesh.values())
+  data = mesh.get("data", 1)
+  if method == "data_parallel":
+    return f"one model on {used} of {devices} device(s), its batch split {data} ways"
+  groups = mesh.get("worker", 1)
+  per = num_workers // groups
+  spans = f", each worker's batches split over {data} devices" if data > 1 else ""
+  return (f"{num_workers} workers on {used} of {devices} device(s): {groups} group(s) of "
+          f"{per} worker(s){spans}")
+
+
 def make_mesh(mesh_config, devices=None) -> Mesh:
   devices = jax.devices() if devices is None else devices
   axes = mesh_shape(mesh_config, len(devices))

@@ -26,6 +26,7 @@ from jax.experimental import multihost_utils
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, distributed, eval_schedule, noise_scale, optim
 from ensemble_jax import record, replay, resume, validation, writers
+from ensemble_jax import sharding as sharding_lib
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
@@ -82,11 +83,22 @@ def check(config: ml_collections.ConfigDict) -> None:
   _assemble(config)
 
 
+def fit_layout(config: ml_collections.ConfigDict) -> str | None:
+  """Joins the multi-process runtime (if configured), then fits an ensemble's or DiLoCo's
+  default mesh to its workers on the devices present (`sharding.fit_workers_to_devices`,
+  in place); the line saying what it chose, logged, or None."""
+  distributed.maybe_initialize(config.distributed)
+  layout = sharding_lib.fit_workers_to_devices(config, jax.device_count())
+  if layout:
+    logging.info("%s", layout)
+  return layout
+
+
 def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> Setup:
   """The run's mesh, data and method, checked against the config (and against the
   checkpoints in `workdir`, if given); nothing written."""
   validation.validate(config)
-  distributed.maybe_initialize(config.distributed)
+  fit_layout(config)
   mesh = make_mesh(config.mesh)
   if workdir is not None:  # before any data: another config's checkpoints are an error
     saved = checkpoint_lib.latest_record(os.path.join(workdir, CHECKPOINTS))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging as py_logging
 import os
 import sys
 
@@ -116,9 +117,58 @@ class _NoProgress:
   def close(self): pass
 
 
+class _Stream:
+  """A console stream whose writes go above the open progress bars (`tqdm.write`)."""
+
+  def __init__(self, stream, write):
+    self.stream, self._write = stream, write
+
+  def write(self, text: str) -> None:
+    self._write(text, file=self.stream, end="")
+
+  def flush(self) -> None:
+    self.stream.flush()
+
+  def __eq__(self, other) -> bool:  # absl compares its handler's stream with sys.stderr
+    return self.stream == getattr(other, "stream", other)
+
+  __hash__ = None
+
+
+class _Progress:
+  """The training bar; while it is open, log lines print above it, not into its line.
+
+  tqdm's `logging_redirect_tqdm` swaps the root logger's console StreamHandlers, but absl
+  logs through its own handler (an `ABSLHandler` wrapping a `PythonHandler`), which it
+  would leave writing into the bar's line and then log each line twice. So the console
+  handlers' streams (absl's included) write through `tqdm.write` until `close`."""
+
+  def __init__(self, bar):
+    self._bar = bar
+    consoles = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}
+    self._swapped = []
+    for handler in py_logging.getLogger().handlers:
+      handler = getattr(handler, "python_handler", handler)  # absl's
+      stream = getattr(handler, "stream", None)
+      if isinstance(handler, py_logging.StreamHandler) and id(stream) in consoles:
+        self._swapped.append((handler, stream))
+        handler.stream = _Stream(stream, type(bar).write)
+
+  def update(self, n): self._bar.update(n)
+  def set_postfix(self, **kw): self._bar.set_postfix(**kw)
+
+  def close(self):
+    for handler, stream in self._swapped:
+      if isinstance(handler.stream, _Stream):
+        handler.stream = stream
+    self._swapped = []
+    self._bar.close()
+
+
 def progress_bar(start: int, total: int, enabled: bool):
   if not enabled:
     return _NoProgress()
   from tqdm.auto import tqdm
 
-  return tqdm(total=total, initial=start, desc="train", dynamic_ncols=True, mininterval=2.0)
+  return _Progress(tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
+                        mininterval=2.0))

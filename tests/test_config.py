@@ -107,8 +107,10 @@ MALFORMED = [  # (what, config edit, message)
     ("mesh too large", lambda c: _set(c, "mesh", [("data", 64)]), "needs 64 devices"),
     ("batch vs data axis", lambda c: _set(c, "train.batch_size", 12), "not divisible by"),
     ("eval batch vs data axis", lambda c: _set(c, "eval.batch_size", 60), "eval.batch_size=60"),
-    ("N vs worker axis", lambda c: _ensemble(c, **{"method.num_workers": 12}),
-     "num_workers=12 is not a multiple"),
+    ("N vs worker axis",  # a mesh the user chose: kept, and the one that fits is named
+     lambda c: _set(_ensemble(c, **{"method.num_workers": 12}), "mesh", "worker:8,data:1"),
+     "num_workers=12 is not a multiple of the mesh's worker axis=8 (config.mesh="
+     "'worker:8,data:1' on 8 devices); use --config.mesh=worker:4,data:2"),
     ("soup without shared init",
      lambda c: _ensemble(c, **{"method.aggregation": "logits,soup"}), "shared_init=True"),
     ("diloco with ensemble modes",  # DiLoCo once silently replaced them with 'global'
@@ -120,7 +122,7 @@ MALFORMED = [  # (what, config edit, message)
     ("ppl target for accuracy", lambda c: _set(c, "eval.target_metric", "bleu"),
      "target_metric='bleu'"),
     ("missing dataset", lambda c: _set(c, "data.data_dir", "/nonexistent/data"),
-     "make data"),
+     "`python -m ensemble_jax.data.fetch --data_dir /nonexistent/data fashion_mnist`"),
     ("missing tokenizer", lambda c: _lm(c, "data.tokenizer_dir", "/nonexistent/tok"),
      "/nonexistent/tok"),
     ("lm with a resnet", lambda c: _set(c, "task", "lm"), "model.name='resnet18'"),
@@ -154,7 +156,8 @@ def test_malformed_config_exits_2_with_one_line_and_no_trace(tiny_config, tmp_pa
 
 
 OVERRIDES = [
-    ("--config.train.batchsize=3", 'Did you mean "batch_size"'),
+    ("--config.train.batchsize=3", "error: --config.train.batchsize=3: config.train has no "
+     "field 'batchsize'; did you mean --config.train.batch_size? Known fields: "),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
     ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
     ("--config.mesh=data:16", "config.mesh='data:16' needs 16 devices but only 8 are present"),
@@ -172,6 +175,59 @@ def test_cli_exits_2_on_bad_override(cli, override, message):
   assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
   assert message in proc.stderr
   assert not os.listdir(workdir)
+
+
+def test_an_unknown_field_is_one_clean_line_with_the_override_to_type():
+  """config_flags' KeyError, as it raises it, read into one line. Fails on 75ab1a7, which
+  printed `learning_rat Did you mean "learning_rate" instead of "learning_rat"?.`"""
+  from ensemble_jax import main
+
+  raised = KeyError("\\'learning_rat\\'\\nDid you mean \"learning_rate\" instead of "
+                    "\"learning_rat\"?")
+  overrides = ["--config.seed=1", "--config.optim.learning_rat=0.1"]
+  assert main.unknown_field_error(raised, overrides) == (
+      "error: --config.optim.learning_rat=0.1: config.optim has no field 'learning_rat'; did "
+      "you mean --config.optim.learning_rate? Known fields: "
+      "ensemble_jax/config_lib.py:base_config().")
+  assert main.unknown_field_error(KeyError("'zzz'"), ["--config.optim.zzz=1"]) == (
+      "error: --config.optim.zzz=1: config.optim has no field 'zzz'. Known fields: "
+      "ensemble_jax/config_lib.py:base_config().")
+
+
+@pytest.mark.parametrize("workers,devices,batches,mesh", [
+    (4, 8, (64, 1000), "worker:4,data:2"),  # :smoke,ensemble on 8 devices
+    (2, 8, (64, 1000), "worker:2,data:4"),
+    (8, 8, (64,), "worker:-1,data:1"), (16, 8, (64,), "worker:-1,data:1"),
+    (4, 1, (64,), "worker:-1,data:1"),
+    (12, 8, (32, 64), "worker:4,data:2"),  # 3 workers on each pair of devices
+    (3, 8, (64, 100), "worker:1,data:4"),  # 100 splits 4 ways, not 8: 4 devices idle
+    (4, 8, (63,), "worker:4,data:1")])
+def test_the_default_mesh_fits_the_workers_to_the_devices(workers, devices, batches, mesh):
+  assert sharding.fitted_mesh(workers, devices, batches) == mesh
+
+
+def test_fitting_changes_only_the_default_mesh_of_stacked_methods(tiny_config):
+  """Every entry point fits the same way (`sharding.fit_workers_to_devices`: main, the run
+  API, the sweeps); the cluster the run stands for stays N devices, one worker each. Fails
+  on 75ab1a7, where only the sweeps fitted (`cost_vs_time._fit_workers_to_devices`) and
+  `:smoke,ensemble` on 8 devices stopped at "num_workers=4 is not a multiple of the
+  mesh's worker axis=8"."""
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("smoke,ensemble")
+  line = sharding.fit_workers_to_devices(c, 8)
+  assert c.mesh == "worker:4,data:2" and c.cost.devices == 4
+  assert line.startswith("layout: 4 workers on 8 devices, mesh worker:4,data:2 (the default "
+                         "worker:-1,data:1 fitted")
+  assert sharding.fit_workers_to_devices(c, 8) is None  # fitted once: nothing to change
+  validation.validate(c)
+  mine = fashion_mnist.get_config("smoke,ensemble")
+  mine.mesh = "worker:2,data:1"  # a mesh the user chose is theirs
+  assert sharding.fit_workers_to_devices(mine, 8) is None and mine.mesh == "worker:2,data:1"
+  assert sharding.fit_workers_to_devices(tiny_config, 8) is None  # data-parallel
+  assert sharding.describe_layout("ensemble", 4, {"worker": 4, "data": 2}, 8) == (
+      "4 workers on 8 of 8 device(s): 4 group(s) of 1 worker(s), each worker's batches split "
+      "over 2 devices")
 
 
 def test_choice_lists_are_the_registries():

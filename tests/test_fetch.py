@@ -36,10 +36,19 @@ def test_require_missing(tmp_path, monkeypatch, name):
         F.require(name, tmp_path)
     msg = str(ei.value)
     assert str(tmp_path / name) in msg
-    assert "make data" in msg
-    assert f"python -m ensemble_jax.data.fetch {name}" in msg
+    # the data dir given: the command that fetches into it, not `make data` (which fetches
+    # into the default dir; fails on 75ab1a7, which said "Fetch it with `make data`")
+    command = f"python -m ensemble_jax.data.fetch --data_dir {tmp_path} {name}"
+    assert f"Fetch it into {tmp_path} with `{command}`" in msg
+    assert "Fetch it with `make data`" not in msg
     assert "ENSEMBLE_JAX_DATA_DIR" in msg
     assert isinstance(ei.value, FileNotFoundError)
+    # the default dir: `make data` fetches there
+    monkeypatch.setenv("ENSEMBLE_JAX_DATA_DIR", str(tmp_path / "default"))
+    with pytest.raises(F.DatasetUnavailableError) as ei:
+        F.require(name)
+    default = f"Fetch it with `make data` or `python -m ensemble_jax.data.fetch {name}`"
+    assert default in str(ei.value)
 
 
 def test_fetch_idempotent_no_network(tmp_path, monkeypatch):

@@ -2,14 +2,18 @@
 unnoticed.
 
 Training commands run with tiny overrides appended (later flags win), in a temporary
-workdir, on two simulated CPU devices (one per worker of the overrides' two, so a run reads
-its programs' collectives on its own mesh: measured, the Python docs ensemble command
-37 s on one device, 20 s on two; the child process that one device needs is
-tests/test_communication.py's), each in a fork of one process that imported the package
-once (tests/forked_cli.py); commands that need data or hardware a test machine lacks are
+workdir, each in a fork of one process that imported the package once
+(tests/forked_cli.py); commands that need data or hardware a test machine lacks are
 skipped with the reason. A command this file does not know fails until it is given its
-overrides or a skip reason. The quickest documented run (`:smoke`) runs at its own size, as
-written: it must learn (test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on).
+overrides or a skip reason. Data-parallel commands run on two simulated CPU devices. Every
+ensemble and DiLoCo command runs on 1 and on 8 (a user's laptop, an 8-GPU server or a
+TPU v3-8), with overrides that leave its workers, its batches' divisibility and so its
+layout as written (`LAYOUT_FREE`; checked against the command as written): the default
+mesh must fit its N workers to either count. (It once ran them with num_workers=2 on two
+devices, and `:smoke,ensemble` failed on every 8-device host unseen.) The quickest
+documented run (`:smoke`) runs at its own size, as written: it must learn
+(test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on); its ensemble and DiLoCo
+forms run at their own size too, capped at 2 steps (`STEP_CAP`).
 """
 import glob
 import json
@@ -44,6 +48,13 @@ TINY = {  # config file -> overrides that keep its run to seconds on a CPU
 SMOKE = ("python -m ensemble_jax.main --config=experiments/configs/fashion_mnist.py:smoke"
          " --workdir=WORKDIR")
 AS_WRITTEN = {SMOKE: ["--config.mesh=data:1"]}
+# Ensemble and DiLoCo commands: the devices each runs on, and what of TINY they keep (all
+# but the fields that choose the layout: the workers and the mesh).
+STACKED_DEVICES = (1, 8)
+LAYOUT_FIELDS = ("--config.method.num_workers=", "--config.mesh=")
+# Smoke-sized stacked commands: at their own size, two steps (an eval every 2 steps: the
+# stop comes at the first eval at or past train.stop_at_step).
+STEP_CAP = ["--config.train.stop_at_step=2", "--config.eval.every_steps=2"]
 SKIP = {  # command prefix -> why it does not run here
     "make demo": "the reduced sweep (minutes); tests/test_sweep.py runs its grid at smoke size",
     "make test": "this test suite itself (make test-fast: its unit tier)",
@@ -88,6 +99,31 @@ def _commands() -> list[str]:
   return commands
 
 
+def _config_arg(command: str) -> tuple[str, set[str]]:
+  """The command's config file and its variants."""
+  arg = next(a for a in shlex.split(command) if a.startswith("--config=")).split("=", 1)[1]
+  path, _, variants = arg.partition(":")
+  return path, {v for v in variants.split(",") if v}
+
+
+def stacked(command: str) -> bool:
+  """Whether the command trains an ensemble or DiLoCo (its variants or its overrides)."""
+  return bool(_config_arg(command)[1] & {"ensemble", "diloco"}) or any(
+      f"--config.method.name={m}" in command for m in ("ensemble", "diloco"))
+
+
+LAYOUT_FREE = {config: [o for o in tiny if not o.startswith(LAYOUT_FIELDS)]
+               for config, tiny in TINY.items()}
+
+
+def _overrides(command: str, config: str) -> list[str]:
+  if command in AS_WRITTEN:
+    return AS_WRITTEN[command]
+  if stacked(command):
+    return STEP_CAP if "smoke" in _config_arg(command)[1] else LAYOUT_FREE[config]
+  return TINY[config]
+
+
 def _plan(command: str):
   """(argv with the tiny overrides and workdir '{workdir}', None) or (None, skip reason)."""
   for prefix, reason in SKIP.items():
@@ -96,12 +132,42 @@ def _plan(command: str):
   argv = shlex.split(command)
   if argv[:3] != ["python", "-m", "ensemble_jax.main"]:
     return None, None
-  config = next(a for a in argv if a.startswith("--config=")).split("=", 1)[1].split(":")[0]
+  config = _config_arg(command)[0]
   if config not in TINY:
     return None, None
   argv = [a if not a.startswith("--workdir=") else "--workdir={workdir}" for a in argv[3:]]
-  overrides = AS_WRITTEN[command] if command in AS_WRITTEN else TINY[config]
-  return [sys.executable, "-m", "ensemble_jax.main", *argv, *overrides], None
+  return [sys.executable, "-m", "ensemble_jax.main", *argv, *_overrides(command, config)], None
+
+
+def _config_of(argv: list[str]):
+  """The config an argv of ensemble_jax.main trains: its file's get_config(variants) with
+  its --config.* overrides (later ones win), without JAX."""
+  import ast
+
+  from ensemble_jax import config_lib
+  from experiments import sweeps
+
+  path, variants = _config_arg(shlex.join(argv))
+  config = sweeps.load_config_module(os.path.join(REPO, path)).get_config(",".join(
+      sorted(variants)))
+  for arg in argv:
+    if arg.startswith("--config."):
+      key, value = arg[len("--config."):].split("=", 1)
+      try:
+        value = ast.literal_eval(value)
+      except (ValueError, SyntaxError):
+        pass
+      config_lib.set_dotted(config, key, value)
+  return config
+
+
+def layout(argv: list[str], devices: int) -> dict:
+  """The mesh {axis: size} an argv's run takes on `devices` (the default mesh fitted)."""
+  from ensemble_jax import sharding
+
+  config = _config_of(argv)
+  sharding.fit_workers_to_devices(config, devices)
+  return dict(sharding.mesh_shape(config.mesh, devices))
 
 
 COMMANDS = sorted(set(_commands()))
@@ -123,37 +189,83 @@ def test_commands_in_docs_pages_are_collected():
   assert any(":sweep,ensemble" in c for c in COMMANDS), COMMANDS
 
 
-RUNS = [c for c in COMMANDS if _plan(c)[0]]
+RUNS = [c for c in COMMANDS if _plan(c)[0] and not stacked(c)]
+STACKED = [c for c in COMMANDS if _plan(c)[0] and stacked(c)]
+
+
+def test_ensemble_and_diloco_commands_are_documented_and_run_at_their_layout():
+  """The stacked commands include both smoke forms and one of N = 16; the overrides they
+  run with leave their layout on 1 and 8 devices as written (workers, mesh, batches)."""
+  variants = [_config_arg(c)[1] for c in STACKED]
+  assert {"smoke", "ensemble"} in variants and {"smoke", "diloco"} in variants, STACKED
+  assert any("num_workers=16" in c for c in STACKED), STACKED
+  for command in STACKED:
+    written = shlex.split(command)
+    for devices in STACKED_DEVICES:
+      assert layout(_plan(command)[0], devices) == layout(written, devices), (command, devices)
+  smoke_ensemble = STACKED[variants.index({"smoke", "ensemble"})]
+  assert layout(shlex.split(smoke_ensemble), 8) == {"worker": 4, "data": 2}
 
 
 # One child process imports the package once; each command runs to its end in a fork of it,
-# as `python -m ensemble_jax.main` (tests/forked_cli.py), on its own workdir.
+# as `python -m ensemble_jax.main` (tests/forked_cli.py), on its own workdir. Data-parallel
+# commands on 2 devices; ensemble and DiLoCo commands on each of STACKED_DEVICES.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """{command: (its workdir, its CompletedProcess)} for every command that runs here."""
+  """{(command, devices): (its workdir, its CompletedProcess)} for every command that
+  runs here (data-parallel: 2 devices)."""
   root = tmp_path_factory.mktemp("readme_commands")
-  workdirs = [root / str(i) / "wd" for i in range(len(RUNS))]
-  argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
-           for command, workdir in zip(RUNS, workdirs)]
-  assert all(argv[:3] == [sys.executable, "-m", "ensemble_jax.main"] for argv in argvs)
-  procs = forked_cli.run_commands("ensemble_jax.main", [argv[3:] for argv in argvs],
-                                  subprocess_env(2), timeout_s=600, cwd=REPO)
-  return dict(zip(RUNS, zip(workdirs, procs)))
+  out = {}
+  for devices, commands in ((2, RUNS), *((d, STACKED) for d in STACKED_DEVICES)):
+    workdirs = [root / f"{devices}dev" / str(i) / "wd" for i in range(len(commands))]
+    argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
+             for command, workdir in zip(commands, workdirs)]
+    assert all(argv[:3] == [sys.executable, "-m", "ensemble_jax.main"] for argv in argvs)
+    procs = forked_cli.run_commands("ensemble_jax.main", [argv[3:] for argv in argvs],
+                                    subprocess_env(devices), timeout_s=600, cwd=REPO)
+    out.update({(c, devices): run for c, run in zip(commands, zip(workdirs, procs))})
+  return out
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("command", [c for c in COMMANDS if _plan(c)[0] or _plan(c)[1]])
+@pytest.mark.parametrize("command", [c for c in COMMANDS if (_plan(c)[0] and not stacked(c))
+                                     or _plan(c)[1]])
 def test_readme_command_runs(command, request):
   argv, reason = _plan(command)
   if reason:
     pytest.skip(reason)
-  workdir, proc = request.getfixturevalue("runs")[command]
+  workdir, proc = request.getfixturevalue("runs")[(command, 2)]
   assert proc.returncode == 0, (command, proc.stderr[-3000:])
   assert proc.stdout.strip().splitlines()[-1].startswith(f"results: {workdir}/results.json; ")
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", STACKED_DEVICES)
+@pytest.mark.parametrize("command", STACKED)
+@pytest.mark.subprocess
+def test_ensemble_and_diloco_commands_run_on_1_and_8_devices(command, devices, runs):
+  """As written (the layout's fields untouched): the default mesh fits the workers to the
+  devices, the first lines say the layout chosen and results.json records it. Fails on
+  75ab1a7 with `num_workers=4 is not a multiple of the mesh's worker axis=8` for
+  `:smoke,ensemble` and `:smoke,diloco` on 8 devices."""
+  workdir, proc = runs[(command, devices)]
+  assert proc.returncode == 0, (command, devices, proc.stderr[-3000:])
+  lines = proc.stdout.strip().splitlines()
+  assert lines[-1].startswith(f"results: {workdir}/results.json; ")
+  results = json.loads((workdir / "results.json").read_text())
+  mesh = layout(_plan(command)[0], devices)
+  assert results["num_devices"] == devices and results["mesh"] == mesh
+  shown = ",".join(f"{k}:{v}" for k, v in mesh.items())
+  assert f"{devices} device(s); mesh {shown};" in lines[0]
+  workers = results["num_workers"]
+  assert results["layout"].startswith(f"{workers} workers on ")
+  fitted = mesh != {"worker": devices, "data": 1}  # the default mesh, one worker per device
+  assert lines[1].startswith(f"layout: {workers} workers on {devices} devices, mesh "
+                             f"{shown} ") == fitted, lines[:2]
+
+
 @pytest.mark.slow
 def test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on(runs):
   """The quickest documented run, `python -m ensemble_jax.main` in a process of its own (a
@@ -162,7 +274,7 @@ def test_the_smoke_run_learns_and_prints_nothing_it_cannot_act_on(runs):
   was 0.05, below chance. Its one override (the mesh: one of the two devices) reaches the
   run, and its output says what runs where, what each long phase did, and where the
   results are. (Moved from tests/test_train.py, which ran the same command again.)"""
-  workdir, proc = runs[SMOKE]
+  workdir, proc = runs[(SMOKE, 2)]
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((workdir / "results.json").read_text())
   assert results["target"]["value"] > 0.1 and results["target"]["reached"]

@@ -252,3 +252,75 @@ def test_no_runs_says_what_it_looked_for(tmp_path, capsys):
 def test_one_device_is_singular():
   assert report._plural(1, "device") == "1 device"
   assert report._plural(8, "device") == "8 devices"
+
+
+def _a_win_that_missed(root):
+  """DP D1 (40 s, 4 TFLOPs) and D4 (15 s, 6 TFLOPs); the ensemble's N4_L100 reached (10 s,
+  4 TFLOPs), its N4_L50 missed on all 3 seeds at a budget of 0.34 s and 0.5 TFLOPs: left
+  of the frontier, where a point reads as a win."""
+  for seed in (1, 2, 3):
+    _write(root, "data_parallel", "D1", seed, "data_parallel", True, 400, 4e12, 40.0)
+    _write(root, "data_parallel", "D4", seed, "data_parallel", True, 150, 6e12, 15.0)
+    _write(root, "ensemble", "N4_L100", seed, "ensemble", True, 100, 4e12, 10.0)
+    _write(root, "ensemble", "N4_L50", seed, "ensemble", False, 50, 0.5e12, 0.34)
+    _write(root, "diloco", "H10", seed, "diloco", False, 50, 0.5e12, 0.5)
+
+
+def test_a_point_that_missed_is_never_drawn_in_the_plane(tmp_path, monkeypatch):
+  """A point that missed the target on any seed stands apart, below the plane, marked
+  'missed on k of n seeds', and the title says so. Fails on 75ab1a7, which drew it hollow
+  at its budget (0.34 s), left of the frontier and outside the shaded 'beaten' region,
+  with only "hollow: some seed missed the target" to tell."""
+  import matplotlib.figure
+
+  _a_win_that_missed(tmp_path)
+  figures = []
+  monkeypatch.setattr(matplotlib.figure.Figure, "savefig",
+                      lambda self, *args, **kwargs: figures.append(self))
+  report.plot(report.load_runs(str(tmp_path)), str(tmp_path / "x.png"), "nvlink")
+  [fig] = figures
+  plane = fig.axes[0]
+  drawn = [(x, y) for line in plane.lines for x, y in zip(line.get_xdata(), line.get_ydata())]
+  assert (10.0, 4.0) in drawn  # the point that reached: in the plane
+  assert not [(x, y) for x, y in drawn if x < 1.0], drawn  # neither miss: 0.34 s, 0.5 s
+  assert "drawn apart, below the plane" in plane.get_title()
+  strip = fig.axes[1]
+  assert strip.get_position().y1 <= plane.get_position().y0  # below the plane
+  notes = sorted(t.get_text() for t in strip.texts)
+  assert notes == ["H10: missed on 3 of 3 seeds", "N4_L50: missed on 3 of 3 seeds"], notes
+  assert {"diloco", "ensemble", "data_parallel"} <= set(plane.get_legend_handles_labels()[1]
+                                                        + [t.get_text() for t in
+                                                           plane.get_legend().get_texts()])
+
+
+def test_an_absent_ratio_says_why(tmp_path):
+  """'every point missed the target' (with each point's misses), not 'none within budget'
+  as if the method were merely too costly. Fails on 75ab1a7's one wording."""
+  _a_win_that_missed(tmp_path)
+  for seed in (1, 2, 3):  # slower and costlier than every baseline point
+    _write(tmp_path, "ensemble_big", "N16", seed, "ensemble", True, 100, 10e12, 50.0)
+  text = report.table(report.load_runs(str(tmp_path)))
+  why = "every point missed the target (H10 on 3 of 3 seeds)"
+  assert f"| diloco | nvlink | - | - | {why} | {why} |" in text
+  assert ("| ensemble_big | nvlink | 50.0 | 10.00 | no point within a baseline's compute | "
+          "no point within a baseline's time |") in text
+  assert "| ensemble | nvlink | 10.0 | 4.00 | 4.00x (vs data_parallel D1) |" in text
+  assert "| ensemble | N4_L50 | missed (0/3) |" in text
+  pts = report.points(report.load_runs(str(tmp_path)))
+  assert report.absent_ratio(pts, "ensemble", "nvlink", ["dp_small_model"]) == (
+      ("no baseline reached the target",) * 2)
+
+
+def test_compute_columns_use_a_unit_that_shows_the_numbers(tmp_path):
+  """A small workload's points (a few GFLOPs) read in GFLOPs, not as 0.00 TFLOPs. Fails on
+  75ab1a7, whose columns were TFLOPs whatever the numbers."""
+  for seed in (1, 2):
+    _write(tmp_path, "data_parallel", "D1", seed, "data_parallel", True, 40, 3.2e9, 4.0)
+    _write(tmp_path, "ensemble", "N2", seed, "ensemble", True, 20, 2.5e9 + seed * 1e8, 2.0)
+  text = report.table(report.load_runs(str(tmp_path)))
+  assert "| curve | point | D | seeds reached | steps to target | GFLOPs to target |" in text
+  assert "| data_parallel | D1 | 4 | 2/2 | 40 [40, 40] | 3.20 [3.20, 3.20] |" in text
+  assert "| ensemble | nvlink | 2.0 | 2.65 | 2.00x (vs data_parallel D1) |" in text
+  assert "cheapest GFLOPs" in text and "0.00" not in text
+  assert report.flop_unit([0.29e12, 5e12]) == ("TFLOPs", 1e12)  # the committed tables'
+  assert report.flop_unit([]) == ("TFLOPs", 1e12)

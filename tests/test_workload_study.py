@@ -65,6 +65,23 @@ def test_make_without_its_data_exits_2_naming_what_it_needs(target, needs):
 
 
 @pytest.mark.unit
+def test_make_study_suggests_the_reported_seeds_not_the_tuning_seed():
+  """`make study`'s help suggests the seeds the study reports, as its default does. Fails
+  on 75ab1a7, whose help suggested SEEDS=0,1,2: seed 0 is where every point is tuned, and
+  its runs are left out of the report."""
+  import re
+
+  from ensemble_jax import config_lib
+  from tests.conftest import makefile_recipe
+
+  suggested = re.search(r"\[SEEDS=([\d,]+)\]", makefile_recipe("study")).group(1).split(",")
+  assert str(config_lib.base_config().tune.seed) not in suggested, suggested
+  with open(os.path.join(REPO, "Makefile")) as f:
+    default = re.search(r"^SEEDS \?= ([\d,]+)$", f.read(), re.M).group(1)
+  assert suggested == default.split(",")
+
+
+@pytest.mark.unit
 def test_plan_has_a_quiet_phase_one_line_per_point_and_the_report(tmp_path):
   text = cost_vs_time.plan(IMAGENET, str(tmp_path), [0, 1], "full")
   jobs = [line for line in text.splitlines() if not line.startswith("#")]

@@ -174,11 +174,14 @@ def require(name: str, data_dir: PathLike | None = None) -> pathlib.Path:
     what = "the files " + ", ".join(spec["files"])
   else:
     what = f"files matching {spec['glob']}"
-  dd = f" --data_dir {path.parent}" if data_dir is not None else ""
+  if data_dir is None or path.parent == default_cache_dir():
+    how = f"Fetch it with `make data` or `{fetch_command(name)}`"
+  else:  # `make data` fetches into the default dir, not the one given
+    how = (f"Fetch it into {path.parent} with `{fetch_command(name, path.parent)}` "
+           f"(`make data` fetches into the default dir, {default_cache_dir()})")
   raise DatasetUnavailableError(
     f"dataset {name!r} not found: looked in {path} for {what}.\n"
-    f"Fetch it with `make data` or `python -m ensemble_jax.data.fetch {name}{dd}` "
-    f"(the data dir defaults to ${ENV_VAR} if set, else ~/.cache/ensemble_jax; "
+    f"{how} (the data dir defaults to ${ENV_VAR} if set, else ~/.cache/ensemble_jax; "
     f"currently {default_cache_dir()}).\n"
     f"Alternatively, {_alternative(name, path)}."
   )

@@ -72,8 +72,14 @@ class Ensemble(Method):
     num_shards, data_size = mesh.shape["worker"], mesh.shape.get("data", 1)
     self.num_workers = m.num_workers
     if m.num_workers % num_shards:
+      devices = mesh.devices.size
+      fits = sharding_lib.fitted_mesh(m.num_workers, jax.device_count(),
+                                      sharding_lib.batch_sizes(config))
       raise ConfigError(f"config.method.num_workers={m.num_workers} is not a multiple of the "
-                        f"mesh's worker axis={num_shards}; use N = k * {num_shards}.")
+                        f"mesh's worker axis={num_shards} (config.mesh="
+                        f"{mesh_string(config.mesh)!r} on {devices} devices); use "
+                        f"--config.mesh={fits} (the default {sharding_lib.WORKER_MESH} fits "
+                        f"N workers to the devices), or N = k * {num_shards}.")
     self.workers_per_shard = m.num_workers // num_shards
     check_batch_sizes(config, data_size)
     # A worker spanning several `data` devices normalises over its whole batch.

@@ -43,7 +43,7 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from ensemble_jax import checkpoint, config_lib, costs, distributed, report, resume, train
+from ensemble_jax import checkpoint, config_lib, costs, distributed, report, resume, sharding, train
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from experiments import cli, sweeps
@@ -64,7 +64,7 @@ def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str
   config.distill.cache_dir = os.path.join(workdir, "pools")  # built in the quiet phase
   for key, value in overrides.items():
     config_lib.set_dotted(config, key, value)
-  _fit_workers_to_devices(config, jax.device_count())
+  sharding.fit_workers_to_devices(config, jax.device_count())  # as every run does
   return config
 
 
@@ -86,11 +86,6 @@ def with_settings(module, settings: dict | None, tune_schedule: bool = False):
   return types.SimpleNamespace(**{**vars(module), "get_config": get_config})
 
 
-def _mesh_text(mesh) -> str:
-  """'worker:-1,data:1' for the string and the list form of `config.mesh`."""
-  return mesh if isinstance(mesh, str) else ",".join(f"{a}:{n}" for a, n in mesh)
-
-
 def parse_settings(values: list[str]) -> dict:
   """`--set=data.path=/data/pile` flags as {dotted key: value} (Python literals parsed,
   anything else a string)."""
@@ -104,21 +99,6 @@ def parse_settings(values: list[str]) -> dict:
     except (ValueError, SyntaxError):
       settings[key] = value
   return settings
-
-
-def _fit_workers_to_devices(config, devices: int) -> None:
-  """N workers on more devices than N (a multiple of N): each worker spans devices / N of
-  them on `data` (per-worker data parallelism: the same updates, BatchNorm over the
-  worker's whole batch), where one worker per device (`worker:-1,data:1`) cannot hold N.
-  A layout field: it changes what runs where, not what is trained, nor the cluster the
-  point stands for and is priced on (N devices, one worker each, unless cost.devices
-  says otherwise)."""
-  n = config.method.num_workers
-  if (config.method.name == "data_parallel" or n % devices == 0 or devices % n
-      or _mesh_text(config.mesh) != "worker:-1,data:1"):
-    return
-  config.mesh = f"worker:{n},data:{devices // n}"
-  config.cost.devices = config.cost.devices or n
 
 
 def device_config(config):
