@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import statistics
@@ -57,9 +58,13 @@ def load_runs(results_dir: str) -> list[dict]:
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
         # the evaluations up to the target, beside the critical path (costs.EVALUATION_RULE)
         "evaluation_s": cost["modelled"].get("evaluation_s", {}).get(EVALUATION_PRESET),
+        "target_metric": t["metric"], "target_value": t["value"],
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
+        # the examples the final metric was measured on (a miss counted in examples)
+        "eval_examples": r["final"].get("num_examples",
+                                        r["config"].get("eval", {}).get("num_examples")),
         # the final model on the eval examples no evaluation saw (eval.score_rest_at_end)
         "rest": (r.get("rest") or {}).get(t["metric"]),
         "worker_accuracy": r["final"].get("worker/accuracy_mean"),  # None: one model
@@ -88,6 +93,15 @@ def _tuning_row(record: dict | None) -> dict | None:
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
           "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"],
           "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
+
+
+def missed_by(run: dict) -> int | None:
+  """How many eval examples a run that missed an accuracy target was short of it (its final
+  accuracy on its `eval_examples`); None for a run that reached it or another metric."""
+  if run["reached"] or run["target_metric"] != "accuracy" or not run["eval_examples"]:
+    return None
+  n = run["eval_examples"]
+  return max(1, math.ceil(run["target_value"] * n - 1e-6) - round(run["final"] * n))
 
 
 def _spread(values: list[float]) -> dict:
@@ -256,6 +270,32 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
   return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
           "fastest_s": min((t for t, _, _ in mine), default=None),
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
+
+
+def verdict(pts: list[dict]) -> dict:
+  """A study's answer from its points (seed medians, each method point at its own budget,
+  on every preset): whether some method point beats the strongest-baseline frontier (a
+  matched time or compute ratio above 1), its closest point (the best matched ratio, its
+  preset and the frontier point it is measured against), and the strongest baseline (the
+  frontier point the closest time ratio names; else the fastest baseline that always
+  reached)."""
+  baselines = baseline_curves(pts)
+  closest = None  # (ratio, curve, point, preset, 'time' | 'compute', vs)
+  for curve in sorted({p["curve"] for p in pts} - set(baselines)):
+    for preset in PRESETS:
+      for row in matched(pts, curve, preset):
+        for kind in ("time", "compute"):
+          if row[kind] is not None and (closest is None or row[kind][0] > closest[0]):
+            closest = (row[kind][0], curve, row["point"], preset, kind, row[kind][1])
+  best_time = None  # the strongest baseline: the point the best time ratio is measured against
+  for curve in sorted({p["curve"] for p in pts} - set(baselines)):
+    for row in matched(pts, curve, PRESETS[0]):
+      if row["time"] is not None and (best_time is None or row["time"][0] > best_time[0]):
+        best_time = row["time"]
+  fastest = min(_reached(pts, baselines, PRESETS[0]), default=None)
+  strongest = best_time[1] if best_time else (fastest[2] if fastest else None)
+  return {"beats": closest is not None and closest[0] > 1, "closest": closest,
+          "strongest": strongest}
 
 
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
