@@ -18,6 +18,8 @@ exact past its critical batch, and in DP's disfavour if its steps would still fa
 a point the grid already has (same curve and name, the same config) is read from the grid.
 
 Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
+  * every point's compute: steps x FLOPs per step + the pool build's FLOPs, as the grids'
+    `flops_to_target`.
   * every point: pool build + steps x device step + each recorded training collective's
     alpha-beta time (`costs.collective_time`) x its executions to the target; evaluations
     are off the critical path for every method (`costs.EVALUATION_RULE`). A point runs at its
@@ -98,6 +100,7 @@ class Point:
   flops_per_device_step: float
   param_bytes: float  # one model's fp32 parameters (what-ifs scale the collectives by it)
   pool_s: float = 0.0
+  pool_flops: float = 0.0  # the pool build's FLOPs (distill.build_flops), as the grids charge
   batch_per_device: int = 0  # examples (windows) one device or worker steps on
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
@@ -113,7 +116,9 @@ class Point:
     return self.pool_s + self.steps * self.device_step_s + self.communication_s(link)
 
   def flops(self) -> float:
-    return self.steps * self.devices * self.flops_per_device_step
+    """Training compute to the target plus the pool build's, as the grids'
+    `flops_to_target` (`costs.summary`) charges it."""
+    return self.steps * self.devices * self.flops_per_device_step + self.pool_flops
 
 
 def load_points(results_dir: str) -> list[Point]:
@@ -146,6 +151,8 @@ def load_points(results_dir: str) -> list[Point]:
         param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
         pool_s=statistics.median((x.get("distill") or {}).get("build_time_s", 0.0)
                                  for x in runs),
+        pool_flops=statistics.median((x.get("distill") or {}).get("build_flops", 0.0)
+                                     for x in runs),
         batch_per_device=r["config"]["train"]["batch_size"] // (
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
@@ -280,6 +287,7 @@ def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BEN
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
                                    param_bytes=param_bytes,
                                    pool_s=p.pool_s if charge_pools else 0.0,
+                                   pool_flops=p.pool_flops if charge_pools else 0.0,
                                    collectives=collectives))
   return out
 

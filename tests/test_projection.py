@@ -189,3 +189,30 @@ def test_what_if_widens_only_the_program_that_reduces_logits(tmp_path):
   assert ens.collectives[0].bytes == 4096  # one log-probability per worker and token
   assert ens.collectives[1].bytes == int((1 << 20) * 50257 / 256)  # the logits, once
   assert projection.output_programs(points[0]) == {"eval"}  # no final_eval: eval's logits
+
+
+def test_a_points_compute_is_the_grids_pool_build_included():
+  """The projection's compute of a grid point is the grid's `flops_to_target`, the pool
+  build's FLOPs included (issue 58: the routed small-model experts at N = 8 read 0.561
+  TFLOP in the grid's table and 0.48 in the projection, the build's 78 GFLOP left out)."""
+  import json
+  import os
+  import statistics
+
+  from ensemble_jax import report
+  from tests.conftest import REPO
+  results = os.path.join(REPO, "experiments", "results", "fashion_mnist")
+  point = next(p for p in projection.load_points(results)
+               if (p.curve, p.name) == ("ensemble_pca_routed_small", "N8_L235"))
+  runs = []
+  for seed in (0, 1, 2, 3):
+    with open(os.path.join(results, point.curve, point.name, f"seed{seed}",
+                           "results.json")) as f:
+      runs.append(json.load(f))
+  grid = statistics.median(r["cost"]["measured"]["flops_to_target"]
+                           for r in report.reported(runs, report.result_seeds))
+  assert point.pool_flops > 7e10
+  assert point.flops() == pytest.approx(grid, rel=1e-6)
+  # a what-if leaves the build out unless it charges pools, its time and compute alike
+  assert projection.what_if([point, dataclasses.replace(point, curve="data_parallel")],
+                            "resnet50", 10)[0].pool_flops == 0.0
