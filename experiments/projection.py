@@ -30,7 +30,8 @@ Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.
     per-device batch b and device step (the sweep's own split, with the step scaled by
     its per-device batch, only where b does not divide B), and one ring all-reduce of the
     fp32 gradient per step over its D devices: its runs normalise BatchNorm per device
-    (ghost batch norm), so the grid's BatchNorm-statistic all-reduces are not charged.
+    (ghost batch norm), so no statistic is reduced (`BATCH_NORM`, `data_parallel_step`:
+    the grid's DP points synchronise it, and pay its reductions, as compiled).
   * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
 Ratios at matched budgets, as the grid tables' (`ensemble_jax.report.matched`): the
 method's point at D against every single-model point on at most D devices; time ratio =
@@ -170,6 +171,35 @@ def join(grid: list[Point], others: list[Point]) -> list[Point]:
   return grid + [p for p in others if (p.curve, p.name) not in have]
 
 
+# How a data-parallel point's step normalises BatchNorm: the algorithm its steps to target
+# were measured with. The grids' DP runs normalise over the global batch (synchronised:
+# their compiled step holds one all-reduce of each layer's statistics, forward and
+# backward, a chain of dependent reductions no compiler combines:
+# `costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES`); the critical-batch runs over each simulated
+# device's examples (ghost batch norm), so on their cluster a step all-reduces the
+# gradients alone. Both are priced by one rule, the collectives as compiled
+# (`data_parallel_step`); the two BatchNorm choices meet at the grid's largest D, and
+# making them one is a re-run (experiments/results/rerun_plan.md), not a re-pricing.
+BATCH_NORM = {"grid": "synchronised", "critical_batch": "per_device"}
+
+
+def data_parallel_step(template: Point, devices: int, batch_norm: str
+                       ) -> tuple[costs.ProgramCollective, ...]:
+  """One data-parallel step's collectives for `template`'s model on `devices` devices.
+
+  synchronised: the template's compiled step (its recorded per-step collectives, combined
+  as compiled), on `devices`; per_device: BatchNorm needs no collective, so the step is
+  one all-reduce of the fp32 gradients (what the compiled step holds once the statistics'
+  reductions are gone)."""
+  if batch_norm == "synchronised":
+    return tuple(dataclasses.replace(c, group_size=devices) for c in template.collectives
+                 if c.per == "step")
+  if batch_norm == "per_device":
+    return (costs.ProgramCollective("per-device BatchNorm DP step", "step", "all-reduce",
+                                    int(template.param_bytes), devices, 1),)
+  raise ValueError(f"batch_norm {batch_norm!r}: choose one of {sorted(set(BATCH_NORM.values()))}")
+
+
 def critical_batch_points(summary: dict, grid: list[Point],
                           curve: str = "data_parallel") -> list[Point]:
   """The critical-batch sweep's DP points beyond the largest D of the grid's `curve` (a
@@ -191,8 +221,7 @@ def critical_batch_points(summary: dict, grid: list[Point],
       d, scale = row["devices"], summary["per_device"] / per_device
     if d <= template.devices or not report.reported_batch(row):
       continue
-    grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
-                                   int(template.param_bytes), d, 1)
+    step = data_parallel_step(template, d, BATCH_NORM["critical_batch"])
     evals = tuple(dataclasses.replace(c, group_size=d) for c in template.collectives
                   if c.per == "eval")
     steps = row["median_steps"]
@@ -201,7 +230,7 @@ def critical_batch_points(summary: dict, grid: list[Point],
         steps=steps, device_step_s=template.device_step_s * scale,
         flops_per_device_step=template.flops_per_device_step * scale,
         param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
-        collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),),
+        collectives=(*step, *evals), units=(("eval", row["evals_to_target"]),),
         seeds=row["seeds_reached"]))
   return points
 
@@ -459,7 +488,9 @@ def main(argv: list[str]) -> int:
       extended = critical_batch_points(json.load(f), points, curve)
     points += extended
     sources.append(f"{summary_path}: {curve} at D = "
-                   f"{', '.join(str(p.devices) for p in extended)} beyond the grid"
+                   f"{', '.join(str(p.devices) for p in extended)} beyond the grid (BatchNorm "
+                   f"{BATCH_NORM['critical_batch']}, one gradient all-reduce per step; the "
+                   f"grid's DP: BatchNorm {BATCH_NORM['grid']}, its compiled step)"
                    if extended else f"{summary_path}: no point beyond the grid's D ({curve} "
                    "beyond it is held at its best measured point)")
   if FLAGS.charge_pools and not FLAGS.what_if:

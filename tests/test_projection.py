@@ -216,3 +216,30 @@ def test_a_points_compute_is_the_grids_pool_build_included():
   # a what-if leaves the build out unless it charges pools, its time and compute alike
   assert projection.what_if([point, dataclasses.replace(point, curve="data_parallel")],
                             "resnet50", 10)[0].pool_flops == 0.0
+
+
+def test_the_grid_and_the_projection_price_one_data_parallel_step_alike():
+  """One rule for data-parallel's collectives: as compiled, for the BatchNorm the steps were
+  measured with. The grid's small model at D = 8 (synchronised BatchNorm: 35 all-reduces a
+  step, 34 of them statistics of a few hundred bytes) is priced by the projection's
+  `data_parallel_step` exactly as the grid priced it; a per-device BatchNorm step (the
+  critical-batch runs') is the gradient all-reduce alone."""
+  import json
+  import os
+
+  from tests.conftest import REPO
+  results = os.path.join(REPO, "experiments", "results", "fashion_mnist")
+  template = next(p for p in projection.load_points(results)
+                  if (p.curve, p.name) == ("dp_small_model", "D8"))
+  with open(os.path.join(results, "dp_small_model", "D8", "seed1", "results.json")) as f:
+    grid = json.load(f)["cost"]["modelled"]
+  for name, link in costs.INTERCONNECTS.items():
+    step = projection.data_parallel_step(template, 8, projection.BATCH_NORM["grid"])
+    assert sum(c.count * c.seconds(link) for c in step) == pytest.approx(
+        grid["communication_s"][name] / grid["units_to_target"]["step"], rel=1e-9)
+  assert sum(c.count for c in step) == 35
+  ghost = projection.data_parallel_step(template, 16, projection.BATCH_NORM["critical_batch"])
+  assert [(c.kind, c.bytes, c.group_size, c.count) for c in ghost] == [
+      ("all-reduce", int(template.param_bytes), 16, 1)]
+  with pytest.raises(ValueError, match="batch_norm"):
+    projection.data_parallel_step(template, 8, "sometimes")

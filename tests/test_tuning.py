@@ -446,7 +446,12 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   many = next(r for r in rows if r["point"].endswith("ensemble_pca_routed_small/N8_L235"))
   assert many["feeds"][0]["grid"] == "many_workers/ensemble_pca_routed_small"
   with open(os.path.join(rerun_plan.RESULTS, "rerun_plan.json")) as f:
-    assert json.load(f) == rows  # regenerate: python -m experiments.rerun_plan --write
+    committed = json.load(f)  # regenerate: python -m experiments.rerun_plan --write
+  assert committed["tuning"] == rows
+  assert committed["batch_norm"] == rerun_plan.batch_norm_plan()
+  bn = {r["point"]: r["all_reduces_per_step"] for r in committed["batch_norm"]}
+  assert bn["fashion_mnist/dp_small_model/D8"] == 35
+  assert not any(p.startswith("pydocs_gpt2") for p in bn)  # LayerNorm: nothing to sync
 
 
 def test_recosting_keeps_a_committed_record_whose_replay_moves(tmp_path):
