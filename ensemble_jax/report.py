@@ -298,6 +298,57 @@ def verdict(pts: list[dict]) -> dict:
           "strongest": strongest}
 
 
+def calibrations(results_dir: str, calibration_dir: str) -> list[dict]:
+  """Which calibrated device step prices which runs of a sweep, from the JSON: per device
+  step its runs record (`cost.modelled.device_step_time_s`), the model (parameters) and
+  per-device batch, the calibration run under `calibration_dir` that timed it, and the
+  points it prices; then each calibration run that prices none of them."""
+  steps: dict[float, dict] = {}
+  for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    modelled = r["cost"]["modelled"]
+    curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
+    per_device = r["config"]["train"]["batch_size"] // (
+        modelled["devices"] if r["method"] == BASELINE else 1)
+    row = steps.setdefault(modelled["device_step_time_s"], {
+        "device_step_s": modelled["device_step_time_s"],
+        "params": r.get("num_params", r.get("num_params_per_worker")),
+        "per_device_batch": per_device, "calibration": None, "points": set(), "runs": 0})
+    row["points"].add(f"{curve} {point}")
+    row["runs"] += 1
+  timed = {}
+  for path in sorted(glob.glob(os.path.join(calibration_dir, "*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    timed[r["step_time_s"]] = (os.path.basename(os.path.dirname(path)), r.get("num_params"))
+  rows = []
+  for step, row in sorted(steps.items(), key=lambda kv: -kv[0]):
+    row["calibration"] = timed.pop(step, (None,))[0]
+    row["points"] = len(row["points"])
+    rows.append(row)
+  for step, (fingerprint, params) in sorted(timed.items(), key=lambda kv: -kv[0]):
+    rows.append({"device_step_s": step, "params": params, "per_device_batch": None,
+                 "calibration": fingerprint, "points": 0, "runs": 0})
+  return rows
+
+
+def calibration_table(sweeps: list[tuple[str, str]], root: str = ".") -> str:
+  """`calibrations` of each (results dir, calibration dir), relative to `root`, as one
+  Markdown table."""
+  lines = ["| results | model params | per-device batch | device step (s) | calibration run "
+           "| points priced | runs priced |", "|---|---|---|---|---|---|---|"]
+  for results_dir, calibration_dir in sweeps:
+    for row in calibrations(os.path.join(root, results_dir), os.path.join(root, calibration_dir)):
+      where = (f"{calibration_dir}/{row['calibration']}" if row["calibration"]
+               else "none found")
+      batch = "-" if row["per_device_batch"] is None else str(row["per_device_batch"])
+      lines.append(f"| {results_dir} | {row['params']:,} | {batch} | "
+                   f"{row['device_step_s']:.4f} | {where} | {row['points']} | "
+                   f"{row['runs'] or 'none (not used)'} |")
+  return "\n".join(lines) + "\n"
+
+
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
   return (f"{s['median'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
           f"{s['max'] / scale:.{digits}f}]")
