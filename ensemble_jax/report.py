@@ -222,21 +222,32 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
   compute ratio = the frontier's cheapest compute within the point's time / the point's
   compute. Above 1 the point is better; None with `why` when it cannot be computed."""
   time_at, compute_at = frontier(pts, preset, baselines)
+  named = {f"{p['curve']} {p['point']}": p for p in pts}
   out = []
   for p in pts:
     if p["curve"] != curve:
       continue
-    row = {"point": p["point"], "time": None, "compute": None, "why": None}
+    row = {"point": p["point"], "time": None, "compute": None, "why": None,
+           "time_range": None, "compute_range": None}
     if p["reached"] < p["seeds"]:
       row["why"] = f"missed ({p['reached']}/{p['seeds']})"
     else:
       t, c = p["time_s"][preset]["median"], p["flops"]["median"]
       if (best := time_at(c)) is not None:
         row["time"] = (best[0] / t, best[1])
+        row["time_range"] = seed_range(named[best[1]]["time_s"][preset], p["time_s"][preset])
       if (best := compute_at(t)) is not None:
         row["compute"] = (best[0] / c, best[1])
+        row["compute_range"] = seed_range(named[best[1]]["flops"], p["flops"])
     out.append(row)
   return out
+
+
+def seed_range(baseline: dict, point: dict) -> tuple[float, float]:
+  """A ratio baseline / point (time or compute: above 1 the point is better) over the
+  seeds of each: from the baseline's fastest (cheapest) seed against the point's slowest
+  (dearest) to the other way round. A range that holds 1 is within the seeds' spread."""
+  return baseline["min"] / point["max"], baseline["max"] / point["min"]
 
 
 def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
@@ -255,19 +266,25 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
   base = _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset)
   mine = _reached(pts, [curve], preset)
   time_at, compute_at = frontier(pts, preset, baselines)
-  time_ratio = compute_ratio = None
+  named = {f"{p['curve']} {p['point']}": p for p in pts}
+  time_ratio = compute_ratio = time_range = compute_range = None
   for t_p, c_p, _ in base:
-    faster = [t for t, c, _ in mine if c <= c_p]
+    faster = [(t, name) for t, c, name in mine if c <= c_p]
     if faster:
       best_t, compared = time_at(c_p)
-      if time_ratio is None or best_t / min(faster) > time_ratio[0]:
-        time_ratio = (best_t / min(faster), compared)
-    cheaper = [c for t, c, _ in mine if t <= t_p]
+      t, name = min(faster)
+      if time_ratio is None or best_t / t > time_ratio[0]:
+        time_ratio = (best_t / t, compared)
+        time_range = seed_range(named[compared]["time_s"][preset], named[name]["time_s"][preset])
+    cheaper = [(c, name) for t, c, name in mine if t <= t_p]
     if cheaper:
       best_c, compared = compute_at(t_p)
-      if compute_ratio is None or best_c / min(cheaper) > compute_ratio[0]:
-        compute_ratio = (best_c / min(cheaper), compared)
+      c, name = min(cheaper)
+      if compute_ratio is None or best_c / c > compute_ratio[0]:
+        compute_ratio = (best_c / c, compared)
+        compute_range = seed_range(named[compared]["flops"], named[name]["flops"])
   return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
+          "time_range": time_range, "compute_range": compute_range,
           "fastest_s": min((t for t, _, _ in mine), default=None),
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
 
@@ -276,17 +293,23 @@ def verdict(pts: list[dict]) -> dict:
   """A study's answer from its points (seed medians, each method point at its own budget,
   on every preset): whether some method point beats the strongest-baseline frontier (a
   matched time or compute ratio above 1), its closest point (the best matched ratio, its
-  preset and the frontier point it is measured against), and the strongest baseline (the
+  preset, the frontier point it is measured against and its range over the seeds: a win
+  only where all of it is above 1), and the strongest baseline (the
   frontier point the closest time ratio names; else the fastest baseline that always
   reached)."""
   baselines = baseline_curves(pts)
-  closest = None  # (ratio, curve, point, preset, 'time' | 'compute', vs)
+  closest = None  # (ratio, curve, point, preset, 'time' | 'compute', vs, seed range)
+  beats = False  # a matched ratio above 1 over the whole seed range
   for curve in sorted({p["curve"] for p in pts} - set(baselines)):
     for preset in PRESETS:
       for row in matched(pts, curve, preset):
         for kind in ("time", "compute"):
-          if row[kind] is not None and (closest is None or row[kind][0] > closest[0]):
-            closest = (row[kind][0], curve, row["point"], preset, kind, row[kind][1])
+          if row[kind] is None:
+            continue
+          beats = beats or row[f"{kind}_range"][0] > 1
+          if closest is None or row[kind][0] > closest[0]:
+            closest = (row[kind][0], curve, row["point"], preset, kind, row[kind][1],
+                       row[f"{kind}_range"])
   best_time = None  # the strongest baseline: the point the best time ratio is measured against
   for curve in sorted({p["curve"] for p in pts} - set(baselines)):
     for row in matched(pts, curve, PRESETS[0]):
@@ -294,7 +317,7 @@ def verdict(pts: list[dict]) -> dict:
         best_time = row["time"]
   fastest = min(_reached(pts, baselines, PRESETS[0]), default=None)
   strongest = best_time[1] if best_time else (fastest[2] if fastest else None)
-  return {"beats": closest is not None and closest[0] > 1, "closest": closest,
+  return {"beats": beats, "closest": closest,
           "strongest": strongest}
 
 
@@ -354,10 +377,15 @@ def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
           f"{s['max'] / scale:.{digits}f}]")
 
 
-def _show(ratio, why=None) -> str:
+def _show(ratio, why=None, spread=None) -> str:
+  """A ratio, its range over the seeds (`seed_range`; "within the spread" where it holds
+  1: no win, no loss) and the baseline point compared."""
   if ratio is None:
     return why or "no baseline within budget"
-  return f"{ratio[0]:.2f}x (vs {ratio[1]})"
+  if spread is None:
+    return f"{ratio[0]:.2f}x (vs {ratio[1]})"
+  within = ", within the spread" if spread[0] <= 1 <= spread[1] else ""
+  return f"{ratio[0]:.2f}x [{spread[0]:.2f}, {spread[1]:.2f}{within}] (vs {ratio[1]})"
 
 
 def _matched_table(pts, curves, baselines) -> list[str]:
@@ -373,8 +401,10 @@ def _matched_table(pts, curves, baselines) -> list[str]:
   for curve in curves:
     rows = {q: matched(pts, curve, q) for q in PRESETS}
     for i, row in enumerate(rows[PRESETS[0]]):
-      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"]) for q in PRESETS]
-               + [_show(rows[q][i]["compute"], rows[q][i]["why"]) for q in PRESETS])
+      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"], rows[q][i]["time_range"])
+                for q in PRESETS]
+               + [_show(rows[q][i]["compute"], rows[q][i]["why"], rows[q][i]["compute_range"])
+                  for q in PRESETS])
       lines.append(f"| {curve} | {row['point']} | " + " | ".join(cells) + " |")
   return lines
 
@@ -390,8 +420,8 @@ def _ratio_table(pts, curves, baselines, caption: str) -> list[str]:
       cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / 1e12:.2f}"
       within = "none within budget"
       lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
-                   f"{_show(r['time_at_fixed_compute'], within)} | "
-                   f"{_show(r['compute_at_fixed_time'], within)} |")
+                   f"{_show(r['time_at_fixed_compute'], within, r['time_range'])} | "
+                   f"{_show(r['compute_at_fixed_time'], within, r['compute_range'])} |")
   return lines
 
 

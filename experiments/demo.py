@@ -101,11 +101,12 @@ def summary(workdir: str, study: str = STUDY) -> str:
     lines.append(f"Verdict (the committed study, {where}): no method point reached the "
                  "target within a baseline's budget.")
   else:
-    ratio, curve, point, q, kind, vs = v["closest"]
+    ratio, curve, point, q, kind, vs, (lo, hi) = v["closest"]
     lines.append(f"Verdict (the committed study, {where}): "
                  + ("a method point beats" if v["beats"] else "no method point beats")
                  + f" the strongest baseline at its own budget on any preset; the closest, "
-                 f"{curve} {point}, {ratio:.2f}x ({kind} ratio on {q}, vs {vs}). The runs "
+                 f"{curve} {point}, {ratio:.2f}x [{lo:.2f}, {hi:.2f} over the seeds] "
+                 f"({kind} ratio on {q}, vs {vs}). The runs "
                  "above are single seeds: they show the spread, not a new answer.")
   lines.append(f"Full tables: {workdir}/table.md; figures: {workdir}/cost_vs_time_<preset>.png")
   return "\n".join(lines)

@@ -106,6 +106,11 @@ class Point:
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
   seeds: int = 1  # the seed runs whose median `steps` is
+  steps_range: tuple[float, float] = ()  # (min, max) over those seeds; () : steps alone
+
+  def at(self, steps: float) -> "Point":
+    """The point at another seed's steps (its spread: `steps_range`)."""
+    return dataclasses.replace(self, steps=steps)
 
   def communication_s(self, link: costs.Interconnect) -> float:
     """Every training collective's time x its executions to the target; evaluations are
@@ -160,7 +165,9 @@ def load_points(results_dir: str) -> list[Point]:
         # steps and the run: the point's own (`Point.communication_s`)
         units=tuple((u, statistics.median(c[u] for c in counts))
                     for u in costs.UNITS if u not in ("step", "run")),
-        seeds=len(runs)))
+        seeds=len(runs),
+        steps_range=(min(x["target"]["reached_step"] for x in runs),
+                     max(x["target"]["reached_step"] for x in runs))))
   return points
 
 
@@ -231,13 +238,19 @@ def critical_batch_points(summary: dict, grid: list[Point],
         flops_per_device_step=template.flops_per_device_step * scale,
         param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
         collectives=(*step, *evals), units=(("eval", row["evals_to_target"]),),
-        seeds=row["seeds_reached"]))
+        seeds=row["seeds_reached"],
+        steps_range=(row.get("min_steps", steps), row.get("max_steps", steps))))
   return points
 
 
 def _row(p: Point, link: costs.Interconnect) -> dict:
+  """A point's time and compute at its median steps, and at its fewest and most over the
+  seeds (its evaluations and pool at their medians)."""
+  lo, hi = (p.at(s) for s in (p.steps_range or (p.steps, p.steps)))
   return {"point": p.name, "curve": p.curve, "seeds": p.seeds, "devices": p.devices,
           "steps": p.steps, "time_s": p.time_s(link), "flops": p.flops(),
+          "time_range_s": (lo.time_s(link), hi.time_s(link)),
+          "flops_range": (lo.flops(), hi.flops()),
           "communication_s": p.communication_s(link)}
 
 
@@ -259,16 +272,34 @@ def matched(point: dict, baselines: list[dict]) -> dict:
   fast = [b for b in baselines if b["time_s"] <= point["time_s"]]
   t = min(cheap, key=lambda b: (b["time_s"], b["flops"]), default=None)
   c = min(fast, key=lambda b: (b["flops"], b["time_s"]), default=None)
+  def spread(b: dict, key: str) -> tuple[float, float]:  # as report.seed_range
+    return b[key][0] / point[key][1], b[key][1] / point[key][0]
+
+  # where no baseline is as cheap (fast) at the medians, is one within the seeds' spread?
+  near_cheap = any(b["flops_range"][0] <= point["flops_range"][1] for b in baselines)
+  near_fast = any(b["time_range_s"][0] <= point["time_range_s"][1] for b in baselines)
   return {"time_ratio": None if t is None else t["time_s"] / point["time_s"],
+          "time_range": ("within the spread" if near_cheap else None) if t is None
+                        else spread(t, "time_range_s"),
           "time_baseline": None if t is None else f"{t['curve']} {t['point']}",
           "compute_ratio": None if c is None else c["flops"] / point["flops"],
+          "compute_range": ("within the spread" if near_fast else None) if c is None
+                           else spread(c, "flops_range"),
           "compute_baseline": None if c is None else f"{c['curve']} {c['point']}"}
 
 
 def wins(row: dict) -> bool:
   """The method's point beats the strongest baseline at its own budget: no baseline point
-  is both as fast and as cheap (either ratio above 1, or no baseline that cheap / fast)."""
-  return any(row[k] is None or row[k] > 1 for k in ("time_ratio", "compute_ratio"))
+  is both as fast and as cheap (either ratio above 1 over the whole range of the seeds'
+  steps, or no baseline that cheap / fast). A ratio whose seed range holds 1 is within
+  the spread: no win."""
+  def won(kind: str) -> bool:
+    spread = row[f"{kind}_range"]
+    if row[f"{kind}_ratio"] is None:  # no baseline that cheap (fast), unless within the spread
+      return spread is None
+    return spread[0] > 1
+
+  return won("time") or won("compute")
 
 
 def output_programs(p: Point) -> set[str]:
@@ -350,8 +381,13 @@ def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
   return rows
 
 
-def _ratio(value, against, none: str) -> str:
-  return none if value is None else f"{value:.2f}x (vs {against})"
+def _ratio(value, against, none: str, spread=None) -> str:
+  if value is None:
+    return none + (f" ({spread}: a seed's is)" if isinstance(spread, str) else "")
+  if spread is None:
+    return f"{value:.2f}x (vs {against})"
+  within = ", within the spread" if spread[0] <= 1 <= spread[1] else ""
+  return f"{value:.2f}x [{spread[0]:.2f}, {spread[1]:.2f}{within}] (vs {against})"
 
 
 def table(rows: list[dict], title: str) -> str:
@@ -360,7 +396,10 @@ def table(rows: list[dict], title: str) -> str:
            "point on at most D devices at the point's own budget: time ratio = the "
            "baselines' fastest time within the point's compute / the point's time; compute "
            "ratio = the baselines' cheapest compute within the point's time / the point's "
-           "compute; > 1: the method's point is better; the baseline point compared named. "
+           "compute; > 1: the method's point is better; in brackets its range over the "
+           "seeds' steps (the baseline's fewest against the point's most, and the other way "
+           "round; 'within the spread' where it holds 1: no win); the baseline point "
+           "compared named. "
            "The strongest baseline (the fastest single-model point on at most D devices) is "
            "shown beside.", "",
            "| method | preset | D | strongest baseline (devices used; seeds) | its time s | "
@@ -372,12 +411,12 @@ def table(rows: list[dict], title: str) -> str:
                  f"({r['baseline_devices']}; {r['baseline_seeds']}) | "
                  f"{r['baseline_time_s']:.3g} | {r['method_point']} ({r['method_seeds']}) | "
                  f"{r['method_time_s']:.3g} | {r['method_flops'] / 1e12:.2f} | "
-                 f"{_ratio(r['time_ratio'], r['time_baseline'], 'no baseline as cheap')} | "
-                 f"{_ratio(r['compute_ratio'], r['compute_baseline'], 'no baseline as fast')} |")
+                 f"{_ratio(r['time_ratio'], r['time_baseline'], 'no baseline as cheap', r['time_range'])} | "
+                 f"{_ratio(r['compute_ratio'], r['compute_baseline'], 'no baseline as fast', r['compute_range'])} |")
   pairs = sorted({(r["method"], r["preset"]) for r in rows})
   lines += ["", "Where each method's point beats the strongest baseline at its own budget "
-            "(a ratio above 1: no baseline point both as fast and as cheap; smallest D, if "
-            "any):", ""]
+            "(a ratio above 1 over its whole seed range: no baseline point both as fast and "
+            "as cheap; smallest D, if any):", ""]
   for m, preset in pairs:
     ds = [r["devices"] for r in rows if r["method"] == m and r["preset"] == preset
           and wins(r)]

@@ -140,7 +140,8 @@ def test_compute_ratio_is_at_matched_time_not_fastest_against_fastest():
   assert row["time_baseline"] == "dp_small_model D2"
   assert not projection.wins(row)
   text = projection.table(rows, "t")
-  assert "| 0.80x (vs dp_small_model D2) | 0.50x (vs dp_small_model D2) |" in text
+  assert ("| 0.80x [0.80, 0.80] (vs dp_small_model D2) | 0.50x [0.50, 0.50] (vs "
+          "dp_small_model D2) |") in text
   assert "- diloco, test: never up to D = 16" in text
 
 
@@ -243,3 +244,19 @@ def test_the_grid_and_the_projection_price_one_data_parallel_step_alike():
       ("all-reduce", int(template.param_bytes), 16, 1)]
   with pytest.raises(ValueError, match="batch_norm"):
     projection.data_parallel_step(template, 8, "sometimes")
+
+
+def test_a_projected_ratio_within_the_seeds_spread_is_not_a_win():
+  """A method point 1.14x faster at the medians (300 against 341 steps) whose seeds' steps
+  overlap the baseline's (288-341 against 315-341) does not win; one clear of it does."""
+  base = _point("dp_small_model", "D1", "data_parallel", 1, 341, steps_range=(315, 341))
+  near = _point("ensemble", "N2", "ensemble", 1, 300, flops=1.2e9, steps_range=(288, 341))
+  [row] = projection.project([base, near], devices=(8,), presets={"test": LINK})
+  assert row["time_ratio"] == pytest.approx(341 / 300)
+  assert row["time_range"] == (pytest.approx(315 / 341), pytest.approx(341 / 288))
+  assert row["compute_ratio"] is None and row["compute_range"] == "within the spread"
+  assert not projection.wins(row)
+  assert "1.14x [0.92, 1.18, within the spread]" in projection.table([row], "t")
+  clear = _point("ensemble", "N2", "ensemble", 1, 250, flops=1.2e9, steps_range=(240, 260))
+  [row] = projection.project([base, clear], devices=(8,), presets={"test": LINK})
+  assert projection.wins(row)
