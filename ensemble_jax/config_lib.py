@@ -293,7 +293,8 @@ def _tune() -> ml_collections.ConfigDict:
   """The sweeps' tuning rule (experiments/sweeps/tuning.py), one for every curve point.
 
   On seed `seed`, each field in turn at `factors` x its configured value, extended by
-  `extend` beyond an edge while the best sits there (at most `max_extensions` per edge).
+  `extend` beyond an edge while the best sits there, until it is interior (a diverged next
+  value bounds it) or `max_extensions` per edge, the cap, is reached (the record says so).
   Only the sweeps read it, yet it lives in the schema: a workload's tuning ranges are
   hyper-parameters of its study, declared beside the values they scale, and a run's
   results.json records the rule it was tuned by.
@@ -302,7 +303,10 @@ def _tune() -> ml_collections.ConfigDict:
   g.fields = ("optim.learning_rate",)  # numeric config fields, tuned one after another
   g.factors = (0.5, 1.0, 2.0)  # (1.0,): not tuned
   g.extend = 2.0
-  g.max_extensions = 2
+  # The cap on extensions per edge: the rule never stops at an edge below it (issue 58: the
+  # routed small-model experts' rate stopped at 2 extensions, still at the edge). Records
+  # tuned before say 2.
+  g.max_extensions = 6
   g.seed = 0
   # train.schedule_fraction, when among `fields`: these values, not factors x its value,
   # never extended (above 1 the schedule would outgrow the point's budget).
@@ -310,6 +314,9 @@ def _tune() -> ml_collections.ConfigDict:
   # ... each run on `seed`, then on each of these (never reported): a length counts its
   # worst seed, since a short schedule often reaches the target only at its last evals.
   g.schedule_seeds = (1000,)
+  # ... and chosen only with a margin: a run reaching the target after this fraction of its
+  # schedule's steps counts as a miss (a knife-edge reach the reported seeds then miss).
+  g.schedule_margin = 0.8
   # Once a run has reached the target, later runs stop (train.stop_at_step) at their first
   # eval at or past its steps: one that has not reached it by then can no longer be chosen,
   # so the choice is the one full runs would give, for less compute.

@@ -134,16 +134,31 @@ class ProgramCollective:
     return cls(**{f.name: record[f.name] for f in dataclasses.fields(cls)})
 
 
-def program_collectives(program: str, per: str, calls: int, hlo_text: str,
-                        num_devices: int) -> list[ProgramCollective]:
+# The one pricing rule for every program, grids and projection alike: collectives as the
+# target platform's compiler runs them. XLA's AllReduceCombiner (GPU and TPU) merges
+# independent all-reduces up to this many operand bytes (kDefaultAllReduceCombineThreshold,
+# xla/service/collective_utils.h; `--xla_gpu_all_reduce_combine_threshold_bytes`). The
+# CPU compiler of jax 0.10.2 already emits them combined (tuple all-reduces), so on the
+# programs read here the model changes nothing: a synchronised BatchNorm's statistic
+# reductions depend on each other, layer after layer, and no combiner merges them.
+ALL_REDUCE_COMBINE_THRESHOLD_BYTES = 30 * 1024 * 1024 + 7
+
+
+def program_collectives(program: str, per: str, calls: int, hlo_text: str, num_devices: int,
+                        combine_threshold: int = ALL_REDUCE_COMBINE_THRESHOLD_BYTES
+                        ) -> list[ProgramCollective]:
   """The collectives of one compiled program, identical ones merged.
 
-  Read from its optimized HLO on `num_devices`; the program runs `calls` times per `per`."""
+  Read from its optimized HLO on `num_devices`, independent all-reduces combined as XLA's
+  GPU and TPU compilers would (`hlo.combined`, up to `combine_threshold` bytes; 0: as
+  written); the program runs `calls` times per `per`."""
   if per not in UNITS:
     raise ValueError(f"program {program!r}: per={per!r} is not one of {UNITS}")
+  read = (hlo.combined(hlo_text, combine_threshold) if combine_threshold
+          else hlo.collectives(hlo_text))
   found = [ProgramCollective(program, per, c.op, c.operand_bytes,
                              c.group_size(num_devices), calls * c.executions)
-           for c in hlo.collectives(hlo_text)]
+           for c in read]
   return merged(found)
 
 

@@ -180,3 +180,61 @@ def spanning(colls: list[Collective], device_to_group: dict[int, int],
     if any(len({device_to_group[d] for d in g}) > 1 for g in groups):
       bad.append(c)
   return bad
+
+
+def _operand_names(rest: str) -> list[str]:
+  """The instruction names an instruction's text (after `=`) takes as operands."""
+  body = rest[len(_result_type(rest)):]
+  start = body.find("(")
+  if start < 0:
+    return []
+  return re.findall(r"%([\w.\-]+)", _operands(body, start + 1))
+
+
+def combined(hlo_text: str, threshold_bytes: int) -> list[Collective]:
+  """The collectives as a compiler that combines all-reduces would run them: XLA's
+  AllReduceCombiner (GPU and TPU) merges all-reduces of one computation with the same
+  replica groups that do not depend on each other into one tuple all-reduce, up to
+  `threshold_bytes` of operands (greedily, in program order); a dependent one (a
+  synchronised BatchNorm's statistics feed the next layer's) starts a new group. Other
+  collectives, and all-reduces in different computations, stay as they are."""
+  lines = hlo_text.splitlines()
+  owner, _ = _executions(lines)
+  operands: dict[tuple, list[str]] = {}
+  names = []  # the instruction name of each line (None: not an instruction)
+  for line, comp in zip(lines, owner):
+    m = _INSTRUCTION.match(line)
+    names.append(m.group(1) if m and comp is not None else None)
+    if names[-1] is not None:
+      operands[comp, m.group(1)] = _operand_names(m.group(2))
+
+  def ancestors(comp: str, name: str, memo: dict) -> set:
+    if (comp, name) not in memo:
+      memo[comp, name] = set()  # guards a cycle (none in HLO)
+      found = set()
+      for o in operands.get((comp, name), ()):
+        found |= {o} | ancestors(comp, o, memo)
+      memo[comp, name] = found
+    return memo[comp, name]
+
+  memo: dict = {}
+  found = iter(collectives(hlo_text))
+  out, open_groups = [], {}  # (computation, groups) -> [member names, Collective]
+  for line, comp, name in zip(lines, owner, names):
+    if not _OP.search(line):
+      continue
+    c = next(found)
+    if c.op != "all-reduce" or name is None:
+      out.append(c)
+      continue
+    key = (comp, repr(c.groups))
+    group = open_groups.get(key)
+    if group is not None and not (group[0] & ancestors(comp, name, memo)) and (
+        group[1].operand_bytes + c.operand_bytes <= threshold_bytes):
+      group[0].add(name)
+      group[1].operand_bytes += c.operand_bytes
+      continue
+    c = dataclasses.replace(c)
+    open_groups[key] = [{name}, c]
+    out.append(c)
+  return out

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import statistics
@@ -58,9 +59,13 @@ def load_runs(results_dir: str) -> list[dict]:
         "host_time_s": t["reached_time_s"] if t["reached"] else r["train_time_s"],
         # the evaluations up to the target, beside the critical path (costs.EVALUATION_RULE)
         "evaluation_s": cost["modelled"].get("evaluation_s", {}).get(EVALUATION_PRESET),
+        "target_metric": t["metric"], "target_value": t["value"],
         "target": f"{t['metric']} {'<=' if t['metric'] in config_lib.LOWER_IS_BETTER else '>='} "
                   f"{t['value']}",
         "final": r["final"].get(t["metric"]),
+        # the examples the final metric was measured on (a miss counted in examples)
+        "eval_examples": r["final"].get("num_examples",
+                                        r["config"].get("eval", {}).get("num_examples")),
         # the final model on the eval examples no evaluation saw (eval.score_rest_at_end)
         "rest": (r.get("rest") or {}).get(t["metric"]),
         "worker_accuracy": r["final"].get("worker/accuracy_mean"),  # None: one model
@@ -89,6 +94,15 @@ def _tuning_row(record: dict | None) -> dict | None:
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
           "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"],
           "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
+
+
+def missed_by(run: dict) -> int | None:
+  """How many eval examples a run that missed an accuracy target was short of it (its final
+  accuracy on its `eval_examples`); None for a run that reached it or another metric."""
+  if run["reached"] or run["target_metric"] != "accuracy" or not run["eval_examples"]:
+    return None
+  n = run["eval_examples"]
+  return max(1, math.ceil(run["target_value"] * n - 1e-6) - round(run["final"] * n))
 
 
 def _spread(values: list[float]) -> dict:
@@ -209,21 +223,32 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
   compute ratio = the frontier's cheapest compute within the point's time / the point's
   compute. Above 1 the point is better; None with `why` when it cannot be computed."""
   time_at, compute_at = frontier(pts, preset, baselines)
+  named = {f"{p['curve']} {p['point']}": p for p in pts}
   out = []
   for p in pts:
     if p["curve"] != curve:
       continue
-    row = {"point": p["point"], "time": None, "compute": None, "why": None}
+    row = {"point": p["point"], "time": None, "compute": None, "why": None,
+           "time_range": None, "compute_range": None}
     if p["reached"] < p["seeds"]:
       row["why"] = f"missed ({p['reached']}/{p['seeds']})"
     else:
       t, c = p["time_s"][preset]["median"], p["flops"]["median"]
       if (best := time_at(c)) is not None:
         row["time"] = (best[0] / t, best[1])
+        row["time_range"] = seed_range(named[best[1]]["time_s"][preset], p["time_s"][preset])
       if (best := compute_at(t)) is not None:
         row["compute"] = (best[0] / c, best[1])
+        row["compute_range"] = seed_range(named[best[1]]["flops"], p["flops"])
     out.append(row)
   return out
+
+
+def seed_range(baseline: dict, point: dict) -> tuple[float, float]:
+  """A ratio baseline / point (time or compute: above 1 the point is better) over the
+  seeds of each: from the baseline's fastest (cheapest) seed against the point's slowest
+  (dearest) to the other way round. A range that holds 1 is within the seeds' spread."""
+  return baseline["min"] / point["max"], baseline["max"] / point["min"]
 
 
 def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
@@ -242,19 +267,25 @@ def ratios(pts: list[dict], curve: str, preset: str, baselines=None) -> dict:
   base = _reached(pts, baseline_curves(pts) if baselines is None else baselines, preset)
   mine = _reached(pts, [curve], preset)
   time_at, compute_at = frontier(pts, preset, baselines)
-  time_ratio = compute_ratio = None
+  named = {f"{p['curve']} {p['point']}": p for p in pts}
+  time_ratio = compute_ratio = time_range = compute_range = None
   for t_p, c_p, _ in base:
-    faster = [t for t, c, _ in mine if c <= c_p]
+    faster = [(t, name) for t, c, name in mine if c <= c_p]
     if faster:
       best_t, compared = time_at(c_p)
-      if time_ratio is None or best_t / min(faster) > time_ratio[0]:
-        time_ratio = (best_t / min(faster), compared)
-    cheaper = [c for t, c, _ in mine if t <= t_p]
+      t, name = min(faster)
+      if time_ratio is None or best_t / t > time_ratio[0]:
+        time_ratio = (best_t / t, compared)
+        time_range = seed_range(named[compared]["time_s"][preset], named[name]["time_s"][preset])
+    cheaper = [(c, name) for t, c, name in mine if t <= t_p]
     if cheaper:
       best_c, compared = compute_at(t_p)
-      if compute_ratio is None or best_c / min(cheaper) > compute_ratio[0]:
-        compute_ratio = (best_c / min(cheaper), compared)
+      c, name = min(cheaper)
+      if compute_ratio is None or best_c / c > compute_ratio[0]:
+        compute_ratio = (best_c / c, compared)
+        compute_range = seed_range(named[compared]["flops"], named[name]["flops"])
   return {"time_at_fixed_compute": time_ratio, "compute_at_fixed_time": compute_ratio,
+          "time_range": time_range, "compute_range": compute_range,
           "fastest_s": min((t for t, _, _ in mine), default=None),
           "cheapest_flops": min((c for _, c, _ in mine), default=None)}
 
@@ -273,15 +304,103 @@ def flop_unit(values) -> tuple[str, float]:
   return FLOP_UNITS[-1]
 
 
+def verdict(pts: list[dict]) -> dict:
+  """A study's answer from its points (seed medians, each method point at its own budget,
+  on every preset): whether some method point beats the strongest-baseline frontier (a
+  matched time or compute ratio above 1), its closest point (the best matched ratio, its
+  preset, the frontier point it is measured against and its range over the seeds: a win
+  only where all of it is above 1), and the strongest baseline (the
+  frontier point the closest time ratio names; else the fastest baseline that always
+  reached)."""
+  baselines = baseline_curves(pts)
+  closest = None  # (ratio, curve, point, preset, 'time' | 'compute', vs, seed range)
+  beats = False  # a matched ratio above 1 over the whole seed range
+  for curve in sorted({p["curve"] for p in pts} - set(baselines)):
+    for preset in PRESETS:
+      for row in matched(pts, curve, preset):
+        for kind in ("time", "compute"):
+          if row[kind] is None:
+            continue
+          beats = beats or row[f"{kind}_range"][0] > 1
+          if closest is None or row[kind][0] > closest[0]:
+            closest = (row[kind][0], curve, row["point"], preset, kind, row[kind][1],
+                       row[f"{kind}_range"])
+  best_time = None  # the strongest baseline: the point the best time ratio is measured against
+  for curve in sorted({p["curve"] for p in pts} - set(baselines)):
+    for row in matched(pts, curve, PRESETS[0]):
+      if row["time"] is not None and (best_time is None or row["time"][0] > best_time[0]):
+        best_time = row["time"]
+  fastest = min(_reached(pts, baselines, PRESETS[0]), default=None)
+  strongest = best_time[1] if best_time else (fastest[2] if fastest else None)
+  return {"beats": beats, "closest": closest,
+          "strongest": strongest}
+
+
+def calibrations(results_dir: str, calibration_dir: str) -> list[dict]:
+  """Which calibrated device step prices which runs of a sweep, from the JSON: per device
+  step its runs record (`cost.modelled.device_step_time_s`), the model (parameters) and
+  per-device batch, the calibration run under `calibration_dir` that timed it, and the
+  points it prices; then each calibration run that prices none of them."""
+  steps: dict[float, dict] = {}
+  for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    modelled = r["cost"]["modelled"]
+    curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
+    per_device = r["config"]["train"]["batch_size"] // (
+        modelled["devices"] if r["method"] == BASELINE else 1)
+    row = steps.setdefault(modelled["device_step_time_s"], {
+        "device_step_s": modelled["device_step_time_s"],
+        "params": r.get("num_params", r.get("num_params_per_worker")),
+        "per_device_batch": per_device, "calibration": None, "points": set(), "runs": 0})
+    row["points"].add(f"{curve} {point}")
+    row["runs"] += 1
+  timed = {}
+  for path in sorted(glob.glob(os.path.join(calibration_dir, "*", "results.json"))):
+    with open(path) as f:
+      r = json.load(f)
+    timed[r["step_time_s"]] = (os.path.basename(os.path.dirname(path)), r.get("num_params"))
+  rows = []
+  for step, row in sorted(steps.items(), key=lambda kv: -kv[0]):
+    row["calibration"] = timed.pop(step, (None,))[0]
+    row["points"] = len(row["points"])
+    rows.append(row)
+  for step, (fingerprint, params) in sorted(timed.items(), key=lambda kv: -kv[0]):
+    rows.append({"device_step_s": step, "params": params, "per_device_batch": None,
+                 "calibration": fingerprint, "points": 0, "runs": 0})
+  return rows
+
+
+def calibration_table(sweeps: list[tuple[str, str]], root: str = ".") -> str:
+  """`calibrations` of each (results dir, calibration dir), relative to `root`, as one
+  Markdown table."""
+  lines = ["| results | model params | per-device batch | device step (s) | calibration run "
+           "| points priced | runs priced |", "|---|---|---|---|---|---|---|"]
+  for results_dir, calibration_dir in sweeps:
+    for row in calibrations(os.path.join(root, results_dir), os.path.join(root, calibration_dir)):
+      where = (f"{calibration_dir}/{row['calibration']}" if row["calibration"]
+               else "none found")
+      batch = "-" if row["per_device_batch"] is None else str(row["per_device_batch"])
+      lines.append(f"| {results_dir} | {row['params']:,} | {batch} | "
+                   f"{row['device_step_s']:.4f} | {where} | {row['points']} | "
+                   f"{row['runs'] or 'none (not used)'} |")
+  return "\n".join(lines) + "\n"
+
+
 def _fmt(s: dict, scale: float = 1.0, digits: int = 1) -> str:
   return (f"{s['median'] / scale:.{digits}f} [{s['min'] / scale:.{digits}f}, "
           f"{s['max'] / scale:.{digits}f}]")
 
 
-def _show(ratio, why=None) -> str:
+def _show(ratio, why=None, spread=None) -> str:
+  """A ratio, its range over the seeds (`seed_range`; "within the spread" where it holds
+  1: no win, no loss) and the baseline point compared."""
   if ratio is None:
     return why or "no baseline within budget"
-  return f"{ratio[0]:.2f}x (vs {ratio[1]})"
+  if spread is None:
+    return f"{ratio[0]:.2f}x (vs {ratio[1]})"
+  within = ", within the spread" if spread[0] <= 1 <= spread[1] else ""
+  return f"{ratio[0]:.2f}x [{spread[0]:.2f}, {spread[1]:.2f}{within}] (vs {ratio[1]})"
 
 
 def _matched_table(pts, curves, baselines) -> list[str]:
@@ -298,8 +417,10 @@ def _matched_table(pts, curves, baselines) -> list[str]:
   for curve in curves:
     rows = {q: matched(pts, curve, q) for q in PRESETS}
     for i, row in enumerate(rows[PRESETS[0]]):
-      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"]) for q in PRESETS]
-               + [_show(rows[q][i]["compute"], rows[q][i]["why"]) for q in PRESETS])
+      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"], rows[q][i]["time_range"])
+                for q in PRESETS]
+               + [_show(rows[q][i]["compute"], rows[q][i]["why"], rows[q][i]["compute_range"])
+                  for q in PRESETS])
       lines.append(f"| {curve} | {row['point']} | " + " | ".join(cells) + " |")
   return lines
 
@@ -332,8 +453,8 @@ def _ratio_table(pts, curves, baselines, caption: str) -> list[str]:
       cheapest = "-" if r["cheapest_flops"] is None else f"{r['cheapest_flops'] / scale:.2f}"
       no_time, no_compute = absent_ratio(pts, curve, preset, baselines)
       lines.append(f"| {curve} | {preset} | {fastest} | {cheapest} | "
-                   f"{_show(r['time_at_fixed_compute'], no_time)} | "
-                   f"{_show(r['compute_at_fixed_time'], no_compute)} |")
+                   f"{_show(r['time_at_fixed_compute'], no_time, r['time_range'])} | "
+                   f"{_show(r['compute_at_fixed_time'], no_compute, r['compute_range'])} |")
   return lines
 
 

@@ -283,6 +283,9 @@ def _validate_tune(config) -> None:
   _need(len(t.schedule_fractions) > 0 and all(0 < f <= 1 for f in t.schedule_fractions),
         "tune.schedule_fractions", t.schedule_fractions, "must be values in (0, 1].")
   _need(t.max_extensions >= 0, "tune.max_extensions", t.max_extensions, "must be >= 0.")
+  _need(0 < t.schedule_margin <= 1, "tune.schedule_margin", t.schedule_margin,
+        "must be in (0, 1]: the fraction of its schedule by which a length must reach the "
+        "target on every tuning seed.")
 
 
 def _validate_mesh(config) -> None:

@@ -58,6 +58,13 @@ MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
                       "pydocs": (REGIME, "### Many workers on the Python docs")}
 SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
 LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
+# which calibrated device step prices which committed runs: (results, calibration dir)
+CALIBRATION_TABLE = ((COST_VS_TIME, "### Which calibration prices which results"), (
+    ("experiments/results/fashion_mnist", "experiments/results/fashion_mnist/calibration"),
+    ("experiments/results/many_workers", "experiments/results/fashion_mnist/calibration"),
+    ("experiments/results/pydocs_gpt2", "experiments/results/pydocs_gpt2/calibration"),
+    ("experiments/results/many_workers_pydocs",
+     "experiments/results/pydocs_gpt2/calibration")))
 # step benchmarks on an accelerator: anchor -> the (code, --out file) pairs of one table
 _CROSS_ENTROPY = "bench/h200/cross_entropy/throughput_2_"
 THROUGHPUT_TABLES = {
@@ -259,6 +266,12 @@ def _many_worker_tables() -> list[Table]:
   return tables
 
 
+def _calibration_tables() -> list[Table]:
+  anchor, sweeps = CALIBRATION_TABLE
+  [rows] = _tables(report.calibration_table(list(sweeps), REPO))
+  return [Table("calibrations", anchor, 0, "ensemble_jax.report.calibration_table", rows)]
+
+
 def _throughput_tables() -> list[Table]:
   tables = []
   for anchor, runs in THROUGHPUT_TABLES.items():
@@ -274,7 +287,8 @@ def _throughput_tables() -> list[Table]:
 FAMILIES: dict[str, Callable[[], list[Table]]] = {
     "report": _report_tables, "schedule": _schedule_tables, "samplers": _sampler_tables,
     "lipt": _lipt_table, "critical_batch": _critical_batch_tables,
-    "many_workers": _many_worker_tables, "throughput": _throughput_tables}
+    "many_workers": _many_worker_tables, "throughput": _throughput_tables,
+    "calibrations": _calibration_tables}
 
 
 def regenerate(skip=()) -> tuple[list[Table], list[str]]:

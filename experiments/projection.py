@@ -18,6 +18,8 @@ exact past its critical batch, and in DP's disfavour if its steps would still fa
 a point the grid already has (same curve and name, the same config) is read from the grid.
 
 Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.costs`):
+  * every point's compute: steps x FLOPs per step + the pool build's FLOPs, as the grids'
+    `flops_to_target`.
   * every point: pool build + steps x device step + each recorded training collective's
     alpha-beta time (`costs.collective_time`) x its executions to the target; evaluations
     are off the critical path for every method (`costs.EVALUATION_RULE`). A point runs at its
@@ -28,7 +30,8 @@ Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.
     per-device batch b and device step (the sweep's own split, with the step scaled by
     its per-device batch, only where b does not divide B), and one ring all-reduce of the
     fp32 gradient per step over its D devices: its runs normalise BatchNorm per device
-    (ghost batch norm), so the grid's BatchNorm-statistic all-reduces are not charged.
+    (ghost batch norm), so no statistic is reduced (`BATCH_NORM`, `data_parallel_step`:
+    the grid's DP points synchronise it, and pay its reductions, as compiled).
   * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
 Ratios at matched budgets, as the grid tables' (`ensemble_jax.report.matched`): the
 method's point at D against every single-model point on at most D devices; time ratio =
@@ -98,10 +101,16 @@ class Point:
   flops_per_device_step: float
   param_bytes: float  # one model's fp32 parameters (what-ifs scale the collectives by it)
   pool_s: float = 0.0
+  pool_flops: float = 0.0  # the pool build's FLOPs (distill.build_flops), as the grids charge
   batch_per_device: int = 0  # examples (windows) one device or worker steps on
   collectives: tuple[costs.ProgramCollective, ...] = ()  # what its programs exchange
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
   seeds: int = 1  # the seed runs whose median `steps` is
+  steps_range: tuple[float, float] = ()  # (min, max) over those seeds; () : steps alone
+
+  def at(self, steps: float) -> "Point":
+    """The point at another seed's steps (its spread: `steps_range`)."""
+    return dataclasses.replace(self, steps=steps)
 
   def communication_s(self, link: costs.Interconnect) -> float:
     """Every training collective's time x its executions to the target; evaluations are
@@ -113,7 +122,9 @@ class Point:
     return self.pool_s + self.steps * self.device_step_s + self.communication_s(link)
 
   def flops(self) -> float:
-    return self.steps * self.devices * self.flops_per_device_step
+    """Training compute to the target plus the pool build's, as the grids'
+    `flops_to_target` (`costs.summary`) charges it."""
+    return self.steps * self.devices * self.flops_per_device_step + self.pool_flops
 
 
 def load_points(results_dir: str) -> list[Point]:
@@ -146,13 +157,17 @@ def load_points(results_dir: str) -> list[Point]:
         param_bytes=4.0 * r.get("num_params", r.get("num_params_per_worker", 0)),
         pool_s=statistics.median((x.get("distill") or {}).get("build_time_s", 0.0)
                                  for x in runs),
+        pool_flops=statistics.median((x.get("distill") or {}).get("build_flops", 0.0)
+                                     for x in runs),
         batch_per_device=r["config"]["train"]["batch_size"] // (
             devices if r["method"] == "data_parallel" else 1),
         collectives=communication.collectives,
         # steps and the run: the point's own (`Point.communication_s`)
         units=tuple((u, statistics.median(c[u] for c in counts))
                     for u in costs.UNITS if u not in ("step", "run")),
-        seeds=len(runs)))
+        seeds=len(runs),
+        steps_range=(min(x["target"]["reached_step"] for x in runs),
+                     max(x["target"]["reached_step"] for x in runs))))
   return points
 
 
@@ -161,6 +176,35 @@ def join(grid: list[Point], others: list[Point]) -> list[Point]:
   names; a (curve, point) the grid already has stays the grid's."""
   have = {(p.curve, p.name) for p in grid}
   return grid + [p for p in others if (p.curve, p.name) not in have]
+
+
+# How a data-parallel point's step normalises BatchNorm: the algorithm its steps to target
+# were measured with. The grids' DP runs normalise over the global batch (synchronised:
+# their compiled step holds one all-reduce of each layer's statistics, forward and
+# backward, a chain of dependent reductions no compiler combines:
+# `costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES`); the critical-batch runs over each simulated
+# device's examples (ghost batch norm), so on their cluster a step all-reduces the
+# gradients alone. Both are priced by one rule, the collectives as compiled
+# (`data_parallel_step`); the two BatchNorm choices meet at the grid's largest D, and
+# making them one is a re-run (experiments/results/rerun_plan.md), not a re-pricing.
+BATCH_NORM = {"grid": "synchronised", "critical_batch": "per_device"}
+
+
+def data_parallel_step(template: Point, devices: int, batch_norm: str
+                       ) -> tuple[costs.ProgramCollective, ...]:
+  """One data-parallel step's collectives for `template`'s model on `devices` devices.
+
+  synchronised: the template's compiled step (its recorded per-step collectives, combined
+  as compiled), on `devices`; per_device: BatchNorm needs no collective, so the step is
+  one all-reduce of the fp32 gradients (what the compiled step holds once the statistics'
+  reductions are gone)."""
+  if batch_norm == "synchronised":
+    return tuple(dataclasses.replace(c, group_size=devices) for c in template.collectives
+                 if c.per == "step")
+  if batch_norm == "per_device":
+    return (costs.ProgramCollective("per-device BatchNorm DP step", "step", "all-reduce",
+                                    int(template.param_bytes), devices, 1),)
+  raise ValueError(f"batch_norm {batch_norm!r}: choose one of {sorted(set(BATCH_NORM.values()))}")
 
 
 def critical_batch_points(summary: dict, grid: list[Point],
@@ -184,8 +228,7 @@ def critical_batch_points(summary: dict, grid: list[Point],
       d, scale = row["devices"], summary["per_device"] / per_device
     if d <= template.devices or not report.reported_batch(row):
       continue
-    grad = costs.ProgramCollective("assumed: ghost-BN DP step", "step", "all-reduce",
-                                   int(template.param_bytes), d, 1)
+    step = data_parallel_step(template, d, BATCH_NORM["critical_batch"])
     evals = tuple(dataclasses.replace(c, group_size=d) for c in template.collectives
                   if c.per == "eval")
     steps = row["median_steps"]
@@ -194,14 +237,20 @@ def critical_batch_points(summary: dict, grid: list[Point],
         steps=steps, device_step_s=template.device_step_s * scale,
         flops_per_device_step=template.flops_per_device_step * scale,
         param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
-        collectives=(grad, *evals), units=(("eval", row["evals_to_target"]),),
-        seeds=row["seeds_reached"]))
+        collectives=(*step, *evals), units=(("eval", row["evals_to_target"]),),
+        seeds=row["seeds_reached"],
+        steps_range=(row.get("min_steps", steps), row.get("max_steps", steps))))
   return points
 
 
 def _row(p: Point, link: costs.Interconnect) -> dict:
+  """A point's time and compute at its median steps, and at its fewest and most over the
+  seeds (its evaluations and pool at their medians)."""
+  lo, hi = (p.at(s) for s in (p.steps_range or (p.steps, p.steps)))
   return {"point": p.name, "curve": p.curve, "seeds": p.seeds, "devices": p.devices,
           "steps": p.steps, "time_s": p.time_s(link), "flops": p.flops(),
+          "time_range_s": (lo.time_s(link), hi.time_s(link)),
+          "flops_range": (lo.flops(), hi.flops()),
           "communication_s": p.communication_s(link)}
 
 
@@ -223,16 +272,34 @@ def matched(point: dict, baselines: list[dict]) -> dict:
   fast = [b for b in baselines if b["time_s"] <= point["time_s"]]
   t = min(cheap, key=lambda b: (b["time_s"], b["flops"]), default=None)
   c = min(fast, key=lambda b: (b["flops"], b["time_s"]), default=None)
+  def spread(b: dict, key: str) -> tuple[float, float]:  # as report.seed_range
+    return b[key][0] / point[key][1], b[key][1] / point[key][0]
+
+  # where no baseline is as cheap (fast) at the medians, is one within the seeds' spread?
+  near_cheap = any(b["flops_range"][0] <= point["flops_range"][1] for b in baselines)
+  near_fast = any(b["time_range_s"][0] <= point["time_range_s"][1] for b in baselines)
   return {"time_ratio": None if t is None else t["time_s"] / point["time_s"],
+          "time_range": ("within the spread" if near_cheap else None) if t is None
+                        else spread(t, "time_range_s"),
           "time_baseline": None if t is None else f"{t['curve']} {t['point']}",
           "compute_ratio": None if c is None else c["flops"] / point["flops"],
+          "compute_range": ("within the spread" if near_fast else None) if c is None
+                           else spread(c, "flops_range"),
           "compute_baseline": None if c is None else f"{c['curve']} {c['point']}"}
 
 
 def wins(row: dict) -> bool:
   """The method's point beats the strongest baseline at its own budget: no baseline point
-  is both as fast and as cheap (either ratio above 1, or no baseline that cheap / fast)."""
-  return any(row[k] is None or row[k] > 1 for k in ("time_ratio", "compute_ratio"))
+  is both as fast and as cheap (either ratio above 1 over the whole range of the seeds'
+  steps, or no baseline that cheap / fast). A ratio whose seed range holds 1 is within
+  the spread: no win."""
+  def won(kind: str) -> bool:
+    spread = row[f"{kind}_range"]
+    if row[f"{kind}_ratio"] is None:  # no baseline that cheap (fast), unless within the spread
+      return spread is None
+    return spread[0] > 1
+
+  return won("time") or won("compute")
 
 
 def output_programs(p: Point) -> set[str]:
@@ -280,6 +347,7 @@ def what_if(points: list[Point], model: str, outputs: int, bench_path: str = BEN
                                    flops_per_device_step=row["flops_per_step_analytic"] * flops,
                                    param_bytes=param_bytes,
                                    pool_s=p.pool_s if charge_pools else 0.0,
+                                   pool_flops=p.pool_flops if charge_pools else 0.0,
                                    collectives=collectives))
   return out
 
@@ -313,8 +381,13 @@ def project(points: list[Point], devices=DEVICES, presets=None) -> list[dict]:
   return rows
 
 
-def _ratio(value, against, none: str) -> str:
-  return none if value is None else f"{value:.2f}x (vs {against})"
+def _ratio(value, against, none: str, spread=None) -> str:
+  if value is None:
+    return none + (f" ({spread}: a seed's is)" if isinstance(spread, str) else "")
+  if spread is None:
+    return f"{value:.2f}x (vs {against})"
+  within = ", within the spread" if spread[0] <= 1 <= spread[1] else ""
+  return f"{value:.2f}x [{spread[0]:.2f}, {spread[1]:.2f}{within}] (vs {against})"
 
 
 def table(rows: list[dict], title: str) -> str:
@@ -323,7 +396,10 @@ def table(rows: list[dict], title: str) -> str:
            "point on at most D devices at the point's own budget: time ratio = the "
            "baselines' fastest time within the point's compute / the point's time; compute "
            "ratio = the baselines' cheapest compute within the point's time / the point's "
-           "compute; > 1: the method's point is better; the baseline point compared named. "
+           "compute; > 1: the method's point is better; in brackets its range over the "
+           "seeds' steps (the baseline's fewest against the point's most, and the other way "
+           "round; 'within the spread' where it holds 1: no win); the baseline point "
+           "compared named. "
            "The strongest baseline (the fastest single-model point on at most D devices) is "
            "shown beside.", "",
            "| method | preset | D | strongest baseline (devices used; seeds) | its time s | "
@@ -335,12 +411,12 @@ def table(rows: list[dict], title: str) -> str:
                  f"({r['baseline_devices']}; {r['baseline_seeds']}) | "
                  f"{r['baseline_time_s']:.3g} | {r['method_point']} ({r['method_seeds']}) | "
                  f"{r['method_time_s']:.3g} | {r['method_flops'] / 1e12:.2f} | "
-                 f"{_ratio(r['time_ratio'], r['time_baseline'], 'no baseline as cheap')} | "
-                 f"{_ratio(r['compute_ratio'], r['compute_baseline'], 'no baseline as fast')} |")
+                 f"{_ratio(r['time_ratio'], r['time_baseline'], 'no baseline as cheap', r['time_range'])} | "
+                 f"{_ratio(r['compute_ratio'], r['compute_baseline'], 'no baseline as fast', r['compute_range'])} |")
   pairs = sorted({(r["method"], r["preset"]) for r in rows})
   lines += ["", "Where each method's point beats the strongest baseline at its own budget "
-            "(a ratio above 1: no baseline point both as fast and as cheap; smallest D, if "
-            "any):", ""]
+            "(a ratio above 1 over its whole seed range: no baseline point both as fast and "
+            "as cheap; smallest D, if any):", ""]
   for m, preset in pairs:
     ds = [r["devices"] for r in rows if r["method"] == m and r["preset"] == preset
           and wins(r)]
@@ -451,7 +527,9 @@ def main(argv: list[str]) -> int:
       extended = critical_batch_points(json.load(f), points, curve)
     points += extended
     sources.append(f"{summary_path}: {curve} at D = "
-                   f"{', '.join(str(p.devices) for p in extended)} beyond the grid"
+                   f"{', '.join(str(p.devices) for p in extended)} beyond the grid (BatchNorm "
+                   f"{BATCH_NORM['critical_batch']}, one gradient all-reduce per step; the "
+                   f"grid's DP: BatchNorm {BATCH_NORM['grid']}, its compiled step)"
                    if extended else f"{summary_path}: no point beyond the grid's D ({curve} "
                    "beyond it is held at its best measured point)")
   if FLAGS.charge_pools and not FLAGS.what_if:

@@ -51,7 +51,7 @@ def test_presets_name_what_they_model():
 def test_program_collectives_count_calls_and_merge_identical_ones():
   ar = next(line for line in HLO.splitlines() if line.startswith("  %ar ="))
   twice = HLO.replace(ar, ar + "\n" + ar.replace("%ar =", "%ar.9 ="))
-  found = costs.program_collectives("eval", "eval", 5, twice, 8)
+  found = costs.program_collectives("eval", "eval", 5, twice, 8, combine_threshold=0)
   by_kind = {(c.kind, c.bytes): c for c in found}
   assert len(found) == 3  # the second gradient all-reduce merged into its twin
   assert by_kind["all-reduce", 2688].count == 2 * 5
@@ -59,6 +59,38 @@ def test_program_collectives_count_calls_and_merge_identical_ones():
   assert all(c.program == "eval" and c.per == "eval" for c in found)
   with pytest.raises(ValueError, match="per='epoch'"):
     costs.program_collectives("eval", "epoch", 1, HLO, 8)
+
+
+# Three BatchNorm-like statistic all-reduces of 256 bytes on 8 devices: %a and %b
+# independent, %c computed from %a's result (the next layer's statistics need the last's).
+CHAIN = """\
+ENTRY %main (x: f32[64], y: f32[64]) -> f32[64] {
+  %x = f32[64]{0} parameter(0)
+  %y = f32[64]{0} parameter(1)
+  %a = f32[64]{0} all-reduce(%x), channel_id=1, replica_groups=[1,8]<=[8], to_apply=%add
+  %b = f32[64]{0} all-reduce(%y), channel_id=2, replica_groups=[1,8]<=[8], to_apply=%add
+  %n = f32[64]{0} multiply(%a, %x)
+  %c = f32[64]{0} all-reduce(%n), channel_id=3, replica_groups=[1,8]<=[8], to_apply=%add
+  ROOT %r = f32[64]{0} add(%c, %b)
+}
+"""
+
+
+def test_independent_all_reduces_are_priced_combined_and_dependent_ones_apart():
+  """One pricing rule, as the target platform's compiler runs a program: XLA's combiner
+  (GPU and TPU) merges independent all-reduces up to its byte threshold; one that needs
+  another's result (a synchronised BatchNorm's next layer) stays apart."""
+  assert costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES == 30 * 1024 * 1024 + 7
+  found = costs.program_collectives("train_step", "step", 1, CHAIN, 8)
+  assert sorted((c.bytes, c.count) for c in found) == [(256, 1), (512, 1)]  # a+b, then c
+  eth = costs.INTERCONNECTS["eth10g"]
+  combined = sum(c.count * c.seconds(eth) for c in found)
+  apart = sum(c.count * c.seconds(eth) for c in costs.program_collectives(
+      "train_step", "step", 1, CHAIN, 8, combine_threshold=0))
+  assert combined == pytest.approx(apart - 14 * eth.latency)  # one latency-bound ring fewer
+  # past the threshold nothing combines
+  assert [(c.bytes, c.count) for c in costs.program_collectives(
+      "train_step", "step", 1, CHAIN, 8, combine_threshold=300)] == [(256, 3)]
 
 
 def _results(method, **extra):

@@ -90,3 +90,20 @@ def test_dp_step_communicates_more_than_one_gradient_allreduce(two_methods):
   params = jax.eval_shape(method._init_fn, jax.random.key(0)).params
   gradient_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(params))
   assert sum(c.bytes * c.count for c in reduces) >= gradient_bytes
+
+
+def test_the_compiled_dp_step_is_already_combined_as_xla_gpu_would(two_methods):
+  """The CPU compiler emits independent all-reduces combined (tuple all-reduces), so the
+  combiner model (`hlo.combined`, XLA's GPU/TPU threshold) finds nothing left to merge: the
+  BatchNorm statistics' reductions that remain depend on each other, layer after layer.
+  The grids' recorded collectives are thus priced as a GPU or TPU would run them."""
+  method, config = two_methods[False]
+  state = method.init(jax.random.key(0))
+  text = method.train_step.lower(state, _batch(method, config), jax.random.key(1)
+                                 ).compile().as_text()
+  read = hlo.collectives(text)
+  assert any(line.count("f32[") > 2 for line in (c.line.split(" all-reduce(")[0]
+                                                 for c in read))  # a tuple all-reduce
+  combined = hlo.combined(text, costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES)
+  assert [c.operand_bytes for c in combined] == [c.operand_bytes for c in read]
+  assert len(read) > 2

@@ -4,24 +4,13 @@ import os
 
 import pytest
 
-from ensemble_jax import validation
+from ensemble_jax import report, validation
 from experiments import demo
 from experiments.configs import fashion_mnist
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO
-from tests.test_report import _sweep
 
 pytestmark = pytest.mark.unit
-
-
-def test_the_demo_ends_with_its_points_and_the_verdict_in_few_lines(tmp_path):
-  _sweep(tmp_path)  # DP D1, D4; ensemble N4_L100 (both seeds reach), N8_L50 (one misses)
-  lines = demo.summary(str(tmp_path), preset="nvlink").splitlines()
-  assert len(lines) <= 15
-  assert lines[1].split()[:3] == ["data_parallel", "D1", "400"]
-  assert "missed the target" in next(line for line in lines if "N8_L50" in line)
-  assert lines[-3].startswith("Best method point ensemble N4_L100: time ratio ")
-  assert lines[-1].startswith(f"Full tables: {tmp_path}/table.md")
 
 
 @pytest.mark.parametrize("grid", ["demo", "one_device"])
@@ -48,3 +37,60 @@ def test_a_grid_of_the_full_grids_points_trains_them_at_the_choices_its_tuning_m
       devices = 1 if grid == "one_device" else full_overrides.get("cost.devices")
       assert overrides.get("cost.devices") == devices
       validation.validate(cost_vs_time._point_config(fashion_mnist, variant, overrides, 0, "w"))
+
+
+def _run(root, curve, point, seed, *, steps, time_s, flops, final, reached):
+  """A demo run's results.json, as the sweep writes it (the fields the report reads)."""
+  d = root / curve / point / f"seed{seed}"
+  d.mkdir(parents=True)
+  method = "ensemble" if curve.startswith("ensemble") else "data_parallel"
+  r = {"method": method, "config": {"seed": seed}, "steps": steps, "train_time_s": 50.0,
+       "final": {"accuracy": final, "num_examples": 2000},
+       "target": {"metric": "accuracy", "value": 0.85, "reached": reached,
+                  "reached_step": steps if reached else None,
+                  "reached_time_s": time_s if reached else None},
+       "cost": {"measured": {"steps_to_target": steps, "flops_to_target": flops},
+                "modelled": {"devices": 8, "critical_path_s": {
+                    p: time_s for p in ("nvlink", "ib_xdr800", "eth10g")}}}}
+  (d / "results.json").write_text(json.dumps(r))
+
+
+def _demo(root, flip: bool):
+  """The demo's three runs on seed 0; `flip`: the single-seed flip the issue saw (data-parallel
+  D = 8 one image short, the ensemble fast) and the strongest baseline slow."""
+  _run(root, "data_parallel", "D8", 0, steps=59, time_s=9.9, flops=1.16e12,
+       final=0.8495 if flip else 0.8515, reached=not flip)
+  _run(root, "dp_small_model", "D8", 0, steps=118 if flip else 85, time_s=11.0 if flip else 7.5,
+       flops=0.6e12 if flip else 0.44e12, final=0.851, reached=True)
+  _run(root, "ensemble", "N4_L469", 0, steps=60 if flip else 183, time_s=5.0 if flip else 30.4,
+       flops=0.6e12 if flip else 1.8e12, final=0.852, reached=True)
+
+
+def test_a_single_seed_flip_does_not_change_the_demos_verdict(tmp_path):
+  """The verdict is the committed study's (seeds 1-3 of the full grid), whatever the demo's
+  single seeds do: the issue's fresh clone printed "it beats the strongest baseline" when
+  data-parallel D = 8 missed by one image and the ensemble ran fast."""
+  plain, flipped = tmp_path / "plain", tmp_path / "flipped"
+  _demo(plain, flip=False)
+  _demo(flipped, flip=True)
+  a, b = demo.summary(str(plain)).splitlines(), demo.summary(str(flipped)).splitlines()
+  verdict = [line for line in b if line.startswith("Verdict")]
+  assert len(verdict) == 1 and verdict == [l for l in a if l.startswith("Verdict")]
+  assert "no method point beats the strongest baseline" in verdict[0]
+  assert not any("it beats" in line for line in a + b)
+  # each run beside its committed counterpart; a miss counted in images
+  d8 = next(line for line in b if line.startswith("data_parallel D8"))
+  assert "seed 0: missed, by 1 image" in d8 and "missed on 3/3 seeds" in d8
+  ens = next(line for line in b if line.startswith("ensemble N4_L469"))
+  assert "183 [172, 210] steps, 1.80 [1.69, 2.06] TFLOPs" in ens and "faster than every committed seed" in ens
+  # the strongest baseline is the committed study's, derived from its results
+  study = report.points(report.load_runs(demo.STUDY))
+  assert report.verdict(study)["strongest"] == "dp_small_model D8"
+  assert any(line.startswith("dp_small_model D8 *") for line in b)
+  assert len(b) <= 15
+
+
+def test_the_demo_grid_holds_the_committed_strongest_baseline():
+  grid = fashion_mnist.sweep_grid("demo")
+  curve, point = report.verdict(report.points(report.load_runs(demo.STUDY)))["strongest"].split()
+  assert point in grid[curve]

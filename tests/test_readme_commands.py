@@ -244,7 +244,6 @@ def test_readme_command_runs(command, request):
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", STACKED_DEVICES)
 @pytest.mark.parametrize("command", STACKED)
-@pytest.mark.subprocess
 def test_ensemble_and_diloco_commands_run_on_1_and_8_devices(command, devices, runs):
   """As written (the layout's fields untouched): the default mesh fits the workers to the
   devices, the first lines say the layout chosen and results.json records it. Fails on

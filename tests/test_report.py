@@ -50,12 +50,14 @@ def test_tables_and_pngs_from_json(tmp_path):
           "40.5 [40.0, 41.0] |") in first
   assert "| ensemble | N8_L50 | 4 | 1/2 |" in first
   # nvlink: at DP D1's compute (4 TFLOPs) the ensemble's fastest full point takes 10 s.
-  assert ("| ensemble | nvlink | 10.0 | 4.00 | 4.05x (vs data_parallel D1) | "
-          "1.50x (vs data_parallel D4) |") in first
+  assert ("| ensemble | nvlink | 10.0 | 4.00 | 4.05x [4.00, 4.10] (vs data_parallel D1) | "
+          "1.50x [1.50, 1.50] (vs data_parallel D4) |") in first
   # Matched: N4_L100 (10 s, 4 TFLOPs) against the frontier at its own budget: DP's fastest
   # within 4 TFLOPs is D1 (40.5 s); nothing of DP's is as fast as 10 s.
-  assert ("| ensemble | N4_L100 | 4.05x (vs data_parallel D1) | 4.05x (vs data_parallel D1) "
-          "| 4.05x (vs data_parallel D1) | no baseline within budget |") in first
+  # each ratio with its range over the seeds: D1's 40 and 41 s against N4_L100's 10 s
+  assert ("| ensemble | N4_L100 | 4.05x [4.00, 4.10] (vs data_parallel D1) | 4.05x [4.00, "
+          "4.10] (vs data_parallel D1) | 4.05x [4.00, 4.10] (vs data_parallel D1) | no "
+          "baseline within budget |") in first
   assert "| ensemble | N8_L50 | missed (1/2) |" in first
 
 
@@ -149,8 +151,8 @@ def test_summary_names_the_baseline_point_compared_not_the_budgets(tmp_path):
   alone = report.ratios(pts, "ensemble", "nvlink", ["data_parallel"])
   assert alone["time_at_fixed_compute"] == (pytest.approx(14.0 / 25.0), "data_parallel D4")
   text = report.table(report.load_runs(str(tmp_path)))
-  assert ("| ensemble | nvlink | 25.0 | 1.07 | 0.35x (vs dp_small_model D8) | "
-          "0.56x (vs dp_small_model D8) |") in text
+  assert ("| ensemble | nvlink | 25.0 | 1.07 | 0.35x [0.35, 0.35] (vs dp_small_model D8) | "
+          "0.56x [0.56, 0.56] (vs dp_small_model D8) |") in text
 
 
 def test_report_on_one_runs_workdir_summarises_that_run(capsys):
@@ -324,3 +326,20 @@ def test_compute_columns_use_a_unit_that_shows_the_numbers(tmp_path):
   assert "cheapest GFLOPs" in text and "0.00" not in text
   assert report.flop_unit([0.29e12, 5e12]) == ("TFLOPs", 1e12)  # the committed tables'
   assert report.flop_unit([]) == ("TFLOPs", 1e12)
+
+
+def test_a_ratio_whose_seed_range_holds_1_is_within_the_spread_not_a_win(tmp_path):
+  """The GPT-2 small what-if's 1.14x compared 341 with 300 median steps whose seeds ranged
+  315-341 and 288-341: every ratio carries its range over the seeds, one that holds 1 is
+  labelled within the spread, and the verdict does not count it as a win."""
+  for seed, t in ((1, 31.5), (2, 34.1), (3, 34.1)):
+    _write(tmp_path, "data_parallel", "D1", seed, "data_parallel", True, 100, 1e12, t)
+  for seed, t in ((1, 28.8), (2, 30.0), (3, 34.1)):
+    _write(tmp_path, "ensemble", "N2", seed, "ensemble", True, 100, 1e12, t)
+  pts = report.points(report.load_runs(str(tmp_path)))
+  [row] = report.matched(pts, "ensemble", "nvlink")
+  assert row["time"][0] == pytest.approx(34.1 / 30.0)  # 1.14x at the medians
+  assert row["time_range"] == (pytest.approx(31.5 / 34.1), pytest.approx(34.1 / 28.8))
+  assert "1.14x [0.92, 1.18, within the spread] (vs data_parallel D1)" in report.table(
+      report.load_runs(str(tmp_path)))
+  assert not report.verdict(pts)["beats"]

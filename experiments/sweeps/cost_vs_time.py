@@ -463,6 +463,23 @@ def _finished(config, run_dir: str) -> dict | None:
   return results
 
 
+def _moved(point_dir: str, record: dict) -> bool:
+  """Whether the rule replayed on a point's finished tuning runs chooses other values than
+  its committed tuning.json (the rule changed since, e.g. issue 58's margin): its seeds ran
+  at the committed choice, so the committed record stays until the point is re-run
+  (experiments/results/rerun_plan.md lists them); re-costing never re-tunes."""
+  path = os.path.join(point_dir, tuning.TUNING_FILE)
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    committed = json.load(f)["chosen"]
+  moved = committed != record["chosen"]
+  if moved:
+    print(f"recost: {point_dir}: the rule now chooses {record['chosen']}, not the committed "
+          f"{committed}; the committed record is kept until the point is re-run")
+  return moved
+
+
 def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
            calibration_dir: str | None = None, curves: list[str] | None = None,
            keep_device_step: bool = False, retime_pools: bool = False) -> int:
@@ -499,7 +516,10 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
       except _Unfinished:
         record = None
       else:
-        tuning.write_record(point_dir, record)
+        if _moved(point_dir, record):
+          record = None  # its seeds ran at the committed choice: kept until it is re-run
+        else:
+          tuning.write_record(point_dir, record)
       for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
         _recost_file(path, step_time, config, retimed)
         if record is not None:

@@ -235,11 +235,11 @@ def summarize(workdir: str, w: Workload) -> dict:
   Before a B's seeds run, its chosen tuning run stands for its seed 0; once other seeds ran,
   the tuning seed is left out of the medians (its run won the choice). B_simple is each
   run's `noise_scale.b_simple_at_target`, read at the eval that reached the target. The
-  tuning rule is the one the rows' tuning records state (with `tune.stop_losers`' clause
-  if any B's tuning stopped losers early), the grid's before any B is tuned.
+  tuning rule is the one the rows' tuning records state (the fullest: the first B has no
+  warm start), the grid's before any B is tuned.
   """
   rows, first_run = [], None  # first_run: any run's results, for the target's name
-  stopped_losers = []  # per row: did its tuning stop losers early
+  rules = []  # per row: the rule its tuning record states
   for batch in w.batches:
     record = _load(os.path.join(_point_dir(workdir, batch), tuning.TUNING_FILE))
     if record is None:
@@ -264,7 +264,7 @@ def summarize(workdir: str, w: Workload) -> dict:
     noise = [v for v in noise if v is not None and math.isfinite(v)]
     first = next(iter(runs.values()))
     first_run = first_run or first
-    stopped_losers.append(tuning.STOP_LOSERS_RULE in record["rule"])
+    rules.append(record["rule"])
     rows.append({
         "batch": batch, "devices": batch // w.per_device,
         "microbatches": first["config"]["train"]["microbatches"],
@@ -295,8 +295,10 @@ def summarize(workdir: str, w: Workload) -> dict:
   target = (f"{first_run['target']['metric']} {first_run['target']['value']}" if first_run
             else "")
   return {"target": target,
-          "tuning_rule": tuning.rule(True, any(stopped_losers) if stopped_losers else
-                                     w.overrides.get("tune.stop_losers", False)),
+          # as the records state it (the fullest one: the first B has no warm start), so
+          # that records tuned by an earlier rule are not described by today's
+          "tuning_rule": (max(rules, key=len) if rules else
+                          tuning.rule(True, w.overrides.get("tune.stop_losers", False))),
           "per_device": w.per_device, "rows": rows,
           "fit": fit_rows(rows),
           "b_simple": statistics.median(noise) if noise else None,

@@ -3,8 +3,10 @@
 For each field of `config.tune.fields` in turn (the peak learning rate `optim.learning_rate`;
 DiLoCo's `method.outer_learning_rate` after it), on seed `tune.seed`: one run at each of
 `tune.factors` x the configured value; while the best run sits at the lowest or highest
-value tried, one more run at that value / or x `tune.extend`, at most
-`tune.max_extensions` times per edge. The best run reaches the target in the fewest steps;
+value tried, one more run at that value / or x `tune.extend`: the rule does not stop while
+the best sits at an edge (it stops once the best is interior, e.g. when the next value
+diverged), up to the cap `tune.max_extensions` per edge, which the record names
+(`capped`) when reached: the optimum may lie beyond. The best run reaches the target in the fewest steps;
 among runs tied in steps, and among runs that never reach it, the better final metric
 wins; a diverged run loses to every other; of equals, the smaller value wins. The next key
 is tuned from the chosen values of the previous ones. A caller may pass a warm start, a
@@ -20,7 +22,10 @@ counts its worst seed: a short schedule reaches the target only as its rate deca
 at its last evals, so a length chosen on one seed missed the target on the reported seeds
 (measured: data-parallel D = 8 at a quarter schedule reached 85% at step 54 of 59 on the
 tuning seed and missed it on three others). A length that misses on one seed loses and is
-not run on the next.
+not run on the next. A length is chosen only with a margin: a run that reaches the target
+after `tune.schedule_margin` of its schedule's steps counts as a miss (measured: D = 8's
+quarter schedule reached it at step 54 and 48 of 59 on its two tuning seeds, and missed it
+on the reported seeds 1-3 by 6 to 20 images of 2,000).
 
 A run lives in `<point_dir>/tune/<name>/`, named by every tuned value (`lr0.003`,
 `lr0.003_outer_lr0.7`, `lr0.003_sched0.5`; a whole-budget schedule adds nothing; a run on
@@ -55,14 +60,18 @@ SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer
 # the point's budget, never extended; at 1 (the whole budget) it is left out of a run's name.
 SCHEDULE = config_lib.SCHEDULE_FRACTION
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
-        "`extend` beyond an edge while the best sits there (<= max_extensions per edge); "
+        "`extend` beyond an edge while the best sits there, until it is interior (a diverged "
+        "next value bounds it) or the cap max_extensions per edge is reached (recorded as "
+        "capped); "
         "best = fewest steps to target, then the better final metric (also for runs that "
         "never reach it); a diverged run loses; of equals the smaller value")
 SCHEDULE_RULE = ("; the schedule's length (train.schedule_fraction) at the values "
                  "tune.schedule_fractions of the budget, not extended, each on tune.seed and "
                  "then on each of tune.schedule_seeds: its steps are its worst seed's, and a "
                  "length that misses the target on one seed loses (not run on the next, nor "
-                 "one that already took more steps than another length's worst seed)")
+                 "one that already took more steps than another length's worst seed); a run "
+                 "that reaches it after tune.schedule_margin of its schedule's steps counts "
+                 "as a miss")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
 STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
@@ -79,9 +88,22 @@ def run_name(config) -> str:
   return name if config.seed == config.tune.seed else f"{name}_seed{config.seed}"
 
 
-def rank(results: dict | None) -> tuple:
+def late(results: dict | None, margin: float | None) -> bool:
+  """Whether a run reached the target only after `margin` of its schedule's steps (its
+  step_budget): a knife-edge reach that other seeds miss. Never with `margin` None."""
+  return bool(margin is not None and results and results["target"]["reached"]
+              and results["target"]["reached_step"] > margin * results["step_budget"])
+
+
+def reached(results: dict | None, margin: float | None = None) -> bool:
+  """Reached the target, within `margin` of its schedule's steps when given."""
+  return bool(results and results["target"]["reached"] and not late(results, margin))
+
+
+def rank(results: dict | None, margin: float | None = None) -> tuple:
   """Smaller is better: (missed the target, steps to it, final metric, signed to minimise);
-  a diverged run (None) ranks after every other."""
+  a diverged run (None) ranks after every other; with `margin`, a run that reached the
+  target late (`late`) ranks as one that missed it."""
   if results is None:
     return (2, 0, math.inf)
   target = results["target"]
@@ -90,7 +112,7 @@ def rank(results: dict | None) -> tuple:
     final_key = math.inf
   else:
     final_key = final if target["metric"] in config_lib.LOWER_IS_BETTER else -final
-  if target["reached"]:
+  if target["reached"] and not late(results, margin):
     return (0, target["reached_step"], final_key)
   return (1, 0, final_key)
 
@@ -136,10 +158,12 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   runs: dict[str, dict | None] = {}  # run name -> results (None: diverged)
   axes, chosen = [], config
 
+  margin = None  # the schedule's margin while its key is tuned
+
   def bound(rivals) -> int | None:
     """The fewest steps to target of `rivals` (its own grid's candidates, each a list of run
     names, one per seed: the choice is made among them) run so far."""
-    return _fewest_steps([[runs.get(n, False) for n in group] for group in rivals])
+    return _fewest_steps([[runs.get(n, False) for n in group] for group in rivals], margin)
 
   def result(c, rivals=()):
     """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals`."""
@@ -155,7 +179,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     (or, with tune.stop_losers, that took more steps than a rival's worst seed: it lost)."""
     done = []
     for seed in seeds:
-      if done and not (done[-1] and done[-1]["target"]["reached"]):
+      if done and not reached(done[-1], margin):
         break
       run = on_seed(c, seed)
       if done and t.stop_losers and (best := bound(rivals)) is not None and (
@@ -167,6 +191,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
 
   for key in t.fields:
     seeds = tuning_seeds(config) if key == SCHEDULE else (t.seed,)
+    margin = t.schedule_margin if key == SCHEDULE else None
     base = config_lib.get(chosen, key)
     factors = set(t.factors) | ({warm_start[key]} if key in warm_start else set())
     values = sorted(base * f for f in factors)
@@ -178,8 +203,8 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     while True:
       grid = {v: _with(chosen, key, v) for v in values}
       rivals = [[run_name(on_seed(c, s)) for s in seeds] for c in grid.values()]
-      ranked = sorted(values, key=lambda v: (max(map(rank, candidate(grid[v], seeds, rivals))),
-                                             v))
+      ranked = sorted(values, key=lambda v: (
+          max(rank(r, margin) for r in candidate(grid[v], seeds, rivals)), v))
       best = ranked[0]
       if key == SCHEDULE:
         break
@@ -198,6 +223,11 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         # the best at an edge once the extensions ran out: the optimum may lie beyond
         "at_edge": len(values) > 1 and best in (values[0], values[-1]) and (
             key != SCHEDULE or best == values[0]),
+        # the extensions stopped by their cap with the best still at that edge
+        **({"capped": len(values) > 1 and (
+            (best == values[0] and extensions["low"] >= t.max_extensions)
+            or (best == values[-1] and extensions["high"] >= t.max_extensions))}
+           if key != SCHEDULE else {"margin": t.schedule_margin}),
         "runs": [_row(v, base, [(s, n, runs[n]) for s, n in
                                 ((s, run_name(on_seed(_with(chosen, key, v), s))) for s in seeds)
                                 if n in runs]) for v in values],
@@ -207,6 +237,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       "rule": rule(bool(warm_start), t.stop_losers, SCHEDULE in t.fields), "seed": t.seed,
       **({"schedule_seeds": list(t.schedule_seeds)} if SCHEDULE in t.fields else {}),
       "factors": list(t.factors), "extend": t.extend, "max_extensions": t.max_extensions,
+      **({"schedule_margin": t.schedule_margin} if SCHEDULE in t.fields else {}),
       "axes": axes,
       "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
       "chosen_run": os.path.join("tune", run_name(chosen)),
@@ -221,12 +252,12 @@ def rule(warm_start: bool, stop_losers: bool, schedule: bool = False) -> str:
           + (STOP_LOSERS_RULE if stop_losers else ""))
 
 
-def _fewest_steps(candidates: list[list]) -> int | None:
+def _fewest_steps(candidates: list[list], margin: float | None = None) -> int | None:
   """The fewest steps to target among the candidates that reached it on every seed (each a
-  list of results, one per seed; False: not run yet); a candidate's steps are its worst
-  seed's. None if none has."""
+  list of results, one per seed; False: not run yet), within `margin` of their schedules
+  when given; a candidate's steps are its worst seed's. None if none has."""
   steps = [max(r["target"]["reached_step"] for r in c) for c in candidates
-           if all(r and r["target"]["reached"] for r in c)]
+           if all(reached(r, margin) for r in c)]
   return min(steps, default=None)
 
 
