@@ -14,7 +14,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 # An environment that forbids writing bytecode gets it written for the targets below.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+.PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
 	projection docs-tables lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
@@ -39,9 +39,15 @@ $(VENV)/.installed-test: $(VENV)/.installed
 data: install
 	$(PY) -m ensemble_jax.data.fetch
 
-# The whole suite; test-fast is its unit tier (tests/conftest.py's table), for the edit-run loop.
+# The whole suite but the SLURM tier; test-fast is its unit tier (tests/conftest.py's table),
+# for the edit-run loop.
 test: install-test data
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 -m "not slurm" tests
+
+# The study on a SLURM cluster started on this host (tests/slurm_cluster.py: as root, with
+# Debian's slurm-wlm and munge, installed if missing; one line says why it skips elsewhere).
+test-slurm: install-test data
+	$(PY) -m pytest -q --durations=5 -m slurm tests
 
 test-fast: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=10 -m "unit and not slow" tests

@@ -82,7 +82,8 @@ def assert_documented(results: dict) -> None:
 
 
 # Test tiers, the markers pytest.ini lists. `make test-fast` runs `unit and not slow`; `make
-# test` runs every tier. Each file has a tier; EXCEPTIONS names its tests that belong to another.
+# test` every tier but `slurm`, which `make test-slurm` runs (CI: both). Each file has a tier;
+# EXCEPTIONS names its tests that belong to another.
 # A unit test takes a few seconds at most; one that compiles whole sharded steps is integration.
 TIERS = {
     "test_communication.py": "integration", "test_config.py": "unit", "test_costs.py": "unit",
@@ -101,6 +102,7 @@ TIERS = {
     "test_workload_study.py": "e2e",
     "test_input_pipeline.py": "e2e", "test_demo.py": "unit", "test_balanced_assign.py": "unit", "test_kmeans_balance.py": "unit",
     "test_clusters_build.py": "unit", "test_pools_multihost.py": "subprocess",
+    "test_slurm.py": "slurm", "test_launcher.py": "unit",
 }
 EXCEPTIONS = {  # file -> {test function: tier}
     "test_communication.py": {
@@ -165,6 +167,7 @@ EXCEPTIONS = {  # file -> {test function: tier}
         "test_plan_has_a_quiet_phase_one_line_per_point_and_the_report": "unit",
         "test_make_without_its_data_exits_2_naming_what_it_needs": "subprocess"},
     "test_train.py": {"test_metric_writer_does_not_import_torch": "subprocess"},
+    "test_launcher.py": {"test_a_local_study_does_not_import_submitit": "subprocess"},
 }
 
 
