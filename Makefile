@@ -47,7 +47,7 @@ test: install-test data
 # The study on a SLURM cluster started on this host (tests/slurm_cluster.py: as root, with
 # Debian's slurm-wlm and munge, installed if missing; one line says why it skips elsewhere).
 test-slurm: install-test data
-	$(PY) -m pytest -q --durations=5 -m slurm tests
+	$(PY) -m pytest -q -rs --durations=5 -m slurm tests
 
 test-fast: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=10 -m "unit and not slow" tests
@@ -118,6 +118,7 @@ lipt: install data
 # The cost-vs-time study on the real workloads (experiments/sweeps/cost_vs_time.py, the
 # config's sweep_grid(GRID)), resumable, written to $(WORKDIR)/imagenet or /pile: runs,
 # table.md, cost_vs_time_<preset>.png. STUDY_FLAGS adds flags, e.g. --curves=data_parallel,
+# --launcher=slurm (submitted to SLURM: the quiet phase, a job array of points, the report),
 # --distributed (every process of a multi-controller job) or --plan (one job per point).
 SEEDS ?= 1,2,3
 GRID ?= full

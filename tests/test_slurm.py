@@ -3,6 +3,7 @@ submitted through `--launcher=slurm`, preempted mid-point, requeued, resumed, an
 the local study but for timings; submitted again, it retrains nothing."""
 import glob
 import os
+import re
 import time
 
 import pytest
@@ -34,13 +35,17 @@ def cluster(tmp_path_factory):
   c.stop()
 
 
-def _wait(what: str, ready, logs: str) -> None:
+def _logs(folder: str) -> str:
+  """The tails of every job's log, to say why a check failed."""
+  return "\n".join(f"--- {p}\n" + open(p).read()[-2000:]
+                   for p in sorted(glob.glob(os.path.join(folder, "*_log.*"))))
+
+
+def _wait(what: str, ready, folder: str) -> None:
   deadline = time.monotonic() + DEADLINE_S
   while not ready():
     if time.monotonic() > deadline:
-      tails = "\n".join(f"--- {p}\n" + open(p).read()[-2000:]
-                        for p in sorted(glob.glob(os.path.join(logs, "*_log.*"))))
-      pytest.fail(f"no {what} within {DEADLINE_S} s:\n{tails}")
+      pytest.fail(f"no {what} within {DEADLINE_S} s:\n{_logs(folder)}")
     time.sleep(0.1)
 
 
@@ -78,12 +83,13 @@ def test_a_study_preempted_on_slurm_resumes_and_ends_as_the_local_one(cluster, t
   cluster.run("scancel", "--signal=USR2", task.job_id)
   _wait("report", submitted.report.done, folder)
 
-  assert submitted.report.result() == {"points": 2, "unfinished": []}
+  assert submitted.report.result() == {"points": 2, "unfinished": []}, _logs(folder)
   log = task.stderr()
-  stopped = int(log.split("stopped at step ")[1].split()[0])
   steps = SETTINGS["train.num_steps"]
-  assert f"stopped at step {stopped} of {steps} on a scheduler's notice (USR2)" in log
-  assert "Requeued job" in log and f"Resumed from step {stopped} in {second}" in log
+  stop = re.search(rf"stopped at step (\d+) of {steps} on a scheduler's notice \(USR2\)", log)
+  assert stop, _logs(folder)
+  assert "Requeued job" in log, _logs(folder)
+  assert f"Resumed from step {stop.group(1)} in {second}" in log, _logs(folder)
   assert os.path.getmtime(os.path.join(first, "results.json")) == finished_at
   assert os.path.exists(os.path.join(workdir, "table.md"))
   got, want = _records(workdir), _records(local)

@@ -143,12 +143,17 @@ def options(flag_values: flags.FlagValues) -> SlurmOptions:
 
 
 class SweepJob:
-  """One scheduler job of a plan: `module`'s main with `argv`, in the job's process."""
+  """One scheduler job of a plan: `module`'s main with `argv`, in the job's process.
+
+  One stop watch for all its runs (a notice between two runs stops the next after its
+  first step, checkpointed). A USR2 stop is handed to the handler submitit installed,
+  which requeues the job (`scontrol requeue`) with what `checkpoint` returns: this job
+  again, whose runs resume from their checkpoints. Any other stop ends the job."""
 
   def __init__(self, module: str, argv: tuple[str, ...]):
     self.module, self.argv = module, tuple(argv)
 
-  def _main(self) -> int:
+  def _main(self):
     logs.quiet()  # the job's log as a local sweep's: absl's flags at their defaults, INFO
     if not flags.FLAGS.is_parsed():
       flags.FLAGS([self.module])
@@ -159,16 +164,7 @@ class SweepJob:
       raise RuntimeError(f"{self.module} {' '.join(self.argv)} exited with status {code}")
     return code
 
-  def __call__(self) -> int:
-    return self._main()
-
-
-class PointJob(SweepJob):
-  """A point's task: one stop watch for all its runs (a notice between two runs stops the
-  next after its first step, checkpointed); a USR2 stop is handed to submitit's handler,
-  which requeues the task (`checkpoint` says with what: this job again)."""
-
-  def __call__(self) -> int:
+  def __call__(self):
     with contextlib.closing(checkpoint.PreemptionWatch()) as watch:
       try:
         return self._main()
@@ -176,16 +172,19 @@ class PointJob(SweepJob):
         if watch.received != signal.SIGUSR2:
           raise
     requeue = signal.getsignal(signal.SIGUSR2)  # the watch put submitit's back
-    if not callable(requeue):  # not under submitit: a stop like any other
-      raise SystemExit(140)
-    requeue(signal.SIGUSR2, None)  # checkpoint() below, scontrol requeue, exit
-    raise SystemExit(140)  # submitit said why it did not requeue
+    if callable(requeue):  # under submitit: checkpoint() below, scontrol requeue, exit
+      requeue(signal.SIGUSR2, None)
+    raise SystemExit(140)  # not under submitit, or it said why it did not requeue
 
   def checkpoint(self):
-    """What the requeued task runs: this job again (its runs resume from their checkpoints)."""
+    """What the requeued job runs: this job again."""
     import submitit
 
     return submitit.helpers.DelayedSubmission(self)
+
+
+class PointJob(SweepJob):
+  """A point's task of the array."""
 
 
 class ReportJob(SweepJob):
@@ -196,12 +195,14 @@ class ReportJob(SweepJob):
     super().__init__(module, argv)
     self.plan = plan
 
-  def __call__(self) -> dict:
-    self._main()
-    unfinished = self.plan.unfinished()
-    if unfinished:
-      print(f"not finished ({len(unfinished)} of {len(self.plan.points)} points): "
-            + ", ".join(unfinished), flush=True)
+  def _main(self) -> dict:
+    try:
+      super()._main()
+    finally:  # also when nothing finished to report on
+      unfinished = self.plan.unfinished()
+      if unfinished:
+        print(f"not finished ({len(unfinished)} of {len(self.plan.points)} points): "
+              + ", ".join(unfinished), flush=True)
     return {"points": len(self.plan.points), "unfinished": unfinished}
 
 
