@@ -75,6 +75,25 @@ def test_the_study_is_a_quiet_job_arrays_per_device_request_and_a_report_after(m
 STOP_SIGNAL = signal.SIGUSR2
 
 
+def test_a_job_sbatch_refuses_cancels_those_submitted_before_it(monkeypatch):
+  executor, cancelled = _Executor(), []
+  refuse = executor.submit
+
+  def submit(fn):
+    if executor.params.get("gpus_per_node") == 8:
+      raise RuntimeError("sbatch: error: Requested node configuration is not available")
+    return refuse(fn)
+
+  monkeypatch.setattr(executor, "submit", submit)
+  monkeypatch.setattr(launcher, "_executor", lambda folder: executor)
+  monkeypatch.setattr(launcher.subprocess, "call", cancelled.append)
+  with pytest.raises(SystemExit, match=r"refused: sbatch: error: Requested node configuration "
+                     r"is not available \(the 2 submitted before it: cancelled\)"):
+    launcher.submit(cost_vs_time.jobs(CONFIG, "/w/study", [0], "smoke"),
+                    launcher.SlurmOptions())
+  assert cancelled == [["scancel", "1", "2"]]  # the quiet phase and the 2-GPU array
+
+
 def main(argv):
   """A sweep whose run gets STOP_SIGNAL mid-run (PointJob calls it: the test below)."""
   del argv

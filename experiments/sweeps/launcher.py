@@ -14,6 +14,10 @@ point's run checkpoints at the end of its step and stops (`checkpoint.Preemption
 then submitit requeues the task (`scontrol requeue`) and the requeued task resumes. A
 plain SIGTERM (scancel) is a stop, as for a local run: checkpointed, not requeued.
 
+A task is one process on one node: a point of more GPUs than a node holds is refused by
+sbatch (and the jobs submitted before it cancelled); the multi-controller study
+(`--distributed`) runs such points. tests/test_slurm.py runs a study on a real SLURM.
+
 submitit is imported only when a study is submitted: `--launcher=local` needs nothing.
 """
 from __future__ import annotations
@@ -24,6 +28,7 @@ import importlib
 import os
 import shlex
 import signal
+import subprocess
 
 from absl import flags, logging
 
@@ -258,19 +263,29 @@ def submit(plan: Plan, opts: SlurmOptions) -> Submitted:
         params[key] = value
     executor.update_parameters(**params)
 
-  # The quiet phase builds pools (their proxies train on a device): one of the points' GPUs.
-  request("quiet", min(opts.gpus_for(1), 1))
-  quiet = executor.submit(SweepJob(plan.module, plan.quiet))
-  arrays = {}
-  for gpus in sorted({opts.gpus_for(p.devices) for p in plan.points}):
-    points = [p for p in plan.points if opts.gpus_for(p.devices) == gpus]
-    request(f"points-{gpus}gpu", gpus, f"afterok:{quiet.job_id}")
-    with executor.batch():
-      jobs = [executor.submit(PointJob(plan.module, p.argv)) for p in points]
-    arrays[gpus] = jobs
-  after = ":".join(_array_id(jobs) for jobs in arrays.values())
-  request("report", 0, f"afterany:{after}" if after else f"afterany:{quiet.job_id}")
-  report = executor.submit(ReportJob(plan.module, plan.report, plan))
+  submitted = []  # job ids, cancelled if sbatch refuses a later job (a request no node meets)
+  try:
+    # The quiet phase builds pools (their proxies train on a device): one of the points' GPUs.
+    request("quiet", min(opts.gpus_for(1), 1))
+    quiet = executor.submit(SweepJob(plan.module, plan.quiet))
+    submitted.append(quiet.job_id)
+    arrays = {}
+    for gpus in sorted({opts.gpus_for(p.devices) for p in plan.points}):
+      points = [p for p in plan.points if opts.gpus_for(p.devices) == gpus]
+      request(f"points-{gpus}gpu", gpus, f"afterok:{quiet.job_id}")
+      with executor.batch():
+        jobs = [executor.submit(PointJob(plan.module, p.argv)) for p in points]
+      arrays[gpus] = jobs
+      submitted.append(_array_id(jobs))  # the array's id: all its tasks
+    after = ":".join(_array_id(jobs) for jobs in arrays.values())
+    request("report", 0, f"afterany:{after}" if after else f"afterany:{quiet.job_id}")
+    report = executor.submit(ReportJob(plan.module, plan.report, plan))
+  except Exception as e:  # submitit's FailedJobError carries sbatch's stderr
+    if submitted:
+      subprocess.call(["scancel", *submitted])
+    said = (str(e).strip().splitlines() or [type(e).__name__])[-1]
+    before = f" (the {len(submitted)} submitted before it: cancelled)" if submitted else ""
+    raise SystemExit(f"error: --launcher=slurm: a job was refused: {said}{before}") from None
   return Submitted(quiet, arrays, report, folder)
 
 
