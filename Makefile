@@ -14,7 +14,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 # An environment that forbids writing bytecode gets it written for the targets below.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install install-test data test test-fast demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+.PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
 	projection docs-tables lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
@@ -39,9 +39,15 @@ $(VENV)/.installed-test: $(VENV)/.installed
 data: install
 	$(PY) -m ensemble_jax.data.fetch
 
-# The whole suite; test-fast is its unit tier (each test file's pytestmark), for the edit-run loop.
+# The whole suite but the SLURM tier; test-fast is its unit tier (each test file's
+# pytestmark), for the edit-run loop.
 test: install-test data
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 tests
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25 -m "not slurm" tests
+
+# The study on a SLURM cluster started on this host (tests/slurm_cluster.py: as root, with
+# Debian's slurm-wlm and munge, installed if missing; one line says why it skips elsewhere).
+test-slurm: install-test data
+	$(PY) -m pytest -q -rs --durations=5 -m slurm tests
 
 test-fast: install-test data
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=10 -m "unit and not slow" tests
@@ -112,6 +118,7 @@ lipt: install data
 # The cost-vs-time study on the real workloads (experiments/sweeps/cost_vs_time.py, the
 # config's sweep_grid(GRID)), resumable, written to $(WORKDIR)/imagenet or /pile: runs,
 # table.md, cost_vs_time_<preset>.png. STUDY_FLAGS adds flags, e.g. --curves=data_parallel,
+# --launcher=slurm (submitted to SLURM: the quiet phase, a job array of points, the report),
 # --distributed (every process of a multi-controller job) or --plan (one job per point).
 SEEDS ?= 1,2,3
 GRID ?= full

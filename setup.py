@@ -37,7 +37,9 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.5", "chex>=0.1.90", "torch==2.13.0",
                  "transformers>=5.23.0", "nbclient>=0.11.0", "nbformat>=5.11.1",
                  "ipykernel>=7.4.0", "jupyter-client>=8.10.0",
-                 "markdown-it-py>=3.0"],
+                 "markdown-it-py>=3.0", "submitit>=1.5.4"],
+        # --launcher=slurm: the study's jobs submitted to SLURM (experiments/sweeps/launcher.py).
+        "slurm": ["submitit>=1.5.4"],
         "cuda": ["jax[cuda12]>=0.10.2"],
         "tpu": ["jax[tpu]>=0.10.2"],
     },

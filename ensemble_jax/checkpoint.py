@@ -173,12 +173,15 @@ class Preempted(SystemExit):
 
 
 class PreemptionWatch:
-  """SIGTERM (a preemption notice) or Ctrl-C: checkpoint at the end of the step, then stop.
+  """SIGTERM (a preemption notice), a scheduler's USR2 (SLURM's `--signal` ahead of the time
+  limit or a preemption) or Ctrl-C: checkpoint at the end of the step, then stop.
 
   A second Ctrl-C aborts at once. With several processes, JAX's preemption sync point makes
-  them agree on the step (SIGTERM only; Ctrl-C keeps its default there).
+  them agree on the step (SIGTERM only; the others keep their defaults there). Who stops on
+  USR2 may start again (experiments/sweeps/launcher.py requeues the task): `received`.
   """
   SIGNALS = {signal.SIGTERM: ("a preemption notice (SIGTERM)", 143),
+             signal.SIGUSR2: ("a scheduler's notice (USR2)", 140),
              signal.SIGINT: ("Ctrl-C", 130)}
 
   active: "PreemptionWatch | None" = None  # the installed one: signals are per process

@@ -82,10 +82,10 @@ def assert_documented(results: dict) -> None:
 
 
 # Test tiers, the markers pytest.ini lists. `make test-fast` runs `unit and not slow`; `make
-# test` runs every tier. Each file declares its tier (`pytestmark = pytest.mark.unit`); a
+# test` every tier but `slurm`, which `make test-slurm` runs (CI: both). Each file declares its tier (`pytestmark = pytest.mark.unit`); a
 # test marked with another tier itself belongs to that one alone. A unit test takes a few
 # seconds at most; one that compiles whole sharded steps is integration.
-TIERS = ("unit", "integration", "e2e", "subprocess", "docs")
+TIERS = ("unit", "integration", "e2e", "subprocess", "docs", "slurm")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

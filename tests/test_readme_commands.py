@@ -62,6 +62,10 @@ SKIP = {  # command prefix -> why it does not run here
     "python -m ensemble_jax.data.fetch": "fetches the datasets from Debian's archive; "
                                          "tests/test_fetch.py covers the fetcher",
     "make pile": "needs the Pile shards and a GPT-2 tokenizer (PILE_DIR, TOKENIZER_DIR)",
+    "pip install -e '.[slurm]'": "submitit, which the test extra installs here",
+    "python -m experiments.sweeps.cost_vs_time --config=experiments/configs/imagenet_resnet50.py":
+        "needs ImageNet and a SLURM cluster; tests/test_slurm.py submits the smoke study to "
+        "one it starts (make test-slurm)",
     "make study": "a whole cost-vs-time study; tests/test_workload_study.py runs the real "
                   "workloads' smoke grids through it",
     "tfds build imagenet2012": "needs the ImageNet tar files and TensorFlow",

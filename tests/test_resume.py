@@ -372,13 +372,15 @@ def _logged_twice(workdir) -> list[tuple[int, str]]:
 @pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code, said", [
-    (signal.SIGTERM, 143, "a preemption notice (SIGTERM)"), (signal.SIGINT, 130, "Ctrl-C")])
+    (signal.SIGTERM, 143, "a preemption notice (SIGTERM)"), (signal.SIGINT, 130, "Ctrl-C"),
+    (signal.SIGUSR2, 140, "a scheduler's notice (USR2)")])
 def test_a_stop_request_checkpoints_exits_then_resumes_identically(cli, reference, tmp_path,
                                                                      signum, code, said):
-  """SIGTERM (a preemption notice) and Ctrl-C (a person's): the step ends, a checkpoint is
-  saved, one line says so (no traceback), and the rerun resumes and ends identical to an
-  uninterrupted run, each step logged once. The Ctrl-C case fails on 1e4c37a, where SIGINT
-  raised KeyboardInterrupt from inside JAX and saved nothing."""
+  """SIGTERM (a preemption notice), Ctrl-C (a person's) and USR2 (SLURM's notice ahead of
+  the time limit): the step ends, a checkpoint is saved, one line says so (no traceback),
+  and the rerun resumes and ends identical to an uninterrupted run, each step logged once.
+  The Ctrl-C case fails on 1e4c37a, where SIGINT raised KeyboardInterrupt from inside JAX
+  and saved nothing; the USR2 case on 75ab1a7, where USR2 killed the run unsaved."""
   workdir = str(tmp_path)
   proc = cli.start(_args(workdir))
   _wait_for_checkpoint(workdir, proc)

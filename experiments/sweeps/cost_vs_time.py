@@ -5,6 +5,8 @@ r"""Cost vs time to a target: DP over data-parallel width, the ensemble over (N,
       [--curves=ensemble,...] [--points=N2_L235,...] [--calibration=DIR]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --recost [--recalibrate | --keep_device_step] [--retime_pools]
   python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --plan   # a cluster's jobs
+  python -m experiments.sweeps.cost_vs_time --config=... --workdir=... --launcher=slurm \
+      [--slurm_partition=P --slurm_time_min=240 --slurm_gpus=point ...]  # submitted to SLURM
 
 The grid is the config file's `sweep_grid(name)`; any config file with one runs here. It
 writes, under --workdir: `calibration/` (one device-step timing per compiled program),
@@ -18,8 +20,10 @@ trained ~13 h (Fashion-MNIST) and ~8.5 h (the Python docs) on 2 CPU cores; `smok
 
 On a cluster, either every process of one multi-controller job runs this command with
 --distributed (the same plan in the same order; process 0 writes the shared workdir, every
-process reads it), or --plan prints one command per point for a scheduler (a quiet phase
-first, then the points, e.g. as a SLURM array, then --report_only collects them). On real
+process reads it), or --launcher=slurm submits the study to SLURM (experiments/sweeps/
+launcher.py: the quiet phase, the points as a job array, the report), or --plan prints one
+command per point for another scheduler (a quiet phase first, then the points, then
+--report_only collects them). On real
 accelerators each run's own step is measured (no calibration) and its wall-clock to the
 target is recorded beside the modelled time.
 
@@ -35,7 +39,6 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import types
 
@@ -47,7 +50,7 @@ from ensemble_jax import checkpoint, config_lib, costs, distributed, report, res
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from experiments import cli, sweeps
-from experiments.sweeps import study, tuning
+from experiments.sweeps import launcher, study, tuning
 
 # The calibration run's schedule: values that only set scalar constants of the step, so its
 # time does not depend on them. Canonical, so that points tuned to other rates or warm-ups
@@ -323,34 +326,46 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
 
 def plan(config_path: str, workdir: str, seeds: list[int], grid: str,
          curves: list[str] | None = None, calibration_dir: str | None = None,
-         compile_cache: str | None = None, settings: dict | None = None) -> str:
+         compile_cache: str | None = None, settings: dict | None = None,
+         tune_schedule: bool = False) -> str:
   """The sweep as jobs for a cluster's scheduler, one command a line: the quiet phase
   (calibration and pools) first, alone; then one line per point, each on the devices its
   comment names (a SLURM array runs line i as task i); when all have finished, the
   report. Each line is this command, resumable: a job that is preempted and started
   again continues."""
+  return jobs(config_path, workdir, seeds, grid, curves, calibration_dir, compile_cache,
+              settings, tune_schedule).text()
+
+
+def jobs(config_path: str, workdir: str, seeds: list[int], grid: str,
+         curves: list[str] | None = None, calibration_dir: str | None = None,
+         compile_cache: str | None = None, settings: dict | None = None,
+         tune_schedule: bool = False) -> launcher.Plan:
+  """The sweep as a scheduler's jobs (`plan`'s lines; `--launcher=slurm` submits them)."""
   module = with_settings(sweeps.load_config_module(config_path), settings)
   common = [f"--config={config_path}", f"--workdir={workdir}",
             f"--seeds={','.join(map(str, seeds))}", f"--grid={grid}"]
-  common += [shlex.quote(f"--set={k}={v}") for k, v in (settings or {}).items()]
+  common += [f"--set={k}={v}" for k, v in (settings or {}).items()]
   if calibration_dir:
     common.append(f"--calibration={calibration_dir}")
   if compile_cache is not None and compile_cache != sweeps.COMPILE_CACHE:
     common.append(f"--compile_cache={compile_cache}")
-  command = "python -m experiments.sweeps.cost_vs_time " + " ".join(common)
-  lines = ["# 1. the quiet phase, one job before the points: calibration (CPU hosts) and pools",
-           f"{command} --curves={','.join(_grid_curves(module, grid, curves))} --quiet_only",
-           "# 2. one job per point, in any order or at once (line i: a SLURM array's task i)"]
-  for curve, specs in _grid_curves(module, grid, curves).items():
+  if tune_schedule:
+    common.append("--tune_schedule")
+  grid_curves = _grid_curves(module, grid, curves)
+  points = []
+  for curve, specs in grid_curves.items():
     for point, (variant, overrides) in specs.items():
       c = _point_config(module, variant, overrides, 0, workdir)
       devices = (c.cost.devices or 1) if c.method.name == "data_parallel" else (
           c.cost.devices or c.method.num_workers)
-      lines.append(f"{command} --curves={curve} --points={point} --noreport  "
-                   f"# {devices} device(s)")
-  lines += ["# 3. when every point has finished: table.md and the figures",
-            f"{command} --report_only"]
-  return "\n".join(lines) + "\n"
+      outputs = tuple(os.path.join(curve, point, f"seed{s}", run_lib.RESULTS_FILE)
+                      for s in seeds)
+      points.append(launcher.Point(f"{curve}/{point}", (
+          *common, f"--curves={curve}", f"--points={point}", "--noreport"), devices, outputs))
+  return launcher.Plan("experiments.sweeps.cost_vs_time", workdir,
+                       (*common, f"--curves={','.join(grid_curves)}", "--quiet_only"),
+                       tuple(points), (*common, "--report_only"))
 
 
 def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
@@ -584,6 +599,7 @@ flags.DEFINE_integer("process_id", -1, "with --distributed: this process's index
 flags.DEFINE_integer("local_device_count", 0, "with --distributed on CPU: fake devices per "
                      "process (tests)", flag_values=FLAGS)
 sweeps.define_flags(FLAGS)
+launcher.define_flags(FLAGS)
 
 
 def _names(value: str) -> list[str]:
@@ -595,8 +611,14 @@ def main(argv: list[str]) -> int:
   if FLAGS.plan:
     print(plan(FLAGS.config, FLAGS.workdir, [int(s) for s in _names(FLAGS.seeds)], FLAGS.grid,
                _names(FLAGS.curves) or None, FLAGS.calibration or None, FLAGS.compile_cache,
-               parse_settings(FLAGS.set)), end="")
+               parse_settings(FLAGS.set), FLAGS.tune_schedule), end="")
     return 0
+  if FLAGS.launcher == "slurm":  # --plan's jobs, submitted (their paths absolute)
+    opts, absolute = launcher.options(FLAGS), lambda p: p and os.path.abspath(p)  # noqa: E731
+    return launcher.run_slurm(jobs(
+        absolute(FLAGS.config), absolute(FLAGS.workdir), [int(s) for s in _names(FLAGS.seeds)],
+        FLAGS.grid, _names(FLAGS.curves) or None, absolute(FLAGS.calibration) or None,
+        absolute(FLAGS.compile_cache), parse_settings(FLAGS.set), FLAGS.tune_schedule), opts)
   if FLAGS.report_only:
     print(report.write(FLAGS.workdir, FLAGS.workdir))
     return 0
