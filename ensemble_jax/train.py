@@ -221,7 +221,11 @@ def _pool_or_own(config, s: Setup, pool: samplers.Pool | None) -> samplers.Pool:
 
 def _streams(config, s: Setup, pool: samplers.Pool):
   """(train batches, eval batches): what each worker reads, in the method's layouts."""
-  train_batches = pipeline.TrainBatches(s.data.train, pool.sampler, s.data.train_transform,
+  source = s.data.train if pool.source is None else pool.source
+  sampler = pool.sampler
+  if isinstance(sampler, samplers.StagedSampler):  # its switch: a fraction of this run
+    sampler = sampler.for_run(s.num_steps)
+  train_batches = pipeline.TrainBatches(source, sampler, s.data.train_transform,
                                         s.method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
       s.data.eval, s.data.eval_transform, s.method.eval_layout, config.eval.num_examples,

@@ -244,6 +244,13 @@ DISTILL_CHECKS = {
     "lipt_sparsity": (lambda v: 0.0 <= v < 1.0, "is a pruned fraction, in [0, 1)."),
     "route_temperature": (lambda v: v > 0, "must be > 0."),
     "route_top_k": (lambda v: v >= 1, "must be >= 1."),
+    "images_per_class": (lambda v: v >= 1, "must be >= 1."),
+    "iterations": (lambda v: v >= 0, "must be >= 0 (0: the real images it starts from)."),
+    "real_per_class": (lambda v: v >= 1, "must be >= 1."),
+    "image_lr": (lambda v: v > 0, "must be > 0."),
+    "embed_width": (lambda v: v >= 1, "must be >= 1."),
+    "synthetic_fraction": (lambda v: 0.0 <= v < 1.0,
+                           "lies in [0, 1): 0 trains every step on the synthetic set."),
 }
 
 

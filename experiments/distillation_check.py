@@ -61,6 +61,12 @@ flags.DEFINE_string("data_dir", "", "Fashion-MNIST's idx files (default: the fet
                     flag_values=FLAGS)
 flags.DEFINE_string("out", "experiments/results/distillation/results.json",
                     "the results file, rewritten as each row lands", flag_values=FLAGS)
+flags.DEFINE_list("table", [], "print the tables of these results files (merged, in order) "
+                  "and measure nothing", flag_values=FLAGS)
+
+# The committed check: an H200's two calls (the second finished the 50-per-class set).
+COMMITTED = ["experiments/results/distillation/h200/run1.json",
+             "experiments/results/distillation/h200/run2.json"]
 
 
 def _device() -> str:
@@ -152,36 +158,87 @@ def measure(ipcs, rows, out: str, *, iterations: int, real_per_class: int, eval_
   return record
 
 
+def load(paths) -> dict:
+  """One record from the results files of several calls (in order): rows measured later
+  fill what earlier calls left, and each set's curve is the union of its evaluations."""
+  merged = None
+  for path in paths:
+    with open(path) as f:
+      r = json.load(f)
+    if merged is None:
+      merged = r
+      continue
+    merged["random"].update(r["random"])
+    merged.setdefault("whole", r.get("whole"))
+    for ipc, entry in r["dm"].items():
+      mine = merged["dm"].setdefault(ipc, {"curve": [], "loss": []})
+      done = {c["iteration"] for c in mine["curve"]}
+      mine["curve"] = sorted(mine["curve"] + [c for c in entry["curve"]
+                                              if c["iteration"] not in done],
+                             key=lambda c: c["iteration"])
+      for key in ("distil_time_s", "s_per_iteration", "flops_per_iteration"):
+        if entry.get(key) is not None:
+          mine[key] = entry[key]
+  return merged
+
+
+def _pct(r) -> str:
+  return f"{100 * r['mean']:.1f} ± {100 * r['std']:.1f}" if r else "not run"
+
+
 def table(record: dict) -> str:
-  """Markdown: test accuracy (mean +- std over the evaluation models) per images per class,
-  measured beside published."""
+  """Markdown: per images per class, test accuracy (mean ± std over the evaluation models)
+  of random real images and of the distilled set at its last evaluation, the published
+  figures beside them; then the whole training set."""
   pub = record["published"]
-  pct = lambda r: f"{100 * r['mean']:.1f} ± {100 * r['std']:.1f}" if r else "not run"
   ipcs = sorted({int(k) for k in list(record["random"]) + list(record["dm"])})
-  lines = ["| set | images per class | iterations | test accuracy (%) | published (%) |",
-           "| --- | --- | --- | --- | --- |"]
+  lines = ["| images per class | random real | published random | distribution matching "
+           "| at iteration | published DSA | published DC |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
   for ipc in ipcs:
-    rand = record["random"].get(str(ipc))
-    lines.append(f"| random real | {ipc} | | {pct(rand)} | {pub['random'].get(str(ipc), 'n/a')} |")
-    dm = record["dm"].get(str(ipc))
-    if dm:
-      for point in dm["curve"]:
-        lines.append(f"| distribution matching | {ipc} | {point['iteration']:,} | "
-                     f"{pct(point)} | DSA {pub['dsa'].get(str(ipc), 'n/a')}, DC {pub['dc'].get(str(ipc), 'n/a')} |")
-  if record.get("whole"):
-    lines.append(f"| whole training set | 6,000 | | {pct(record['whole'])} | {pub['whole']} |")
+    k = str(ipc)
+    curve = record["dm"].get(k, {}).get("curve") or []
+    last = curve[-1] if curve else None
+    at = f"{last['iteration']:,}" if last else "-"
+    lines.append(f"| {ipc} | {_pct(record['random'].get(k))} | {pub['random'].get(k, 'n/a')} "
+                 f"| {_pct(last)} | {at} "
+                 f"| {pub['dsa'].get(k, 'n/a')} | {pub['dc'].get(k, 'n/a')} |")
+  whole = record.get("whole")
+  if whole:
+    epochs = record["protocol"]["evaluation"]["whole_epochs"]
+    lines.append(f"| all (about 6,000) | {_pct(whole)} ({epochs} epochs) | {pub['whole']} "
+                 f"| | | | |")
+  return "\n".join(lines) + "\n"
+
+
+def curve_table(record: dict) -> str:
+  """Markdown: the distilled sets' test accuracy against distillation iterations."""
+  ipcs = sorted(record["dm"], key=int)
+  iterations = sorted({c["iteration"] for k in ipcs for c in record["dm"][k]["curve"]})
+  lines = ["| iteration | " + " | ".join(f"{k} per class" for k in ipcs) + " |",
+           "| --- |" + " --- |" * len(ipcs)]
+  for it in iterations:
+    cells = []
+    for k in ipcs:
+      point = next((c for c in record["dm"][k]["curve"] if c["iteration"] == it), None)
+      cells.append(_pct(point) if point else "-")
+    lines.append(f"| {it:,} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
 def main(argv) -> int:
   cli.parse(FLAGS, argv, __doc__)
+  if FLAGS.table:
+    record = load(FLAGS.table)
+    print(table(record) + "\n" + curve_table(record))
+    return 0
   measure([int(i) for i in FLAGS.ipc], FLAGS.rows, FLAGS.out, iterations=FLAGS.iterations,
           real_per_class=FLAGS.real_per_class, eval_at=[int(i) for i in FLAGS.eval_at],
           budget_s=FLAGS.budget_s, models=FLAGS.models, eval_epochs=FLAGS.eval_epochs,
           whole_epochs=FLAGS.whole_epochs, width=FLAGS.width, seed=FLAGS.seed,
           chunk=FLAGS.chunk, data_dir=FLAGS.data_dir)
-  with open(FLAGS.out) as f:
-    print(table(json.load(f)))
+  record = load([FLAGS.out])
+  print(table(record) + "\n" + curve_table(record))
   return 0
 
 

@@ -21,7 +21,7 @@ from typing import Callable
 from absl import flags
 
 from ensemble_jax import record, report
-from experiments import cli, lipt_pipeline, many_workers_table
+from experiments import cli, distillation_check, lipt_pipeline, many_workers_table
 from experiments.bench import throughput
 from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import critical_batch, samplers
@@ -58,6 +58,7 @@ MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
                       "pydocs": (REGIME, "### Many workers on the Python docs")}
 SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
 LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
+DISTILLATION = ("docs/results/distillation.md", "## Distribution matching against the literature")
 # which calibrated device step prices which committed runs: (results, calibration dir)
 CALIBRATION_TABLE = ((COST_VS_TIME, "### Which calibration prices which results"), (
     ("experiments/results/fashion_mnist", "experiments/results/fashion_mnist/calibration"),
@@ -283,12 +284,22 @@ def _throughput_tables() -> list[Table]:
   return tables
 
 
+def _distillation_tables() -> list[Table]:
+  record = distillation_check.load([os.path.join(REPO, p) for p in distillation_check.COMMITTED])
+  command = "python -m experiments.distillation_check --table=" + ",".join(
+      distillation_check.COMMITTED)
+  [accuracy] = _tables(distillation_check.table(record))
+  [curve] = _tables(distillation_check.curve_table(record))
+  return [Table("distillation", DISTILLATION, 0, command, accuracy),
+          Table("distillation curve", DISTILLATION, 1, command, curve)]
+
+
 # Each family of tables (a name for --skip) and how it is regenerated.
 FAMILIES: dict[str, Callable[[], list[Table]]] = {
     "report": _report_tables, "schedule": _schedule_tables, "samplers": _sampler_tables,
     "lipt": _lipt_table, "critical_batch": _critical_batch_tables,
     "many_workers": _many_worker_tables, "throughput": _throughput_tables,
-    "calibrations": _calibration_tables}
+    "calibrations": _calibration_tables, "distillation": _distillation_tables}
 
 
 def regenerate(skip=()) -> tuple[list[Table], list[str]]:

@@ -126,3 +126,77 @@ def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
                            jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2]),
                            pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10)
   np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
+
+
+def _dm_config(cache_dir, **distill):
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("ensemble,tiny")
+  c.mesh = [("worker", 2), ("data", -1)]
+  c.method.num_workers = 2
+  c.data.train_examples = 120
+  c.distill.method = "distribution_matching"
+  c.distill.cache_dir = str(cache_dir)
+  c.distill.images_per_class, c.distill.iterations, c.distill.real_per_class = 2, 3, 4
+  c.distill.embed_width = 8
+  for k, v in distill.items():
+    c.distill[k] = v
+  return c
+
+
+@pytest.mark.e2e
+def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
+  from ensemble_jax import run
+  from ensemble_jax.distill import pools
+
+  config = _dm_config(tmp_path / "pools")
+  r = run.train_and_evaluate(config, str(tmp_path / "run"))
+  info = r["distill"]
+  assert info["pool_sizes"] == [20, 20] and info["proxy"] is None
+  d = info["distillation"]
+  assert (d["method"], d["images_per_class"], d["iterations"]) == ("distribution_matching", 2, 3)
+  assert d["embedding"] == "ConvNet-3 width 8"
+  assert info["build_flops"] == pytest.approx(2 * 3 * d["flops_per_iteration"])
+  assert info["build_time_s"] > 0 and np.isfinite(r["final"]["accuracy"])
+  # The pool is the sets themselves: every batch a worker reads is synthetic, its own.
+  pool = pools.create(config, _data(config), 2, str(tmp_path / "run"))
+  assert pool.info["cached"] and len(pool.source) == 40
+  assert set(pool.sampler.batch_indices(0, 5, 8)) <= set(range(20))
+  assert set(pool.sampler.batch_indices(1, 5, 8)) <= set(range(20, 40))
+  assert pool.source.get(0)["image"].dtype == np.float32
+  # A field the builder does not read leaves its cache key alone; one it reads does not.
+  same = _dm_config(tmp_path / "pools", proxy_steps=7, fraction=0.9)
+  assert pools.cache_key(same, _data(config), 2) == pools.cache_key(config, _data(config), 2)
+  other = _dm_config(tmp_path / "pools", iterations=4)
+  assert pools.cache_key(other, _data(config), 2) != pools.cache_key(config, _data(config), 2)
+
+
+def _data(config):
+  from ensemble_jax import data as data_lib
+
+  return data_lib.load(config)
+
+
+@pytest.mark.e2e
+def test_a_distilled_warm_start_reads_its_set_then_its_real_share(tmp_path):
+  from ensemble_jax.distill import pools
+
+  config = _dm_config(tmp_path / "pools", synthetic_fraction=0.5)
+  data = _data(config)
+  pool = pools.create(config, data, 2, str(tmp_path / "run"))
+  n = len(data.train)
+  assert len(pool.source) == n + 40
+  sampler = pool.sampler.for_run(4)  # half of 4 steps on the set
+  for worker in (0, 1):
+    first = sampler.batch_indices(worker, 1, 8)
+    then = sampler.batch_indices(worker, 2, 8)
+    assert first.min() >= n + 20 * worker and first.max() < n + 20 * (worker + 1)
+    assert then.max() < n  # its own real share
+  shares = [set(pool.sampler.then.pool(w)) for w in (0, 1)]
+  assert not shares[0] & shares[1]
+  assert pool.source.get(0)["image"].dtype == np.float32 == pool.source.get(n)["image"].dtype
+  from ensemble_jax import run
+
+  r = run.train_and_evaluate(config, str(tmp_path / "run"))  # the loop reads both stages
+  assert r["distill"]["distillation"]["synthetic_fraction"] == 0.5
+  assert np.isfinite(r["final"]["accuracy"])

@@ -154,3 +154,32 @@ class Pool:
   info: dict | None  # results.json `distill`; None without a distilled sequence
   # 'routed' weights: [eval examples, N] (images), [eval windows, T, N] (text, per position)
   eval_route: np.ndarray | None = None
+  # what the sampler's indices refer to: None, the training split; else a source of the
+  # pool's own (synthetic images, or the training split followed by them)
+  source: object | None = None
+
+
+class StagedSampler(Sampler):
+  """`first`'s stream for the first `fraction` of a run's steps, then `then`'s from its
+  own step 0 (a distilled warm start: a worker's synthetic set, then its real share).
+  `for_run(num_steps)` fixes the switch for a run of that many steps."""
+
+  def __init__(self, first: Sampler, then: Sampler, fraction: float, steps: int | None = None):
+    if first.num_consumers != then.num_consumers or first.num_examples != then.num_examples:
+      raise ValueError("a staged sampler's stages must have the same consumers and examples")
+    super().__init__(first.num_examples, first.num_consumers, first.seed)
+    self.first, self.then, self.fraction, self.steps = first, then, fraction, steps
+
+  def for_run(self, num_steps: int) -> "StagedSampler":
+    return StagedSampler(self.first, self.then, self.fraction,
+                         max(1, round(self.fraction * num_steps)))
+
+  def pool(self, consumer: int) -> np.ndarray:
+    return np.union1d(self.first.pool(consumer), self.then.pool(consumer))
+
+  def batch_indices(self, consumer: int, step: int, batch_size: int) -> np.ndarray:
+    if self.steps is None:
+      raise ValueError("a staged sampler reads batches once for_run(num_steps) fixed its switch")
+    if step < self.steps:
+      return self.first.batch_indices(consumer, step, batch_size)
+    return self.then.batch_indices(consumer, step - self.steps, batch_size)

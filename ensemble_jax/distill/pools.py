@@ -28,6 +28,7 @@ from ensemble_jax import data as data_lib
 from ensemble_jax.data import images, pipeline, samplers
 from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.distill import synthetic  # noqa: F401  (registers distribution_matching)
 from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
                                           register_builder)
 from ensemble_jax.methods import ensemble
@@ -50,8 +51,42 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
     logging.info("distill: pool built in %.1f s", built.info["build_time_s"])
     _write(path, built)
     built.info = {**built.info, "cached": False}
-  return samplers.Pool(samplers.PoolSampler(built.pools, len(data.train), config.seed,
-                                            built.weights), built.info, built.route)
+  return pool_of(built, data, config.seed)
+
+
+def pool_of(built: Built, data, seed: int) -> samplers.Pool:
+  """The loop's view of a built pool: its sampler over what its indices refer to (the
+  training split, or the pool's own data after it)."""
+  source = None
+  num_examples = len(data.train)
+  if built.source is not None:
+    source = images.ImageSource(built.source["image"], built.source["label"],
+                                    data.num_classes, "distilled")
+    if built.then is not None:  # the training split, then the pool's own examples
+      source = ConcatSource(data.train, source)
+    num_examples = len(source)
+  sampler = samplers.PoolSampler(built.pools, num_examples, seed, built.weights)
+  if built.then is not None:
+    sampler = samplers.StagedSampler(
+        sampler, samplers.PoolSampler(built.then, num_examples, seed), built.switch_fraction)
+  return samplers.Pool(sampler, built.info, built.route, source)
+
+
+class ConcatSource:
+  """Two sources as one: `first`'s examples, then `second`'s (as uint8-compatible floats)."""
+
+  def __init__(self, first, second):
+    self.first, self.second = first, second
+
+  def __len__(self) -> int:
+    return len(self.first) + len(self.second)
+
+  def get(self, index: int) -> dict:
+    index = int(index)
+    if index < len(self.first):
+      example = self.first.get(index)
+      return {**example, "image": np.asarray(example["image"], np.float32)}
+    return self.second.get(index - len(self.first))
 
 
 def cache_path(config, data, num_consumers: int, workdir: str) -> str:
@@ -111,20 +146,32 @@ def _proxy_dir(path: str) -> str:
 def _read(path: str) -> Built:
   """A cached pool."""
   with np.load(path) as f:
-    return Built(pools=np.split(f["indices"], f["offsets"][1:-1]),
-                 info=json.loads(str(f["info"])),
-                 weights=f["weights"] if f["weights"].size else None,
-                 route=f["route"] if f["route"].size else None)
+    built = Built(pools=np.split(f["indices"], f["offsets"][1:-1]),
+                  info=json.loads(str(f["info"])),
+                  weights=f["weights"] if f["weights"].size else None,
+                  route=f["route"] if f["route"].size else None)
+    if "source_image" in f:  # a pool carrying data of its own
+      built.source = {"image": f["source_image"], "label": f["source_label"]}
+    if "then_indices" in f:
+      built.then = np.split(f["then_indices"], f["then_offsets"][1:-1])
+      built.switch_fraction = float(f["switch_fraction"])
+  return built
 
 
 def _write(path: str, built: Built) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   offsets = np.cumsum([0] + [len(p) for p in built.pools])
   tmp = f"{path}.{os.getpid()}.tmp.npz"  # the processes of a multi-host run write alike
+  extra = {}
+  if built.source is not None:
+    extra.update(source_image=built.source["image"], source_label=built.source["label"])
+  if built.then is not None:
+    extra.update(then_indices=np.concatenate(built.then), switch_fraction=built.switch_fraction,
+                 then_offsets=np.cumsum([0] + [len(p) for p in built.then]))
   np.savez(tmp, indices=np.concatenate(built.pools), offsets=offsets,
            weights=np.zeros(0) if built.weights is None else built.weights,
            route=np.zeros(0) if built.route is None else built.route,
-           info=json.dumps(built.info))
+           info=json.dumps(built.info), **extra)
   os.replace(tmp, path)  # whole or absent: an interrupted build leaves no pool behind
 
 

@@ -47,6 +47,11 @@ class Built:
   info: dict  # results.json `distill`: built by `pool_info`
   weights: np.ndarray | None = None  # [train examples] loss weights (coresets), or None
   route: np.ndarray | None = None  # eval routing [E, N] or [E, T, N] (`routes`), or None
+  # Data of the pool's own, which `pools` (and `then`) index instead of the training split:
+  # {'image': [S, H, W, C] float32 in pixel units (0-255, unclipped), 'label': [S] int32}.
+  source: dict | None = None
+  then: list | None = None  # per worker: what it draws from after `switch_fraction` of a run
+  switch_fraction: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
+import os
 import time
 
 import jax
@@ -24,7 +26,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax.distill import augment
+from ensemble_jax.distill import augment, registry
 from ensemble_jax.sharding import map_local_workers, resolve_local_strategy
 from ensemble_jax.models.convnet import ConvNet
 
@@ -330,3 +332,64 @@ def _accuracies(net, params_M, images_u8, labels, cfg_norm, chunk: int = 2000) -
   hits_M = sum(np.asarray(correct_M(params_M, images_u8[i:i + chunk], labels[i:i + chunk]))
                for i in range(0, len(labels), chunk))
   return [float(h) / len(labels) for h in hits_M]
+
+
+@registry.register_builder("distribution_matching", fields=(
+    "distill.images_per_class", "distill.iterations", "distill.real_per_class",
+    "distill.image_lr", "distill.embed_width", "distill.synthetic_fraction", "data", "seed"),
+    methods=("ensemble",))
+def build_distribution_matching(inputs: registry.BuildInputs) -> registry.Built:
+  """Each worker's synthetic set, distilled from its own class-stratified share; with
+  `synthetic_fraction`, its real share after that fraction of the run's steps."""
+  from ensemble_jax import data as data_lib
+
+  config, data, n = inputs.config, inputs.data, inputs.num_consumers
+  d = config.distill
+  train = data_lib.get_range(data.train, 0, len(data.train))
+  if train is None:
+    from ensemble_jax.config_lib import ConfigError
+    raise ConfigError("config.distill.method='distribution_matching' reads the training "
+                      "images into memory: use a source with arrays (Fashion-MNIST idx, "
+                      "image folders), not TFDS records.")
+  labels = np.asarray(train["label"])
+  shares = stratified_shares(labels, n, data.num_classes, config.seed)
+  size = max(int(np.bincount(labels[s], minlength=data.num_classes).max()) for s in shares)
+  grouped = [class_pool(train["image"][s], labels[s], data.num_classes, size) for s in shares]
+  pool = np.stack([p for p, _ in grouped])
+  counts = np.stack([c for _, c in grouped])
+  cfg = DistributionMatching(
+      images_per_class=d.images_per_class, iterations=d.iterations,
+      real_per_class=d.real_per_class, lr=d.image_lr, width=d.embed_width,
+      mean=tuple(config.data.mean), std=tuple(config.data.std))
+  devices = math.gcd(n, jax.device_count())
+  mesh = jax.make_mesh((devices,), ("worker",), devices=jax.devices()[:devices])
+  seeds = np.asarray([config.seed * 1000 + i for i in range(n)], np.int32)
+  out = distil(cfg, mesh, pool, counts, seeds,
+               checkpoint_dir=os.path.join(inputs.proxy_dir, "distillation"),
+               checkpoint_every=max(1, min(500, d.iterations)))
+  std, mean = np.asarray(cfg.std, np.float32), np.asarray(cfg.mean, np.float32)
+  images = (out["images"].reshape((-1,) + pool.shape[3:]) * std + mean) * 255.0
+  per_set = out["labels"].size
+  synthetic = [np.arange(i * per_set, (i + 1) * per_set) for i in range(n)]
+  source = {"image": images.astype(np.float32), "label": np.tile(out["labels"], n)}
+  then, offset = None, 0
+  if d.synthetic_fraction:  # the training split first, then the sets
+    offset, then = len(labels), shares
+  # The N distillations run in parallel on N devices: the build's time is one worker's,
+  # its compute all of theirs.
+  sets_per_device = n // devices
+  info = registry.pool_info(
+      inputs, synthetic, pool_size=per_set, split="per_worker",
+      build_flops=n * out["iterations"] * out["flops_per_iteration"],
+      features="synthetic",
+      build_time_s=(time.perf_counter() - inputs.start) / sets_per_device)
+  info["distillation"] = {
+      "method": "distribution_matching", "images_per_class": d.images_per_class,
+      "iterations": out["iterations"], "real_per_class": d.real_per_class,
+      "image_lr": d.image_lr, "embedding": f"ConvNet-{cfg.depth} width {cfg.width}",
+      "augmentation": "dsa (siamese)", "synthetic_fraction": d.synthetic_fraction,
+      "flops_per_iteration": out["flops_per_iteration"],
+      "host_wall_time_s": time.perf_counter() - inputs.start,
+      "sets_per_device": sets_per_device}
+  return registry.Built([s + offset for s in synthetic], info, source=source, then=then,
+                        switch_fraction=d.synthetic_fraction)
