@@ -226,6 +226,58 @@ def curve_table(record: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+BENCH = "experiments/results/bench/distill.json"
+
+
+def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
+  """Markdown: one worker's distillation at each protocol, charged as the method must be,
+  beside the strongest baseline's whole training to the target (its seed medians).
+
+  `cases`: experiments/bench/distill.py's (FLOPs per iteration, XLA on CPU, per real
+  images per class); `baseline`: report.points' entry of the strongest baseline;
+  `protocols`: name -> (iterations, real images per class)."""
+  flops = {c["real_per_class"]: c["flops_per_iteration_per_worker"] for c in cases
+           if c["workers"] == 1}
+  steps, total = baseline["steps"]["median"], baseline["flops"]["median"]
+  per_step = total / steps / baseline["devices"]
+  name = f"{baseline['curve']} {baseline['point']}"
+  lines = ["| protocol | iterations | real per class | GFLOP per iteration | one set (TFLOP) "
+           f"| one set / {name}'s compute to target | iterations / its {steps} steps "
+           f"| an iteration / its device step ({per_step / 1e9:.2f} GFLOP) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  for protocol, (iterations, real) in protocols.items():
+    per_iteration = flops[real]
+    one_set = iterations * per_iteration
+    lines.append(f"| {protocol} | {iterations:,} | {real} | {per_iteration / 1e9:.0f} | "
+                 f"{one_set / 1e12:,.0f} | {one_set / total:,.0f}x | {iterations / steps:.1f}x | "
+                 f"{per_iteration / per_step:,.0f}x |")
+  return "\n".join(lines) + "\n"
+
+
+def committed_cost_table(root: str = ".") -> str:
+  """`cost_table` of the committed benchmark, the committed study's strongest baseline and
+  the two protocols: the papers' and the Fashion-MNIST grid's distilled curves'."""
+  import os
+
+  from ensemble_jax import report
+  from experiments.configs import fashion_mnist
+
+  with open(os.path.join(root, BENCH)) as f:
+    cases = json.load(f)
+  pts = report.points(report.load_runs(os.path.join(root, "experiments/results/fashion_mnist")))
+  strongest = report.verdict(pts)["strongest"]
+  [baseline] = [p for p in pts if f"{p['curve']} {p['point']}" == strongest]
+  grid = fashion_mnist.sweep_grid("full")["ensemble_distilled"]
+  overrides = next(iter(grid.values()))[1]
+  protocols = {"the papers'": (PROTOCOL_ITERATIONS, PROTOCOL_REAL),
+               "the grid's distilled curves'": (overrides["distill.iterations"],
+                                                overrides["distill.real_per_class"])}
+  return cost_table(cases, baseline, protocols)
+
+
+PROTOCOL_ITERATIONS, PROTOCOL_REAL = 20_000, 256
+
+
 def main(argv) -> int:
   cli.parse(FLAGS, argv, __doc__)
   if FLAGS.table:

@@ -290,8 +290,13 @@ def _distillation_tables() -> list[Table]:
       distillation_check.COMMITTED)
   [accuracy] = _tables(distillation_check.table(record))
   [curve] = _tables(distillation_check.curve_table(record))
+  [cost] = _tables(distillation_check.committed_cost_table(REPO))
   return [Table("distillation", DISTILLATION, 0, command, accuracy),
-          Table("distillation curve", DISTILLATION, 1, command, curve)]
+          Table("distillation curve", DISTILLATION, 1, command, curve),
+          Table("distillation cost", ("docs/results/distillation.md",
+                                      "## What a synthetic set costs, charged"), 0,
+                "python -m experiments.bench.distill --workers=1 "
+                f"--out={distillation_check.BENCH}", cost)]
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.

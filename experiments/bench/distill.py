@@ -1,6 +1,6 @@
 """Distribution matching's iteration: FLOPs from XLA and time, one worker and stacked.
 
-  python -m experiments.bench.distill [--workers=1,8] [--ipc=10] [--real_per_class=256]
+  python -m experiments.bench.distill [--workers=1,8] [--ipc=10] [--real_per_class=256,64]
       [--iterations=3] [--out=experiments/results/bench/distill.json]
 
 One worker's iteration compiled alone gives its FLOPs (XLA's count on CPU, the same
@@ -23,8 +23,8 @@ from experiments import cli
 FLAGS = flags.FlagValues()
 flags.DEFINE_list("workers", ["1", "8"], "stacked workers per case", flag_values=FLAGS)
 flags.DEFINE_integer("ipc", 10, "images per class", flag_values=FLAGS)
-flags.DEFINE_integer("real_per_class", 256, "real images per class and iteration",
-                     flag_values=FLAGS)
+flags.DEFINE_list("real_per_class", ["256", "64"], "real images per class and iteration: "
+                  "the paper's protocol and the grid's", flag_values=FLAGS)
 flags.DEFINE_integer("iterations", 3, "timed iterations per case", flag_values=FLAGS)
 flags.DEFINE_string("out", "", "write the cases as JSON here", flag_values=FLAGS)
 
@@ -57,9 +57,10 @@ def measure(workers: int, ipc: int, real_per_class: int, iterations: int) -> dic
 def main(argv) -> int:
   cli.parse(FLAGS, argv, __doc__)
   cases = []
-  for n in FLAGS.workers:
-    case = measure(int(n), FLAGS.ipc, FLAGS.real_per_class, FLAGS.iterations)
-    print(f"N={case['workers']}: {case['flops_per_iteration_per_worker'] / 1e9:.0f} GFLOP per "
+  for n, real in [(int(n), int(r)) for r in FLAGS.real_per_class for n in FLAGS.workers]:
+    case = measure(n, FLAGS.ipc, real, FLAGS.iterations)
+    print(f"N={case['workers']}, {real} real per class: "
+          f"{case['flops_per_iteration_per_worker'] / 1e9:.0f} GFLOP per "
           f"worker-iteration; {case['s_per_iteration']:.2f} s per iteration "
           f"({case['s_per_iteration_per_worker']:.2f} s per worker; load "
           f"{case['load_average']:.1f})", flush=True)
