@@ -1,4 +1,5 @@
-"""Every results table in the docs, regenerated from the committed JSON: checked or written.
+"""Every results table and generated paragraph in the docs, from the committed JSON: checked
+or written.
 
   python -m experiments.docs_tables [--write] [--skip=critical_batch,...] [--docs=DIR]
 
@@ -7,7 +8,10 @@ from experiments/results/ (reading results.json, never training). The check prin
 table that differs, one line with its fix, and exits 1. `--write` puts every regenerated
 table in place: a page keeps its header row and alignment row as written and the columns
 it chose (by header name, in its order); every line outside its tables stays as it is.
-`--skip` leaves families alone (a sweep still running). tests/test_readme.py runs the check.
+The paragraphs that quote numbers sit between `<!-- generated: NAME -->` and
+`<!-- end -->` lines, rendered by experiments/docs_prose.py's templates (the `prose` family):
+checked and written the same way. `--skip` leaves families alone (a sweep still running).
+tests/test_readme.py runs the check.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from typing import Callable
 from absl import flags
 
 from ensemble_jax import record, report
-from experiments import cli, distillation_check, lipt_pipeline, many_workers_table
+from experiments import cli, distillation_check, docs_prose, lipt_pipeline, many_workers_table
 from experiments.bench import throughput
 from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import critical_batch, samplers
@@ -307,6 +311,54 @@ FAMILIES: dict[str, Callable[[], list[Table]]] = {
     "calibrations": _calibration_tables, "distillation": _distillation_tables}
 
 
+PROSE = "prose"  # the family of docs_prose's paragraphs, checked and written apart
+
+
+def _first_difference(mine: list[str], rendered: list[str]) -> str:
+  """Where a region first differs from its rendering, word by word (a re-wrap alone reads
+  'the same words, wrapped otherwise')."""
+  a, b = " ".join(mine).split(), " ".join(rendered).split()
+  i = next((i for i, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
+  if a == b:
+    return "the same words, wrapped otherwise"
+  return (f"{' '.join(a[max(0, i - 4):i + 4])!r} != from the results "
+          f"{' '.join(b[max(0, i - 4):i + 4])!r}")
+
+
+def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], list[str]]:
+  """The pages with every generated paragraph (docs_prose) rendered in its region; the
+  regions that are unknown, missing or contradicted by the results; and those that differ
+  from their rendering (which a write fixes), one line each."""
+  if PROSE in skip:
+    return pages, [], []
+  pages, errors, stale = dict(pages), [], []
+  for page, text in pages.items():
+    for name in docs_prose.regions(text):
+      if name not in docs_prose.TEMPLATES or docs_prose.TEMPLATES[name][0] != page:
+        errors.append(f"prose {name}: {page} holds a generated region no template of "
+                      f"experiments/docs_prose.py renders for it")
+  for name, (page, render) in docs_prose.TEMPLATES.items():
+    lines = _lines(pages, page)
+    where = docs_prose.regions(pages.get(page, "")).get(name)
+    if where is None:
+      errors.append(f"prose {name}: no `<!-- generated: {name} -->` ... `{docs_prose.END}` "
+                    f"region in {page}; put one where the paragraph goes and run `{WRITE}`")
+      continue
+    try:
+      rendered = render().split("\n")
+    except docs_prose.Contradicted as e:
+      errors.append(f"prose {name}: the results contradict its template's wording ({e}); "
+                    "rewrite the template in experiments/docs_prose.py")
+      continue
+    mine = lines[where[0]:where[1]]
+    if mine != rendered:
+      stale.append(f"prose {name}: {page} (lines {where[0] + 1}-{where[1]}) reads "
+                    f"{_first_difference(mine, rendered)}; `{WRITE}` rewrites it")
+      lines[where[0]:where[1]] = rendered
+      pages[page] = "\n".join(lines)
+  return pages, errors, stale
+
+
 def regenerate(skip=()) -> tuple[list[Table], list[str]]:
   """Every documented table but the skipped families', and why any family has none."""
   tables, errors = [], []
@@ -335,7 +387,8 @@ def mismatches(pages: dict[str, str], skip=()) -> list[str]:
   tables, errors = regenerate(skip)
   for table in tables:
     errors += _compare(table, _mine(pages, table))
-  return errors
+  _, prose_errors, stale = _prose(pages, skip)
+  return errors + prose_errors + stale
 
 
 def write(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str]]:
@@ -355,18 +408,19 @@ def write(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str]]:
             ["| " + " | ".join(_cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
     lines[span[0]:span[1]] = mine[:2] + body
     pages[table.anchor[0]] = "\n".join(lines)
-  return pages, errors
+  pages, prose_errors, _ = _prose(pages, skip)  # a stale region is written, not an error
+  return pages, errors + prose_errors
 
 
 FLAGS = flags.FlagValues()
 flags.DEFINE_bool("write", False, "rewrite every documented table from the results",
                   flag_values=FLAGS)
-flags.DEFINE_list("skip", [], f"families to leave alone: {', '.join(FAMILIES)}",
+flags.DEFINE_list("skip", [], f"families to leave alone: {', '.join(FAMILIES)}, {PROSE}",
                   flag_values=FLAGS)
 flags.DEFINE_string("docs", REPO, "the folder holding README.md and docs/ (the results are "
                     "always this repository's)", flag_values=FLAGS)
-flags.register_validator("skip", lambda skip: set(skip) <= set(FAMILIES),
-                         f"--skip takes families among {', '.join(FAMILIES)}",
+flags.register_validator("skip", lambda skip: set(skip) <= {*FAMILIES, PROSE},
+                         f"--skip takes families among {', '.join(FAMILIES)}, {PROSE}",
                          flag_values=FLAGS)
 
 

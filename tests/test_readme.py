@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from experiments import docs_tables
+from experiments import docs_prose, docs_tables
 from experiments.docs_tables import SAMPLER_PAGE
 from experiments.sweeps import samplers
 from tests.conftest import REPO, makefile_recipe
@@ -192,3 +192,88 @@ def test_the_report_reproduces_each_committed_table(grid, tmp_path):
     assert mine.read() == theirs.read(), (
         f"experiments/results/{grid}/table.md is not what the report writes: run "
         f"`python -m ensemble_jax.report experiments/results/{grid}` and commit it")
+
+
+# Two paragraphs as they stood before they were generated, with the stale numbers issue 58
+# item 5 found: cost_vs_time.md at 35aa677^ (D = 8 priced at the old 0.138 s step, the small
+# model at 9.6 s) and regime.md's modelled reading at 8b621dd^ (3.4x-4.8x, 1.85x, "up to
+# 1.16x", no seed ranges).
+STALE = {
+    "dp_d8_whole_schedule": """\
+whole schedule D = 8 reaches 85% on seeds 1-3 in 72-78 steps, 10.0-10.9 s on nvlink, slower
+than the small model's 9.6 s: leaving the point out does not move the frontier in time""",
+    "what_this_says": """\
+Modelled: on the measured models no method point beats the strongest baseline at any D
+up to 1,024 on any preset; the closest, Fashion-MNIST's small-model routed experts, reach
+0.60x-0.96x in time at their compute (the small model's data-parallel, measured to 128
+devices, gets faster to 64 and no faster beyond). The only wins are in what-ifs.
+ResNet-50's step: on 10 GbE the small-model routed experts, 3.4x-4.8x (1.85x-1.91x with
+their build charged), and the PCA-routed experts up to 1.16x (none with their builds
+charged); on ib_xdr800 the small-model routed experts at N = 8, 1.12x (0.44x charged)."""}
+
+
+def _region(pages, name, body):
+  """The pages with generated region `name` holding `body`."""
+  page = docs_prose.TEMPLATES[name][0]
+  lines = pages[page].split("\n")
+  start, end = docs_prose.regions(pages[page])[name]
+  lines[start:end] = body.split("\n")
+  return {**pages, page: "\n".join(lines)}
+
+
+def _prose_errors(pages, name):
+  return [e for e in docs_tables.mismatches(pages, skip=docs_tables.FAMILIES)
+          if e.startswith(f"prose {name}:")]
+
+
+def test_every_template_has_its_region_and_each_region_a_template(pages):
+  """Each paragraph docs_prose renders sits in its page, and regenerates byte for byte."""
+  for name, (page, render) in docs_prose.TEMPLATES.items():
+    start, end = docs_prose.regions(pages[page])[name]
+    assert pages[page].split("\n")[start:end] == render().split("\n"), name
+  assert not docs_tables.mismatches(pages, skip=docs_tables.FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(STALE))
+def test_the_stale_prose_fails_the_check(pages, name):
+  """The paragraphs with the numbers that had drifted (issue 58 item 5) fail, naming the
+  template, its page and the write that fixes them."""
+  [error] = _prose_errors(_region(pages, name, STALE[name]), name)
+  assert docs_prose.TEMPLATES[name][0] in error and docs_tables.WRITE in error, error
+
+
+@pytest.mark.parametrize("name", sorted(docs_prose.TEMPLATES))
+def test_a_number_changed_in_a_generated_paragraph_fails(pages, name):
+  """One digit changed anywhere in a generated paragraph fails the check; re-wrapping alone
+  is also caught (byte for byte), and --write's rendering puts the page back."""
+  page = docs_prose.TEMPLATES[name][0]
+  start, end = docs_prose.regions(pages[page])[name]
+  body = "\n".join(pages[page].split("\n")[start:end])
+  digit = re.search(r"\d", body)
+  bumped = body[:digit.start()] + str((int(digit[0]) + 1) % 10) + body[digit.end():]
+  [error] = _prose_errors(_region(pages, name, bumped), name)
+  assert "!= from the results" in error, error
+  [error] = _prose_errors(_region(pages, name, " ".join(body.split())), name)
+  assert "wrapped otherwise" in error, error
+  written, errors = docs_tables.write(_region(pages, name, bumped), skip=docs_tables.FAMILIES)
+  assert not errors and written == pages
+
+
+def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatch):
+  """A region no template renders, a template without its region, and a template whose
+  wording the results contradict each fail, and --write does not hide them."""
+  name = "what_this_says"
+  page = docs_prose.TEMPLATES[name][0]
+  renamed = {**pages, page: pages[page].replace(f"<!-- generated: {name} -->",
+                                                "<!-- generated: no_such_template -->")}
+  errors = docs_tables.mismatches(renamed, skip=docs_tables.FAMILIES)
+  assert any(e.startswith("prose no_such_template:") for e in errors), errors
+  assert any(e.startswith(f"prose {name}: no `<!-- generated") for e in errors), errors
+  assert docs_tables.write(renamed, skip=docs_tables.FAMILIES)[1], "write hid them"
+
+  def contradicted():
+    raise docs_prose.Contradicted("a method point wins")
+
+  monkeypatch.setitem(docs_prose.TEMPLATES, name, (page, contradicted))
+  [error] = _prose_errors(pages, name)
+  assert "contradict" in error and "a method point wins" in error, error

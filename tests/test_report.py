@@ -306,7 +306,7 @@ def test_an_absent_ratio_says_why(tmp_path):
   assert f"| diloco | nvlink | - | - | {why} | {why} |" in text
   assert ("| ensemble_big | nvlink | 50.0 | 10.00 | no point within a baseline's compute | "
           "no point within a baseline's time |") in text
-  assert "| ensemble | nvlink | 10.0 | 4.00 | 4.00x (vs data_parallel D1) |" in text
+  assert "| ensemble | nvlink | 10.0 | 4.00 | 4.00x [4.00, 4.00] (vs data_parallel D1) |" in text
   assert "| ensemble | N4_L50 | missed (0/3) |" in text
   pts = report.points(report.load_runs(str(tmp_path)))
   assert report.absent_ratio(pts, "ensemble", "nvlink", ["dp_small_model"]) == (
@@ -322,7 +322,7 @@ def test_compute_columns_use_a_unit_that_shows_the_numbers(tmp_path):
   text = report.table(report.load_runs(str(tmp_path)))
   assert "| curve | point | D | seeds reached | steps to target | GFLOPs to target |" in text
   assert "| data_parallel | D1 | 4 | 2/2 | 40 [40, 40] | 3.20 [3.20, 3.20] |" in text
-  assert "| ensemble | nvlink | 2.0 | 2.65 | 2.00x (vs data_parallel D1) |" in text
+  assert "| ensemble | nvlink | 2.0 | 2.65 | 2.00x [2.00, 2.00] (vs data_parallel D1) |" in text
   assert "cheapest GFLOPs" in text and "0.00" not in text
   assert report.flop_unit([0.29e12, 5e12]) == ("TFLOPs", 1e12)  # the committed tables'
   assert report.flop_unit([]) == ("TFLOPs", 1e12)
@@ -343,3 +343,21 @@ def test_a_ratio_whose_seed_range_holds_1_is_within_the_spread_not_a_win(tmp_pat
   assert "1.14x [0.92, 1.18, within the spread] (vs data_parallel D1)" in report.table(
       report.load_runs(str(tmp_path)))
   assert not report.verdict(pts)["beats"]
+
+
+def test_the_evaluations_charged_column_adds_each_runs_evaluations(tmp_path):
+  """The points table charges each run's evaluations (eth10g) on its time to target, seed by
+  seed, beside the column that keeps them off the critical path; a point without recorded
+  evaluation times reads '-' (issue 58 item 7)."""
+  _sweep(tmp_path)
+  for seed, evaluation in ((0, 2.0), (1, 6.0)):
+    path = tmp_path / "data_parallel" / "D4" / f"seed{seed}" / "results.json"
+    r = json.loads(path.read_text())
+    r["cost"]["modelled"]["evaluation_s"] = {"eth10g": evaluation}
+    path.write_text(json.dumps(r))
+  text = report.table(report.load_runs(str(tmp_path)))
+  header = next(line for line in text.splitlines() if line.startswith("| curve | point | D |"))
+  assert f"| evaluations eth10g (s) | {report.CHARGED} |" in header
+  # D4 on eth10g: 3 x 15 + 2 = 47 s and 3 x 16 + 6 = 54 s
+  assert "| 4.0 [2.0, 6.0] | 50.5 [47.0, 54.0] |" in text
+  assert "| data_parallel | D1 |" in text and "| - | - |" in text
