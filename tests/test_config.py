@@ -243,7 +243,8 @@ def test_choice_lists_are_the_registries():
   assert methods.METHODS.names() == ("data_parallel", "ensemble", "diloco")
   assert samplers.SAMPLERS.names() == ("random", "disjoint")
   assert set(aggregate.MODES) == {"logits", "probs", "routed", "soup"}
-  assert set(BUILDERS) == {"none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch"}
+  assert set(BUILDERS) == {"none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch",
+                           "distribution_matching"}
   assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
       "routed", "probs")
 

@@ -159,19 +159,20 @@ def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
   assert info["build_flops"] == pytest.approx(2 * 3 * d["flops_per_iteration"])
   assert info["build_time_s"] > 0 and np.isfinite(r["final"]["accuracy"])
   # The pool is the sets themselves: every batch a worker reads is synthetic, its own.
-  pool = pools.create(config, _data(config), 2, str(tmp_path / "run"))
+  pool = pools.create(config, _loaded(config), 2, str(tmp_path / "run"))
   assert pool.info["cached"] and len(pool.source) == 40
   assert set(pool.sampler.batch_indices(0, 5, 8)) <= set(range(20))
   assert set(pool.sampler.batch_indices(1, 5, 8)) <= set(range(20, 40))
   assert pool.source.get(0)["image"].dtype == np.float32
-  # A field the builder does not read leaves its cache key alone; one it reads does not.
-  same = _dm_config(tmp_path / "pools", proxy_steps=7, fraction=0.9)
-  assert pools.cache_key(same, _data(config), 2) == pools.cache_key(config, _data(config), 2)
+  # A field the builder does not read leaves its cache key alone (a warm start reads the
+  # same sets); one it reads does not.
+  same = _dm_config(tmp_path / "pools", proxy_steps=7, fraction=0.9, synthetic_fraction=0.25)
+  assert pools.cache_key(same, _loaded(config), 2) == pools.cache_key(config, _loaded(config), 2)
   other = _dm_config(tmp_path / "pools", iterations=4)
-  assert pools.cache_key(other, _data(config), 2) != pools.cache_key(config, _data(config), 2)
+  assert pools.cache_key(other, _loaded(config), 2) != pools.cache_key(config, _loaded(config), 2)
 
 
-def _data(config):
+def _loaded(config):
   from ensemble_jax import data as data_lib
 
   return data_lib.load(config)
@@ -182,7 +183,7 @@ def test_a_distilled_warm_start_reads_its_set_then_its_real_share(tmp_path):
   from ensemble_jax.distill import pools
 
   config = _dm_config(tmp_path / "pools", synthetic_fraction=0.5)
-  data = _data(config)
+  data = _loaded(config)
   pool = pools.create(config, data, 2, str(tmp_path / "run"))
   n = len(data.train)
   assert len(pool.source) == n + 40

@@ -51,25 +51,33 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
     logging.info("distill: pool built in %.1f s", built.info["build_time_s"])
     _write(path, built)
     built.info = {**built.info, "cached": False}
-  return pool_of(built, data, config.seed)
+  return pool_of(built, data, config.seed, config.distill.synthetic_fraction)
 
 
-def pool_of(built: Built, data, seed: int) -> samplers.Pool:
+def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0) -> samplers.Pool:
   """The loop's view of a built pool: its sampler over what its indices refer to (the
-  training split, or the pool's own data after it)."""
-  source = None
+  training split, or the pool's own data after it). A pool with data of its own and
+  `then` pools reads its own for `switch_fraction` of a run, then `then` (0: only its own)."""
+  source, pools = None, built.pools
   num_examples = len(data.train)
   if built.source is not None:
     source = images.ImageSource(built.source["image"], built.source["label"],
-                                    data.num_classes, "distilled")
-    if built.then is not None:  # the training split, then the pool's own examples
+                                data.num_classes, "distilled")
+    if switch_fraction:  # the training split, then the pool's own examples
       source = ConcatSource(data.train, source)
+      pools = [p + len(data.train) for p in pools]
     num_examples = len(source)
-  sampler = samplers.PoolSampler(built.pools, num_examples, seed, built.weights)
-  if built.then is not None:
+  sampler = samplers.PoolSampler(pools, num_examples, seed, built.weights)
+  info = built.info
+  if switch_fraction:
+    if built.then is None:
+      raise ValueError("a staged pool needs the builder's `then` pools (what follows its own)")
     sampler = samplers.StagedSampler(
-        sampler, samplers.PoolSampler(built.then, num_examples, seed), built.switch_fraction)
-  return samplers.Pool(sampler, built.info, built.route, source)
+        sampler, samplers.PoolSampler(built.then, num_examples, seed), switch_fraction)
+  if built.source is not None:
+    info = {**info, "distillation": {**info.get("distillation", {}),
+                                     "synthetic_fraction": switch_fraction}}
+  return samplers.Pool(sampler, info, built.route, source)
 
 
 class ConcatSource:
@@ -154,7 +162,6 @@ def _read(path: str) -> Built:
       built.source = {"image": f["source_image"], "label": f["source_label"]}
     if "then_indices" in f:
       built.then = np.split(f["then_indices"], f["then_offsets"][1:-1])
-      built.switch_fraction = float(f["switch_fraction"])
   return built
 
 
@@ -166,7 +173,7 @@ def _write(path: str, built: Built) -> None:
   if built.source is not None:
     extra.update(source_image=built.source["image"], source_label=built.source["label"])
   if built.then is not None:
-    extra.update(then_indices=np.concatenate(built.then), switch_fraction=built.switch_fraction,
+    extra.update(then_indices=np.concatenate(built.then),
                  then_offsets=np.cumsum([0] + [len(p) for p in built.then]))
   np.savez(tmp, indices=np.concatenate(built.pools), offsets=offsets,
            weights=np.zeros(0) if built.weights is None else built.weights,

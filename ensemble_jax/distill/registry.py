@@ -50,8 +50,9 @@ class Built:
   # Data of the pool's own, which `pools` (and `then`) index instead of the training split:
   # {'image': [S, H, W, C] float32 in pixel units (0-255, unclipped), 'label': [S] int32}.
   source: dict | None = None
-  then: list | None = None  # per worker: what it draws from after `switch_fraction` of a run
-  switch_fraction: float = 0.0
+  # per worker: what it may draw from after its own data (`distill.synthetic_fraction` of a
+  # run; indices into the training split)
+  then: list | None = None
 
 
 @dataclasses.dataclass(frozen=True)

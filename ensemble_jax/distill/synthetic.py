@@ -336,11 +336,11 @@ def _accuracies(net, params_M, images_u8, labels, cfg_norm, chunk: int = 2000) -
 
 @registry.register_builder("distribution_matching", fields=(
     "distill.images_per_class", "distill.iterations", "distill.real_per_class",
-    "distill.image_lr", "distill.embed_width", "distill.synthetic_fraction", "data", "seed"),
+    "distill.image_lr", "distill.embed_width", "data", "seed"),
     methods=("ensemble",))
 def build_distribution_matching(inputs: registry.BuildInputs) -> registry.Built:
-  """Each worker's synthetic set, distilled from its own class-stratified share; with
-  `synthetic_fraction`, its real share after that fraction of the run's steps."""
+  """Each worker's synthetic set, distilled from its own class-stratified share, and that
+  share (`then`: what a distilled warm start, `distill.synthetic_fraction`, reads next)."""
   from ensemble_jax import data as data_lib
 
   config, data, n = inputs.config, inputs.data, inputs.num_consumers
@@ -372,9 +372,6 @@ def build_distribution_matching(inputs: registry.BuildInputs) -> registry.Built:
   per_set = out["labels"].size
   synthetic = [np.arange(i * per_set, (i + 1) * per_set) for i in range(n)]
   source = {"image": images.astype(np.float32), "label": np.tile(out["labels"], n)}
-  then, offset = None, 0
-  if d.synthetic_fraction:  # the training split first, then the sets
-    offset, then = len(labels), shares
   # The N distillations run in parallel on N devices: the build's time is one worker's,
   # its compute all of theirs.
   sets_per_device = n // devices
@@ -387,9 +384,8 @@ def build_distribution_matching(inputs: registry.BuildInputs) -> registry.Built:
       "method": "distribution_matching", "images_per_class": d.images_per_class,
       "iterations": out["iterations"], "real_per_class": d.real_per_class,
       "image_lr": d.image_lr, "embedding": f"ConvNet-{cfg.depth} width {cfg.width}",
-      "augmentation": "dsa (siamese)", "synthetic_fraction": d.synthetic_fraction,
+      "augmentation": "dsa (siamese)",
       "flops_per_iteration": out["flops_per_iteration"],
       "host_wall_time_s": time.perf_counter() - inputs.start,
       "sets_per_device": sets_per_device}
-  return registry.Built([s + offset for s in synthetic], info, source=source, then=then,
-                        switch_fraction=d.synthetic_fraction)
+  return registry.Built(synthetic, info, source=source, then=shares)
