@@ -279,8 +279,11 @@ def guarded(workdir: str, study_fn: Callable) -> tuple[int, object]:
   (`checkpoint.PreemptionWatch`) stops the current run at the end of its step, or before
   the next run, with one line saying where and what the workdir keeps, status 143 / 130.
   A second Ctrl-C aborts at once (status 130)."""
+  # A watch installed above (the SLURM launcher's) is the study's: its caller decides what a
+  # stop means (a USR2 requeues the job).
+  watch, owned = checkpoint.PreemptionWatch.current()
   try:
-    with contextlib.closing(checkpoint.PreemptionWatch()):
+    with contextlib.closing(watch) if owned else contextlib.nullcontext():
       return 0, study_fn()
   except run_lib.USAGE_ERRORS as e:
     for line in str(e).splitlines():
@@ -289,6 +292,8 @@ def guarded(workdir: str, study_fn: Callable) -> tuple[int, object]:
   except checkpoint.Preempted as e:
     print(f"study: {e} Kept in {workdir}: {holdings(workdir)}; the same command reads them "
           "back and resumes.", file=sys.stderr, flush=True)
+    if not owned:
+      raise
     return e.code, None
   except KeyboardInterrupt:
     print(f"study: interrupted; what the current run trained since its last checkpoint is "
