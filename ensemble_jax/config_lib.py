@@ -160,7 +160,7 @@ def _optim() -> ml_collections.ConfigDict:
 def _train() -> ml_collections.ConfigDict:
   """How long and in what batches one model trains."""
   g = ml_collections.ConfigDict()
-  g.batch_size = 128  # global batch (data_parallel)
+  g.batch_size = 128  # per model: data_parallel's global batch, each ensemble/DiLoCo worker's
   # Gradient accumulation: each model's (each worker's) batch is split into k microbatches
   # whose gradients are summed in a lax.scan before one optimizer update: the same update
   # in about 1/k of the activation memory. BatchNorm normalises per microbatch (ghost
@@ -198,7 +198,7 @@ def _eval() -> ml_collections.ConfigDict:
   # (the target, the stop, the tuning) never saw: results.json `rest`.
   g.score_rest_at_end = False
   g.split = "test"
-  g.target_metric = "accuracy"  # accuracy | nll
+  g.target_metric = "accuracy"  # accuracy | nll; lm also perplexity (TARGET_METRICS)
   g.target_value = 0.91
   # Near the target, evaluate every max(1, target_resolution x step) steps instead of
   # every_steps, so steps to target is known to that fraction of itself (0: off). Near:
@@ -211,10 +211,7 @@ def _eval() -> ml_collections.ConfigDict:
 
 
 def _distributed() -> ml_collections.ConfigDict:
-  """Multi-host: JAX's own runtime, one process per host.
-
-  Multi-host: JAX's own runtime (jax.distributed.initialize), one process per host.
-  """
+  """Multi-host: JAX's own runtime (jax.distributed.initialize), one process per host."""
   g = ml_collections.ConfigDict()
   g.initialize = False  # True on multi-host runs (TPU pods auto-detect the rest)
   g.coordinator_address = ""  # "host:port" of process 0; "" = auto-detect
@@ -225,10 +222,7 @@ def _distributed() -> ml_collections.ConfigDict:
 
 
 def _distill() -> ml_collections.ConfigDict:
-  """Distilled sequences: what each worker draws from.
-
-  Distilled sequences (ensemble_jax/distill/pools.py): what each worker draws from.
-  """
+  """Distilled pools: what each worker draws from (ensemble_jax/distill/pools.py)."""
   g = ml_collections.ConfigDict()
   # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch |
   # distribution_matching (synthetic sets, not indices)
@@ -284,10 +278,7 @@ def _distill() -> ml_collections.ConfigDict:
 
 
 def _cost() -> ml_collections.ConfigDict:
-  """The cluster the cost report models.
-
-  What the cost report models (ensemble_jax/costs.py): the cluster this run stands for.
-  """
+  """The cluster the cost report models (ensemble_jax/costs.py)."""
   g = ml_collections.ConfigDict()
   g.devices = 0  # D; 0: one device per data-parallel replica / per worker
   g.overlap = 0.0  # fraction of each modelled collective hidden behind compute

@@ -69,9 +69,15 @@ def prepare_workdir(workdir: str) -> None:
     raise config_lib.ConfigError(f"--workdir={workdir!r} is not writable; choose another.")
 
 
-def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
+def finished_results(config: ml_collections.ConfigDict, workdir: str,
+                     num_steps: int | None = None) -> dict | None:
   """The workdir's results.json if `config` would train that run no further (the same
-  command run again), else None. Never rewrites it; reads no data, so it is quick.
+  command run again), else None: every entry point asks this, nothing else decides it.
+  Never rewrites it; reads no data, so it is quick.
+
+  `num_steps`: the steps `config` trains, once its data is loaded (`train.fit`). A
+  lengthened duration field may leave them as they were (the ensemble's budget is
+  method.steps_per_worker); before the data, such a run is not finished yet.
 
   Raises ConfigError if the results are of a run `config` cannot continue (see
   `changed_fields`). A longer duration, or stop_at_target turned off before the budget
@@ -84,9 +90,9 @@ def finished_results(config: ml_collections.ConfigDict, workdir: str) -> dict | 
     return None
   changes = changed_fields({"step": results.get("steps"), "config": results.get("config")},
                            config, workdir)
-  if any(field in EXTENSIBLE for field in changes):
-    return None  # extended: train on
   steps = results.get("steps", 0)
+  if any(field in EXTENSIBLE for field in changes):  # extended: train on, if it adds steps
+    return results if num_steps is not None and steps >= num_steps else None
   limit = results.get("step_budget", steps)
   if config.train.stop_at_step:  # stopped early on purpose: as far as this config goes
     limit = min(limit, config.train.stop_at_step)

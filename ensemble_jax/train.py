@@ -149,10 +149,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
                                              config.checkpoint.every_steps,
                                              config.checkpoint.max_to_keep,
                                              config.checkpoint.every_minutes)
-  finished = resume.finished_results(config, workdir)
+  finished = resume.finished_results(config, workdir, s.num_steps)
   state, meta = _restore(config, workdir, s, state, checkpointer)
-  if finished is None and meta["step"] >= s.num_steps:  # a longer budget field, same steps
-    finished = record.read(workdir, steps=meta["step"])
   if finished is not None:  # its results stand; the state is the final checkpoint's
     checkpointer.close()
     return Fit(finished, state, s.method, s.data)

@@ -277,6 +277,35 @@ def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config
   assert _files(tmp_path) == before
 
 
+def test_every_entry_point_refuses_a_finished_run_of_another_config_alike(tiny_config, two_steps,
+                                                                          tmp_path, capsys):
+  """One function decides what a finished run is (`resume.finished_results`). Its results
+  alone (as committed, no checkpoints): main.py, the run, the loop and the sweeps' runner
+  refuse them in the same words, and leave them as they were. The sweeps' runner once
+  decided by results.json's presence alone and read them back as this config's."""
+  from ensemble_jax import main, train
+  from experiments.sweeps import tuning
+
+  tiny_config.train.num_steps = 2
+  _copy_of(two_steps, tmp_path)
+  shutil.rmtree(tmp_path / "checkpoints")
+  before = _files(tmp_path)
+  tiny_config.optim.learning_rate = 0.01
+  refusals = []
+  for entry in (lambda: run.train_and_evaluate(tiny_config, str(tmp_path)),
+                lambda: train.fit(tiny_config, str(tmp_path)),
+                lambda: tuning.train_run(tiny_config, str(tmp_path), {"runs": 0}, "runs")):
+    with pytest.raises(config_lib.ConfigError) as e:
+      entry()
+    refusals.append(str(e.value))
+  capsys.readouterr()
+  assert main.run(tiny_config, str(tmp_path)) == 2
+  refusals.append(capsys.readouterr().err.strip().removeprefix("error: "))
+  assert len(set(refusals)) == 1, refusals
+  assert "optim.learning_rate 0.003 -> 0.01" in refusals[0]
+  assert _files(tmp_path) == before
+
+
 def test_free_changes_and_a_longer_budget_resume_and_are_recorded(tiny_config, two_steps,
                                                                     tmp_path):
   tiny_config.train.num_steps = 2
@@ -329,6 +358,8 @@ def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_
   before = _files(tmp_path)
   config.train.num_steps = 8  # grows, but the ensemble's budget is still L
   assert run.finished_results(config, str(tmp_path)) is None  # judged by the loop instead
+  assert run.finished_results(config, str(tmp_path), num_steps=4) == json.loads(
+      before["results.json"])  # as the loop judges it, with the data's step count
   again = run.train_and_evaluate(config, str(tmp_path))
   assert again["steps"] == 4 and again["flops_per_step"] > 0
   assert _files(tmp_path) == before

@@ -1,11 +1,7 @@
 """Pools: the data each worker's distilled sequence draws from, built above the loop.
 
-`create` builds the pool `config.distill.method` names (a `registry.Builder`) or reads it
-from its cache, `<cache_dir>/<cache_key>.npz`, and hands it to the loop (`train.fit(...,
-pool=)`). The built-in builders registered here: el2n | grand | loss (scores of a proxy),
-kmeans (clusters of proxy features, of pixels' PCA, or of text's tf-idf: one per worker,
-routed at eval), craig | gradmatch (weighted coresets of last-layer gradients). The build's
-time and FLOPs are part of the method's cost (docs/design.md).
+`create` builds the pool `config.distill.method` names, or reads it from its cache, and
+hands it to the loop; the builders, the cache key and the cost: docs/design.md.
 """
 from __future__ import annotations
 

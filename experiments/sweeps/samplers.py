@@ -9,6 +9,9 @@ experiments/results/samplers, or samplers_pydocs). Resumable: a finished run is 
 The committed runs took ~4.5 h (Fashion-MNIST, pool builds included) and ~1 h (the Python
 docs) on 2 CPU cores; `smoke`, seconds.
 
+A "sampler" here is a row's name: `random` and `disjoint` set `method.sampler`, the others
+`distill.method` (the pool builder).
+
 The rules every point follows: docs/methodology.md.
 """
 from __future__ import annotations

@@ -341,11 +341,13 @@ def train_run(config, run_dir: str, counts: dict, what: str,
   """The run's results, trained unless finished (`counts[what]` += 1 when trained); None
   when it diverged (recorded in `diverged.json`, so that a resumed sweep does not train it
   again; `counts['diverged']` += 1). A run stopped early (tune.stop_losers) before the step
-  `config` stops at is continued: under a later bound it might yet win."""
+  `config` stops at is continued: under a later bound it might yet win. Finished is
+  `run_lib.finished_results`' judgement: another config's run is refused, as main.py does."""
   sweeps.sync(f"train_run {run_dir}")  # every process reads what process 0 wrote
-  finished, results = read_run(run_dir)
-  if finished and not _stopped_before(results, config.train.stop_at_step):
+  if (results := run_lib.finished_results(config, run_dir)) is not None:
     return results
+  if os.path.exists(os.path.join(run_dir, DIVERGED_FILE)):
+    return None
   try:
     results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
   except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
@@ -366,13 +368,6 @@ def stopped_early(results: dict | None) -> int | None:
   stop = results.get("config", {}).get("train", {}).get("stop_at_step", 0)
   steps = results["steps"]
   return steps if stop and steps < results["step_budget"] else None
-
-
-def _stopped_before(results: dict | None, stop_at_step: int) -> bool:
-  """Whether `results` is of a run stopped early before the eval at or past `stop_at_step`
-  (0: no stop) where a run of this config would stop."""
-  stopped = stopped_early(results)
-  return stopped is not None and (not stop_at_step or stopped < stop_at_step)
 
 
 def write_record(point_dir: str, record: dict) -> None:
