@@ -225,7 +225,7 @@ def _distill() -> ml_collections.ConfigDict:
   """Distilled pools: what each worker draws from (ensemble_jax/distill/pools.py)."""
   g = ml_collections.ConfigDict()
   # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch |
-  # distribution_matching (synthetic sets, not indices)
+  # distribution_matching | gradient_matching (synthetic sets, not indices)
   g.method = "none"
   g.fraction = 0.3  # pool size / training set (scores, craig, gradmatch)
   g.keep = "hardest"  # scores: hardest | easiest (Sorscher et al.: small fractions)
@@ -264,13 +264,18 @@ def _distill() -> ml_collections.ConfigDict:
   g.proxy = "standard"
   g.lipt_sparsity = 0.5  # lipt: fraction of kernel weights pruned at init
   g.cache_dir = ""  # "" -> <workdir>/pools; pools are keyed by config + data
-  # distribution_matching (Zhao & Bilen 2023): each worker's own synthetic set, distilled
-  # from its own class-stratified 1/N share of the training data from its own seed
-  g.images_per_class = 10
-  g.iterations = 2000  # distillation iterations (the paper's protocol: 20,000)
-  g.real_per_class = 64  # real images per class and iteration (the paper's: 256)
-  g.image_lr = 1.0  # SGD on the images, momentum 0.5
-  g.embed_width = 128  # the random embedding ConvNet's width
+  # distribution_matching (Zhao & Bilen 2023) | gradient_matching (with siamese augmentation,
+  # Zhao & Bilen 2021): each worker's own synthetic set, distilled from its own
+  # class-stratified 1/N share of the training data from its own seed
+  g.images_per_class = 10  # gradient_matching: 1, 10, 20, 30, 40 or 50 (its loops' table)
+  # distillation iterations (the papers' protocols: 20,000 distribution matching; 1,000
+  # gradient matching, each a fresh network, outer x inner loops by images_per_class)
+  g.iterations = 2000
+  g.real_per_class = 64  # real images per class and iteration (the papers': 256)
+  g.image_lr = 1.0  # distribution_matching: SGD on the images, momentum 0.5
+  g.embed_width = 128  # the random ConvNet's width (embedding, or the matched gradients)
+  g.gm_image_lr = 0.1  # gradient_matching: SGD on the images, momentum 0.5 (the paper's)
+  g.gm_net_lr = 0.01  # gradient_matching: SGD on the network in its inner loop
   # a distilled warm start: the first `synthetic_fraction` of a run's steps on the
   # synthetic set, then the worker's real share; 0: every step on the synthetic set
   g.synthetic_fraction = 0.0

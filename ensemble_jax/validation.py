@@ -249,6 +249,8 @@ DISTILL_CHECKS = {
     "real_per_class": (lambda v: v >= 1, "must be >= 1."),
     "image_lr": (lambda v: v > 0, "must be > 0."),
     "embed_width": (lambda v: v >= 1, "must be >= 1."),
+    "gm_image_lr": (lambda v: v > 0, "must be > 0."),
+    "gm_net_lr": (lambda v: v > 0, "must be > 0."),
     "synthetic_fraction": (lambda v: 0.0 <= v < 1.0,
                            "lies in [0, 1): 0 trains every step on the synthetic set."),
 }

@@ -244,7 +244,7 @@ def test_choice_lists_are_the_registries():
   assert samplers.SAMPLERS.names() == ("random", "disjoint")
   assert set(aggregate.MODES) == {"logits", "probs", "routed", "soup"}
   assert set(BUILDERS) == {"none", "el2n", "grand", "loss", "kmeans", "craig", "gradmatch",
-                           "distribution_matching"}
+                           "distribution_matching", "gradient_matching"}
   assert config_lib.aggregation_modes({"method": {"aggregation": "routed,,probs"}}) == (
       "routed", "probs")
 

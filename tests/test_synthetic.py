@@ -1,4 +1,6 @@
-"""Distribution matching: the objective falls, workers never talk, a kill resumes bit for bit."""
+"""The distillers (distribution matching, gradient matching): the objective falls, workers
+never talk, a kill resumes bit for bit."""
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,6 +18,9 @@ from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.integration
 TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=2, init="noise")
+# Gradient matching at the tiny shapes: an inner loop that runs, and an image rate for a
+# width-8 network (its gradients' cosines move the pixels ~16x less than at width 128).
+TINY_GM = dict(TINY, outer_loop=2, inner_loop=1, lr=1.0)
 
 
 def _data(num_workers: int, per_class: int = 12, seed: int = 0):
@@ -55,22 +60,55 @@ def test_siamese_augmentation_is_one_transform_for_every_batch():
   assert np.isfinite(np.asarray(grad)).all()
 
 
-def test_matching_objective_falls():
+# Each distiller, tiny, and how far its chunk-mean objective must fall over its iterations
+# (gradient matching's is noisier: a fresh network every iteration, and slower to run).
+DISTILLERS = {
+    "distribution_matching": (synthetic.DistributionMatching(iterations=60, **TINY), 20, 0.5),
+    "gradient_matching": (synthetic.GradientMatching(iterations=20, **TINY_GM), 10, 0.9)}
+
+
+@pytest.mark.parametrize("name", DISTILLERS)
+def test_matching_objective_falls(name):
+  cfg, chunk, factor = DISTILLERS[name]
   pool, counts = _data(1)
-  cfg = synthetic.DistributionMatching(iterations=60, **TINY)
   mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
-  out = synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=20)
+  out = synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=chunk)
   first, last = out["loss"][0][1], out["loss"][-1][1]
-  assert last < 0.5 * first, out["loss"]
+  assert last < factor * first, out["loss"]
   assert out["images"].shape == (1, 3, 2, 28, 28, 1)
   assert out["flops_per_iteration"] > 0
 
 
-def test_stacked_distillation_has_no_cross_worker_collective():
+@pytest.mark.unit
+def test_gradient_distance_is_one_minus_cosine_per_output_and_skips_biases():
+  g = {"kernel": jnp.array([[1.0, 0.0], [0.0, 2.0]]), "bias": jnp.array([5.0, -5.0])}
+  same = synthetic.gradient_distance(g, g)
+  np.testing.assert_allclose(same, 0.0, atol=1e-5)  # the bias (1-D) counts nothing
+  turned = {"kernel": jnp.array([[0.0, 0.0], [1.0, -2.0]]), "bias": -g["bias"]}
+  # output 0: orthogonal (1 - 0); output 1: opposite (1 - (-1))
+  np.testing.assert_allclose(synthetic.gradient_distance(g, turned), 3.0, atol=1e-5)
+
+
+def test_gradient_matching_flops_count_every_loop_step():
+  """XLA counts a loop's body once: the iteration's FLOPs grow with its loops."""
+  pool, counts = _data(1)
+  mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
+  flops = {loops: synthetic.make_distiller(
+      synthetic.GradientMatching(**dict(TINY_GM, outer_loop=loops[0], inner_loop=loops[1])),
+      mesh, 3, pool.shape[3:]).flops_per_iteration(pool[0], counts[0])
+      for loops in [(1, 1), (2, 1), (2, 3)]}
+  match = flops[(1, 1)]  # one matching step, no training
+  train = flops[(2, 1)] - 2 * match  # one inner epoch (one batch here)
+  assert 0 < train < match
+  assert flops[(2, 3)] == pytest.approx(2 * match + 3 * train)
+
+
+@pytest.mark.parametrize("name", DISTILLERS)
+def test_stacked_distillation_has_no_cross_worker_collective(name):
   pool, counts = _data(4)
-  cfg = synthetic.DistributionMatching(iterations=2, **TINY)
+  cfg = dataclasses.replace(DISTILLERS[name][0], iterations=2)
   mesh = jax.make_mesh((4,), ("worker",), devices=jax.devices()[:4])
-  d = synthetic.Distiller(cfg, mesh, 3, pool.shape[3:])
+  d = synthetic.make_distiller(cfg, mesh, 3, pool.shape[3:])
   put = lambda x: jax.device_put(x, d.per_worker)
   seeds = put(np.arange(4, dtype=np.int32))
   state = d.init(seeds, put(pool), put(counts))
@@ -126,6 +164,21 @@ def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
                            jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2]),
                            pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10)
   np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
+
+
+def test_gradient_matching_resumes_to_the_same_set(tmp_path):
+  """The resume is `distil`'s (killed for real above); gradient matching's iteration is a
+  pure function of (seed, iteration, set), so a stop and a rerun land on the same set."""
+  pool, counts = _data(2)
+  cfg = dataclasses.replace(DISTILLERS["gradient_matching"][0], iterations=3)
+  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+  run = lambda **kw: synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=1,
+                                      checkpoint_every=2, **kw)
+  stopped = run(checkpoint_dir=str(tmp_path), stop_at=2)
+  assert stopped["iterations"] == 2
+  resumed = run(checkpoint_dir=str(tmp_path))
+  assert [row[0] for row in resumed["loss"]] == [1, 2, 3]
+  np.testing.assert_array_equal(run()["images"], resumed["images"])
 
 
 def _dm_config(cache_dir, **distill):
@@ -201,3 +254,32 @@ def test_a_distilled_warm_start_reads_its_set_then_its_real_share(tmp_path):
   r = run.train_and_evaluate(config, str(tmp_path / "run"))  # the loop reads both stages
   assert r["distill"]["distillation"]["synthetic_fraction"] == 0.5
   assert np.isfinite(r["final"]["accuracy"])
+
+
+def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
+  from ensemble_jax import validation
+  from ensemble_jax.config_lib import ConfigError
+  from ensemble_jax.distill import pools
+
+  config = _dm_config(tmp_path / "pools", method="gradient_matching", images_per_class=1,
+                      iterations=2, gm_image_lr=1.0)
+  validation.validate(config)
+  data = _loaded(config)
+  pool = pools.create(config, data, 2, str(tmp_path / "run"))
+  d = pool.info["distillation"]
+  assert (d["method"], d["images_per_class"], d["iterations"]) == ("gradient_matching", 1, 2)
+  assert (d["image_lr"], d["net_lr"], d["outer_loop"], d["inner_loop"]) == (1.0, 0.01, 1, 1)
+  assert pool.info["build_flops"] == pytest.approx(2 * 2 * d["flops_per_iteration"])
+  assert len(pool.source) == 20 and pool.source.get(0)["image"].dtype == np.float32
+  # Its own fields enter its key; distribution matching's do not.
+  dm = _dm_config(tmp_path / "pools", images_per_class=1, iterations=2)
+  key = pools.cache_key(config, data, 2)
+  assert key != pools.cache_key(dm, data, 2)
+  assert key == pools.cache_key(_dm_config(tmp_path / "pools", method="gradient_matching",
+                                           images_per_class=1, iterations=2, gm_image_lr=1.0,
+                                           image_lr=0.5), data, 2)
+  assert key != pools.cache_key(_dm_config(tmp_path / "pools", method="gradient_matching",
+                                           images_per_class=1, iterations=2, gm_net_lr=0.1),
+                                data, 2)
+  with pytest.raises(ConfigError, match="images_per_class=2"):  # no loops in the table
+    validation.validate(_dm_config(tmp_path / "pools", method="gradient_matching"))

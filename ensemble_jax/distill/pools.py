@@ -24,7 +24,7 @@ from ensemble_jax import data as data_lib
 from ensemble_jax.data import images, pipeline, samplers
 from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
-from ensemble_jax.distill import synthetic  # noqa: F401  (registers distribution_matching)
+from ensemble_jax.distill import synthetic  # noqa: F401  (registers the distillers)
 from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
                                           register_builder)
 from ensemble_jax.methods import ensemble
