@@ -74,10 +74,9 @@ def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
   if n >= 2**32:
     raise ValueError(f"at most 2^32 - 1 points, got {n}")
   greedy = _Greedy(d2_ExK)
-  rows = np.arange(n, dtype=np.int64)
-  cand, key = greedy.nearest_open(rows)
+  cand, key = greedy.nearest_open(None)
   order = np.argsort(key)
-  seq = rows[order], cand[order], key[order]
+  seq = order, cand[order], key[order]  # rows in key order: the key's low bits
   while len(seq[0]):
     seq = greedy.round(*seq)
   return greedy.assign
@@ -99,13 +98,18 @@ class _Greedy:
 
   def nearest_open(self, rows):
     """The rows' nearest open clusters and their pair keys (distance bits, row): unique
-    per point, and ordered as the greedy's pairs."""
-    sub = np.take(self.d2_ExK, rows, axis=0)
+    per point, and ordered as the greedy's pairs. `rows` None: every row."""
+    if rows is None:
+      rows = np.arange(len(self.d2_ExK), dtype=np.int64)
+      sub = self.d2_ExK if self.open_k.all() else self.d2_ExK.copy()
+    else:
+      sub = np.take(self.d2_ExK, rows, axis=0)
     if not self.open_k.all():
       sub[:, ~self.open_k] = np.inf
-    c = np.argmin(sub, axis=1).astype(self.cdt)  # the first minimum: the lower cluster
-    key = (self.bits_ExK[rows, c].astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
-    return c, key
+    c = np.argmin(sub, axis=1)  # the first minimum: the lower cluster
+    bits = np.take(self.bits_ExK.reshape(-1), rows * self.k + c)
+    key = (bits.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
+    return c.astype(self.cdt), key
 
   def round(self, seq_rows, seq_c, seq_key):
     """Places the sorted sequence up to the closures it can take in order; returns the
@@ -119,46 +123,58 @@ class _Greedy:
       return seq_rows[:0], seq_c[:0], seq_key[:0]
     by_c = np.argsort(seq_c, kind="stable")  # sequence positions grouped by cluster
     starts = np.cumsum(sizes) - sizes
-    close_pos, last, extras_spent = self._close(seq_rows, seq_key, by_c, starts, sizes, need,
-                                                np.flatnonzero(closing), extras_mode)
-    pos = np.arange(len(seq_rows))
-    done = pos <= last
-    took = done & (pos <= close_pos[seq_c])
-    self.assign[seq_rows[took]] = seq_c[took]
-    self.count += np.bincount(seq_c[took], minlength=k)
+    close_pos, last, extras_spent, reuse = self._close(
+        seq_rows, seq_key, by_c, starts, sizes, need, np.flatnonzero(closing), extras_mode)
+    # Everything up to the last closure is placed but the points of clusters closed before
+    # them; after it, the points of closed clusters move on.
+    head = slice(0, last + 1)
+    head_c = seq_c[head]
+    took = np.arange(last + 1) <= close_pos[head_c]
+    self.assign[seq_rows[head][took]] = head_c[took]
+    self.count += np.bincount(head_c[took], minlength=k)
     if extras_spent:
       self.open_k &= self.count != self.floor
-    keep = ~done & self.open_k[seq_c]
-    moved = ~took & ~keep
-    if not moved.any():
-      return seq_rows[keep], seq_c[keep], seq_key[keep]
-    new_c, new_key = self.nearest_open(seq_rows[moved])
-    all_key = np.concatenate([seq_key[keep], new_key])
-    o = np.argsort(all_key, kind="stable")  # two sorted runs; keys are unique
-    return (np.concatenate([seq_rows[keep], seq_rows[moved]])[o],
-            np.concatenate([seq_c[keep], new_c])[o], all_key[o])
+    tail = slice(last + 1, None)
+    keep = self.open_k[seq_c[tail]]
+    rest_rows, rest_c, rest_key = seq_rows[tail][keep], seq_c[tail][keep], seq_key[tail][keep]
+    if reuse is not None:  # the one closed cluster's points after it, as `_close` moved them
+      new_c, new_key = reuse
+    else:
+      moved = np.concatenate([seq_rows[head][~took], seq_rows[tail][~keep]])
+      if not len(moved):
+        return rest_rows, rest_c, rest_key
+      new_c, new_key = self.nearest_open(moved)
+    o = np.argsort(new_key)
+    new_key, new_c = new_key[o], new_c[o]
+    new_rows = (new_key & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    at = np.searchsorted(rest_key, new_key)  # keys are unique: a merge of two sorted runs
+    return (np.insert(rest_rows, at, new_rows), np.insert(rest_c, at, new_c),
+            np.insert(rest_key, at, new_key))
 
   def _close(self, seq_rows, seq_key, by_c, starts, sizes, need, ev, extras_mode):
     """Closes the clusters that fill, in sequence order, while no moved point's new pair
     comes first: (each cluster's closing position, the last closure's, whether the ceil
-    clusters ran out)."""
+    clusters ran out, and when one cluster closed and no other did, its moved points' new
+    pairs (clusters, keys) or None)."""
     ev_pos = by_c[starts[ev] + need[ev] - 1]
     o = np.argsort(ev_pos)
     close_pos = np.full(self.k, len(seq_rows), np.int64)
-    first_moved, last, extras_spent = _NO_KEY, -1, False
+    first_moved, last, extras_spent, pairs, closed = _NO_KEY, -1, False, None, 0
     for c, p in zip(ev[o].tolist(), ev_pos[o].tolist()):
       if seq_key[p] >= first_moved:  # a moved point may come first: next round
         break
-      self.open_k[c], close_pos[c], last = False, p, p
+      self.open_k[c], close_pos[c], last, closed = False, p, p, closed + 1
       if extras_mode:
         self.num_extra += 1
         extras_spent = self.num_extra == self.extra
       if extras_spent:  # clusters at floor close too: next round
         break
       moved = by_c[starts[c] + need[c]:starts[c] + sizes[c]]
+      pairs = None
       if len(moved) and self.open_k.any():
-        first_moved = min(first_moved, self.nearest_open(seq_rows[moved])[1].min())
-    return close_pos, last, extras_spent
+        pairs = self.nearest_open(seq_rows[moved])
+        first_moved = min(first_moved, pairs[1].min())
+    return close_pos, last, extras_spent, pairs if closed == 1 and not extras_spent else None
 
 
 def _balanced_assign_pairwise(d2_ExK: np.ndarray) -> np.ndarray:
