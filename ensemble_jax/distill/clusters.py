@@ -95,6 +95,7 @@ class _Greedy:
     self.cdt = np.int16 if self.k < 2**15 else np.int32
     self.assign, self.count = np.full(n, -1, np.int32), np.zeros(self.k, np.int64)
     self.open_k, self.num_extra = np.ones(self.k, bool), 0
+    self.span = max(1, 4 * n // self.k)  # the sequence's head a round counts first
 
   def nearest_open(self, rows):
     """The rows' nearest open clusters and their pair keys (distance bits, row): unique
@@ -114,19 +115,27 @@ class _Greedy:
   def round(self, seq_rows, seq_c, seq_key):
     """Places the sorted sequence up to the closures it can take in order; returns the
     sequence of the points still unplaced (empty when all are placed)."""
-    k, extras_mode = self.k, self.num_extra < self.extra
-    sizes = np.bincount(seq_c, minlength=k)
+    k, extras_mode, n = self.k, self.num_extra < self.extra, len(seq_rows)
     need = (self.floor + 1 if extras_mode else self.floor) - self.count  # until it closes
-    closing = self.open_k & (sizes >= need)
+    # The next closures lie in a head of the sequence: counted there, doubling the head until
+    # one cluster fills (the rest's pairs come after all of the head's, moved or not).
+    w = min(n, 2 * self.span)
+    while True:
+      sizes = np.bincount(seq_c[:w], minlength=k)
+      closing = self.open_k & (sizes >= need)
+      if closing.any() or w == n:
+        break
+      w = min(n, 4 * w)
     if not closing.any():  # no cluster fills: every point takes its nearest open one
       self.assign[seq_rows] = seq_c
       return seq_rows[:0], seq_c[:0], seq_key[:0]
-    by_c = np.argsort(seq_c, kind="stable")  # sequence positions grouped by cluster
+    by_c = np.argsort(seq_c[:w], kind="stable")  # head positions grouped by cluster
     starts = np.cumsum(sizes) - sizes
     close_pos, last, extras_spent, reuse = self._close(
         seq_rows, seq_key, by_c, starts, sizes, need, np.flatnonzero(closing), extras_mode)
     # Everything up to the last closure is placed but the points of clusters closed before
     # them; after it, the points of closed clusters move on.
+    self.span = last + 1
     head = slice(0, last + 1)
     head_c = seq_c[head]
     took = np.arange(last + 1) <= close_pos[head_c]
@@ -139,6 +148,10 @@ class _Greedy:
     rest_rows, rest_c, rest_key = seq_rows[tail][keep], seq_c[tail][keep], seq_key[tail][keep]
     if reuse is not None:  # the one closed cluster's points after it, as `_close` moved them
       new_c, new_key = reuse
+      beyond = seq_rows[w:][~keep[w - last - 1:]]  # and those past the counted head
+      if len(beyond):
+        more_c, more_key = self.nearest_open(beyond)
+        new_c, new_key = np.concatenate([new_c, more_c]), np.concatenate([new_key, more_key])
     else:
       moved = np.concatenate([seq_rows[head][~took], seq_rows[tail][~keep]])
       if not len(moved):
