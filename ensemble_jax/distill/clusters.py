@@ -62,13 +62,13 @@ def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
   Computed exactly, without sorting the E * k pairs. A pair the greedy skips has its point
   placed or its cluster full, and both are final, so its next placement is the smallest of
   the unplaced points' nearest open pairs. Between two cluster closures these placements
-  are a sorted run of the points' nearest open clusters. A round sorts the unplaced points
-  by their nearest open pair, finds each open cluster's closing position (where it
-  reaches its capacity), and places everything up to the closures it can take in order:
-  those before the first new pair of a point whose cluster closed. Those points move on
-  to their nearest open cluster. At most k + 1 closures, so at most k + 1 rounds of
-  O(E k) numpy. Equal to `_balanced_assign_pairwise`, the pair-at-a-time greedy
-  (tests/test_balanced_assign.py).
+  are a sorted run of the points' nearest open clusters. A round keeps the unplaced points
+  sorted by their nearest open pair, finds the closing positions (where an open cluster
+  reaches its capacity) in a head of that sequence, and places everything up to the
+  closures it can take in order: those before the first new pair of a point whose cluster
+  closed. Those points move on to their nearest open cluster, merged back into the
+  sequence. At most k + 1 closures, so at most k + 1 rounds of O(E k) numpy. Equal to
+  `_balanced_assign_pairwise`, the pair-at-a-time greedy (tests/test_balanced_assign.py).
   """
   n, k = d2_ExK.shape
   if n >= 2**32:
