@@ -60,3 +60,16 @@ def test_device_lloyd_steps_keep_the_sizes_and_all_balanced_is_todays_schedule()
         a, clusters.kmeans(x, 7, seed=1, balanced=True, balanced_iters=b)[0])
   with pytest.raises(ValueError, match="balanced_iters"):
     clusters.kmeans(x, 7, balanced=True, balanced_iters=-1)
+
+
+def test_balanced_kmeans_is_the_pairwise_greedys_bit_for_bit(monkeypatch):
+  """Every Lloyd step's assignment through the rounds, as through the pair-at-a-time greedy:
+  the same clusters and centroids, bit for bit (a faster greedy must not change a pool)."""
+  rng = np.random.default_rng(7)
+  x = np.concatenate([rng.normal(size=(400, 6)) + 3 * rng.normal(size=6) for _ in range(6)])
+  x = x.astype(np.float32)
+  fast = clusters.kmeans(x, 16, seed=3, balanced=True)
+  monkeypatch.setattr(clusters, "_balanced_assign", clusters._balanced_assign_pairwise)
+  reference = clusters.kmeans(x, 16, seed=3, balanced=True)
+  np.testing.assert_array_equal(fast[0], reference[0])
+  np.testing.assert_array_equal(fast[1], reference[1])

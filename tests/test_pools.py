@@ -351,3 +351,15 @@ def test_snip_mask_is_data_driven_and_stays_fixed():
       assert bool(jnp.all(after[before == 0] == 0))  # the mask held through AdamW
       moved.append(bool(jnp.any(after[before != 0] != before[before != 0])))
   assert all(moved)  # the kept weights trained
+
+
+def test_the_pool_bench_loads_a_baseline_beside_this_codes_builders():
+  """experiments/bench/pools.py's "old" build: a revision's pools.py with its own builder
+  registry (its dataclasses and registrations once failed against this code's)."""
+  from ensemble_jax.distill import registry
+  from experiments.bench import pools as bench
+
+  kmeans = registry.BUILDERS["kmeans"]
+  build = bench.baseline_build("HEAD")
+  assert callable(build) and build is not pools.build
+  assert registry.BUILDERS["kmeans"] is kmeans

@@ -62,22 +62,21 @@ def _balanced_assign(d2_ExK: np.ndarray) -> np.ndarray:
   Computed exactly, without sorting the E * k pairs. A pair the greedy skips has its point
   placed or its cluster full, and both are final, so its next placement is the smallest of
   the unplaced points' nearest open pairs. Between two cluster closures these placements
-  are a sorted run of the points' nearest open clusters. A round sorts the unplaced points
-  by their nearest open pair, finds each open cluster's closing position (where it
-  reaches its capacity), and places everything up to the closures it can take in order:
-  those before the first new pair of a point whose cluster closed. Those points move on
-  to their nearest open cluster. At most k + 1 closures, so at most k + 1 rounds of
-  O(E k) numpy. Equal to `_balanced_assign_pairwise`, the pair-at-a-time greedy
-  (tests/test_balanced_assign.py).
+  are a sorted run of the points' nearest open clusters. A round keeps the unplaced points
+  sorted by their nearest open pair, finds the closing positions (where an open cluster
+  reaches its capacity) in a head of that sequence, and places everything up to the
+  closures it can take in order: those before the first new pair of a point whose cluster
+  closed. Those points move on to their nearest open cluster, merged back into the
+  sequence. At most k + 1 closures, so at most k + 1 rounds of O(E k) numpy. Equal to
+  `_balanced_assign_pairwise`, the pair-at-a-time greedy (tests/test_balanced_assign.py).
   """
   n, k = d2_ExK.shape
   if n >= 2**32:
     raise ValueError(f"at most 2^32 - 1 points, got {n}")
   greedy = _Greedy(d2_ExK)
-  rows = np.arange(n, dtype=np.int64)
-  cand, key = greedy.nearest_open(rows)
+  cand, key = greedy.nearest_open(None)
   order = np.argsort(key)
-  seq = rows[order], cand[order], key[order]
+  seq = cand[order], key[order]  # a key's low bits are its point
   while len(seq[0]):
     seq = greedy.round(*seq)
   return greedy.assign
@@ -90,75 +89,116 @@ class _Greedy:
   def __init__(self, d2_ExK: np.ndarray):
     n, self.k = d2_ExK.shape
     self.floor, self.extra = n // self.k, n % self.k
-    self.d2_ExK = np.ascontiguousarray(d2_ExK, np.float32) + np.float32(0.0)  # -0.0 -> +0.0
-    self.bits_ExK = self.d2_ExK.view(np.uint32)  # non-negative floats order as their bits
+    self.d2_ExK = np.ascontiguousarray(d2_ExK, np.float32)  # read, never written
+    # Non-negative floats order as their bits, -0.0 as +0.0 once its sign bit is cleared
+    # (`nearest_open` clears it: argmin already ties them).
+    self.bits_ExK = self.d2_ExK.view(np.uint32)
     # small ints: numpy's stable sort is a radix sort
     self.cdt = np.int16 if self.k < 2**15 else np.int32
     self.assign, self.count = np.full(n, -1, np.int32), np.zeros(self.k, np.int64)
     self.open_k, self.num_extra = np.ones(self.k, bool), 0
+    self.span = max(1, 4 * n // self.k)  # the sequence's head a round counts first
 
   def nearest_open(self, rows):
     """The rows' nearest open clusters and their pair keys (distance bits, row): unique
-    per point, and ordered as the greedy's pairs."""
-    sub = np.take(self.d2_ExK, rows, axis=0)
+    per point, and ordered as the greedy's pairs. `rows` None: every row."""
+    if rows is None:
+      rows = np.arange(len(self.d2_ExK), dtype=np.int64)
+      sub = self.d2_ExK if self.open_k.all() else self.d2_ExK.copy()
+    else:
+      sub = np.take(self.d2_ExK, rows, axis=0)
     if not self.open_k.all():
       sub[:, ~self.open_k] = np.inf
-    c = np.argmin(sub, axis=1).astype(self.cdt)  # the first minimum: the lower cluster
-    key = (self.bits_ExK[rows, c].astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
-    return c, key
+    c = np.argmin(sub, axis=1)  # the first minimum: the lower cluster
+    bits = np.take(self.bits_ExK.reshape(-1), rows * self.k + c) & np.uint32(0x7FFFFFFF)
+    key = (bits.astype(np.uint64) << np.uint64(32)) | rows.astype(np.uint64)
+    return c.astype(self.cdt), key
 
-  def round(self, seq_rows, seq_c, seq_key):
-    """Places the sorted sequence up to the closures it can take in order; returns the
-    sequence of the points still unplaced (empty when all are placed)."""
-    k, extras_mode = self.k, self.num_extra < self.extra
-    sizes = np.bincount(seq_c, minlength=k)
+  def round(self, seq_c, seq_key):
+    """Places the sorted sequence (its points' nearest open clusters and pair keys) up to
+    the closures it can take in order; returns the sequence of the points still unplaced
+    (empty when all are placed)."""
+    k, extras_mode, n = self.k, self.num_extra < self.extra, len(seq_key)
     need = (self.floor + 1 if extras_mode else self.floor) - self.count  # until it closes
-    closing = self.open_k & (sizes >= need)
+    # The next closures lie in a head of the sequence: counted there, the head quadrupled
+    # until a cluster fills (the rest's pairs come after all of the head's, moved or not).
+    w = min(n, 2 * self.span)
+    while True:
+      sizes = np.bincount(seq_c[:w], minlength=k)
+      closing = self.open_k & (sizes >= need)
+      if closing.any() or w == n:
+        break
+      w = min(n, 4 * w)
     if not closing.any():  # no cluster fills: every point takes its nearest open one
-      self.assign[seq_rows] = seq_c
-      return seq_rows[:0], seq_c[:0], seq_key[:0]
-    by_c = np.argsort(seq_c, kind="stable")  # sequence positions grouped by cluster
+      self.assign[_rows(seq_key)] = seq_c
+      return seq_c[:0], seq_key[:0]
+    by_c = np.argsort(seq_c[:w], kind="stable")  # head positions grouped by cluster
     starts = np.cumsum(sizes) - sizes
-    close_pos, last, extras_spent = self._close(seq_rows, seq_key, by_c, starts, sizes, need,
-                                                np.flatnonzero(closing), extras_mode)
-    pos = np.arange(len(seq_rows))
-    done = pos <= last
-    took = done & (pos <= close_pos[seq_c])
-    self.assign[seq_rows[took]] = seq_c[took]
-    self.count += np.bincount(seq_c[took], minlength=k)
+    close_pos, last, extras_spent, reuse = self._close(
+        seq_key, by_c, starts, sizes, need, np.flatnonzero(closing), extras_mode)
+    # Everything up to the last closure is placed but the points of clusters closed before
+    # them; after it, the points of closed clusters move on.
+    self.span = last + 1
+    head_c, head_key = seq_c[:last + 1], seq_key[:last + 1]
+    took = np.arange(last + 1) <= close_pos[head_c]
+    self.assign[_rows(head_key[took])] = head_c[took]
+    self.count += np.bincount(head_c[took], minlength=k)
     if extras_spent:
       self.open_k &= self.count != self.floor
-    keep = ~done & self.open_k[seq_c]
-    moved = ~took & ~keep
-    if not moved.any():
-      return seq_rows[keep], seq_c[keep], seq_key[keep]
-    new_c, new_key = self.nearest_open(seq_rows[moved])
-    all_key = np.concatenate([seq_key[keep], new_key])
-    o = np.argsort(all_key, kind="stable")  # two sorted runs; keys are unique
-    return (np.concatenate([seq_rows[keep], seq_rows[moved]])[o],
-            np.concatenate([seq_c[keep], new_c])[o], all_key[o])
+    tail_c, tail_key = seq_c[last + 1:], seq_key[last + 1:]
+    keep = self.open_k[tail_c]
+    rest_c, rest_key = tail_c[keep], tail_key[keep]
+    if reuse is not None:  # the one closed cluster's points after it, as `_close` moved them
+      new_c, new_key = reuse
+      beyond = tail_key[w - last - 1:][~keep[w - last - 1:]]  # and those past the head
+      if len(beyond):
+        more_c, more_key = self.nearest_open(_rows(beyond))
+        new_c, new_key = np.concatenate([new_c, more_c]), np.concatenate([new_key, more_key])
+    else:
+      moved = np.concatenate([head_key[~took], tail_key[~keep]])
+      if not len(moved):
+        return rest_c, rest_key
+      new_c, new_key = self.nearest_open(_rows(moved))
+    o = np.argsort(new_key)
+    new_c, new_key = new_c[o], new_key[o]
+    # A merge of two sorted runs (keys are unique): the new pairs' places, the rest around.
+    at = np.searchsorted(rest_key, new_key) + np.arange(len(new_key))
+    others = np.ones(len(rest_key) + len(new_key), bool)
+    others[at] = False
+    out_c, out_key = np.empty(len(others), seq_c.dtype), np.empty(len(others), np.uint64)
+    out_c[at], out_key[at] = new_c, new_key
+    out_c[others], out_key[others] = rest_c, rest_key
+    return out_c, out_key
 
-  def _close(self, seq_rows, seq_key, by_c, starts, sizes, need, ev, extras_mode):
+  def _close(self, seq_key, by_c, starts, sizes, need, ev, extras_mode):
     """Closes the clusters that fill, in sequence order, while no moved point's new pair
     comes first: (each cluster's closing position, the last closure's, whether the ceil
-    clusters ran out)."""
+    clusters ran out, and when one cluster closed and no other did, the new pairs (clusters,
+    keys) of its points in the head after it, else None)."""
     ev_pos = by_c[starts[ev] + need[ev] - 1]
     o = np.argsort(ev_pos)
-    close_pos = np.full(self.k, len(seq_rows), np.int64)
-    first_moved, last, extras_spent = _NO_KEY, -1, False
+    close_pos = np.full(self.k, len(seq_key), np.int64)
+    first_moved, last, extras_spent, pairs, closed = _NO_KEY, -1, False, None, 0
     for c, p in zip(ev[o].tolist(), ev_pos[o].tolist()):
       if seq_key[p] >= first_moved:  # a moved point may come first: next round
         break
-      self.open_k[c], close_pos[c], last = False, p, p
+      self.open_k[c], close_pos[c], last, closed = False, p, p, closed + 1
       if extras_mode:
         self.num_extra += 1
         extras_spent = self.num_extra == self.extra
       if extras_spent:  # clusters at floor close too: next round
         break
       moved = by_c[starts[c] + need[c]:starts[c] + sizes[c]]
+      pairs = None
       if len(moved) and self.open_k.any():
-        first_moved = min(first_moved, self.nearest_open(seq_rows[moved])[1].min())
-    return close_pos, last, extras_spent
+        pairs = self.nearest_open(_rows(seq_key[moved]))
+        first_moved = min(first_moved, pairs[1].min())
+    return close_pos, last, extras_spent, pairs if closed == 1 and not extras_spent else None
+
+
+def _rows(keys: np.ndarray) -> np.ndarray:
+  """The points of pair keys (their low 32 bits)."""
+  return (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def _balanced_assign_pairwise(d2_ExK: np.ndarray) -> np.ndarray:

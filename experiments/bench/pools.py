@@ -32,6 +32,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -74,21 +75,40 @@ def case_config(case: str, **overrides):
   return config
 
 
-def _module_at(rev: str, path: str, **globals_):
-  """The module at `path` as of git revision `rev`, its named globals replaced."""
+def _module_at(rev: str, path: str, imports: dict | None = None, **globals_):
+  """The module at `path` as of git revision `rev`, its named globals replaced. `imports`:
+  modules its import statements read instead of this code's (by dotted name). It is in
+  sys.modules under its own name, as dataclasses need."""
   source = subprocess.check_output(["git", "show", f"{rev}:{path}"], text=True)
   module = types.ModuleType(f"{path}@{rev}")
   module.__file__ = f"{rev}:{path}"
-  exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102
+  sys.modules[module.__name__] = module
+  saved = {name: sys.modules.get(name) for name in imports or {}}
+  try:
+    sys.modules.update(imports or {})
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102
+  finally:
+    for name, old in saved.items():
+      if old is None:
+        sys.modules.pop(name, None)
+      else:
+        sys.modules[name] = old
   for name, value in globals_.items():
     setattr(module, name, value)
   return module
 
 
 def baseline_build(rev: str):
-  """`pools.build` as of `rev`, with that revision's `clusters`."""
+  """`pools.build` as of `rev`, with that revision's `clusters` and, where it has one, its
+  builder registry (its builders registered there, not beside this code's)."""
   old_clusters = _module_at(rev, "ensemble_jax/distill/clusters.py")
-  return _module_at(rev, "ensemble_jax/distill/pools.py", clusters=old_clusters).build
+  imports = {}
+  registry = "ensemble_jax/distill/registry.py"
+  if subprocess.run(["git", "cat-file", "-e", f"{rev}:{registry}"],
+                    capture_output=True).returncode == 0:
+    imports["ensemble_jax.distill.registry"] = _module_at(rev, registry)
+  return _module_at(rev, "ensemble_jax/distill/pools.py", imports,
+                    clusters=old_clusters).build
 
 
 def timed_build(build, config, data, n: int):
