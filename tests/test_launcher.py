@@ -108,7 +108,11 @@ def main(argv):
 def test_a_usr2_stop_is_handed_to_submitits_requeue_and_other_stops_are_not(monkeypatch):
   """The watch stops the run on USR2 (checkpointed at the end of the step), then the
   handler submitit installed is called (it requeues with `checkpoint()` and exits); a
-  SIGTERM stop propagates as a local one does."""
+  SIGTERM stop propagates as a local one does. In a process that imported
+  ensemble_jax.main (its required --config and --workdir on absl's global flags), as the
+  test suite's workers do: parsing the job's argv there failed the job."""
+  import ensemble_jax.main  # noqa: F401
+
   calls = []
 
   def submitits(signum, frame):

@@ -160,8 +160,8 @@ class SweepJob:
 
   def _main(self):
     logs.quiet()  # the job's log as a local sweep's: absl's flags at their defaults, INFO
-    if not flags.FLAGS.is_parsed():
-      flags.FLAGS([self.module])
+    if not flags.FLAGS.is_parsed():  # absl's flags at their defaults; required ones that a
+      flags.FLAGS.mark_as_parsed()  # module imported here declares are not the job's
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)
     code = importlib.import_module(self.module).main([self.module, *self.argv])
