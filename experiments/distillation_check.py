@@ -254,6 +254,23 @@ def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def time_table(cases: list[dict]) -> str:
+  """Markdown: the measured time of a distillation iteration on this host, per case of
+  experiments/bench/distill.py (workers stacked on one device, unrolled on CPU), and what
+  one set's distillation (N sets' stacked) takes at the grid's iterations."""
+  lines = ["| distiller | workers stacked | real per class | s per iteration | s per worker "
+           "| load average | the grid's 500 iterations (min) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+  for c in cases:
+    if c.get("s_per_iteration") is None or c["s_per_iteration"] != c["s_per_iteration"]:
+      continue  # FLOPs only
+    lines.append(f"| {c.get('distiller', 'distribution_matching')} | {c['workers']} | "
+                 f"{c['real_per_class']} | {c['s_per_iteration']:.2f} | "
+                 f"{c['s_per_iteration_per_worker']:.2f} | {c['load_average']:.1f} | "
+                 f"{500 * c['s_per_iteration'] / 60:.0f} |")
+  return "\n".join(lines) + "\n"
+
+
 def committed_cost_table(root: str = ".") -> str:
   """`cost_table` of the committed benchmark, the committed study's strongest baseline and
   the two protocols: the papers' and the Fashion-MNIST grid's distilled curves'."""

@@ -295,12 +295,18 @@ def _distillation_tables() -> list[Table]:
   [accuracy] = _tables(distillation_check.table(record))
   [curve] = _tables(distillation_check.curve_table(record))
   [cost] = _tables(distillation_check.committed_cost_table(REPO))
+  with open(os.path.join(REPO, distillation_check.BENCH)) as f:
+    [timed] = _tables(distillation_check.time_table(json.load(f)))
   return [Table("distillation", DISTILLATION, 0, command, accuracy),
           Table("distillation curve", DISTILLATION, 1, command, curve),
           Table("distillation cost", ("docs/results/distillation.md",
                                       "## What a synthetic set costs, charged"), 0,
                 "python -m experiments.bench.distill --workers=1 "
-                f"--out={distillation_check.BENCH}", cost)]
+                f"--out={distillation_check.BENCH}", cost),
+          Table("distillation time", ("docs/results/distillation.md",
+                                      "## What a synthetic set costs, charged"), 1,
+                "python -m experiments.bench.distill --workers=1,8 --real_per_class=64",
+                timed)]
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.
