@@ -212,6 +212,7 @@ class Distiller:
                image_shape: tuple[int, int, int], local_strategy: str = "auto"):
     self.cfg, self.mesh = cfg, mesh
     self.net = ConvNet(num_classes, in_channels=image_shape[-1], width=cfg.width,
+                       canonical_conv_grads=jax.default_backend() == "cpu",
                        depth=cfg.depth)
     self.tx = optax.sgd(cfg.lr, momentum=cfg.momentum)
     self.strategy = resolve_local_strategy(local_strategy, jax.default_backend())
@@ -461,7 +462,8 @@ def _trainer(n: int, num_classes: int, in_channels: int, ev: Evaluation, dsa: au
              vmap_models: bool):
   """A compiled (images [n, ...], labels [n], keys [M]) -> params [M, ...]: M ConvNets
   trained by the protocol, each with its own init, order and augmentation."""
-  net = ConvNet(num_classes, in_channels=in_channels, width=ev.width, depth=ev.depth)
+  net = ConvNet(num_classes, in_channels=in_channels, width=ev.width, depth=ev.depth,
+                canonical_conv_grads=jax.default_backend() == "cpu")
   b = min(ev.batch_size, n)
   steps_per_epoch = -(-n // b)
   # The papers' `for ep in range(Epoch + 1)`, the rate x0.1 after epoch Epoch // 2 + 1.
@@ -506,9 +508,13 @@ def _trainer(n: int, num_classes: int, in_channels: int, ev: Evaluation, dsa: au
 
 
 def evaluate(images_SxHxWxI, labels_S, test_images_u8, test_labels, key, ev: Evaluation,
-             dsa: augment.DSA, cfg_norm: Distillation, vmap_models: bool = True) -> dict:
+             dsa: augment.DSA, cfg_norm: Distillation, vmap_models: bool | None = None) -> dict:
   """Test accuracies of `ev.models` ConvNets trained on (images, labels) alone: images are
-  normalised floats (a synthetic set) or uint8 (real images, normalised here)."""
+  normalised floats (a synthetic set) or uint8 (real images, normalised here). The models
+  train vmapped on accelerators and one after another on CPU (vmapped convolutions of
+  different weights become slow grouped ones there), unless `vmap_models` says."""
+  if vmap_models is None:
+    vmap_models = jax.default_backend() != "cpu"
   images = jnp.asarray(images_SxHxWxI)
   if images.dtype == jnp.uint8:
     images = normalize(images, cfg_norm)

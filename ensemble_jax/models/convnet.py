@@ -11,6 +11,9 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
+
+from ensemble_jax.models.conv import canonical_conv
 
 
 def _torch_uniform(fan_in: int):
@@ -25,11 +28,16 @@ class ConvNet(nn.Module):
   in_channels: int = 1
   width: int = 128
   depth: int = 3
+  # Convolutions whose gradients are canonical (models/conv.py; bit-identical): XLA:CPU
+  # runs the others slowly inside a loop body, as distillation and evaluation are.
+  canonical_conv_grads: bool = False
 
   def setup(self):
     fan_ins = [9 * (self.in_channels if d == 0 else self.width) for d in range(self.depth)]
+    conv = canonical_conv if self.canonical_conv_grads else lax.conv_general_dilated
     self.convs = [nn.Conv(self.width, (3, 3), padding=1, kernel_init=_torch_uniform(f),
-                          bias_init=_torch_uniform(f)) for f in fan_ins]
+                          bias_init=_torch_uniform(f), conv_general_dilated=conv)
+                  for f in fan_ins]
     # Instance norm: statistics per image and channel, a learned scale and bias
     # (PyTorch's GroupNorm(width, width), eps 1e-5).
     self.norms = [nn.GroupNorm(num_groups=None, group_size=1, epsilon=1e-5)
