@@ -67,6 +67,8 @@ flags.DEFINE_list("table", [], "print the tables of these results files (merged,
 # The committed check: an H200's two calls (the second finished the 50-per-class set).
 COMMITTED = ["experiments/results/distillation/h200/run1.json",
              "experiments/results/distillation/h200/run2.json"]
+# The grid's reduced protocol on this 2-core host (fewer evaluation models and epochs).
+REDUCED = "experiments/results/distillation/cpu_reduced/results.json"
 
 
 def _device() -> str:

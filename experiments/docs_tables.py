@@ -303,10 +303,21 @@ def _distillation_tables() -> list[Table]:
                                       "## What a synthetic set costs, charged"), 0,
                 "python -m experiments.bench.distill --workers=1 "
                 f"--out={distillation_check.BENCH}", cost),
+          *_reduced_tables(),
           Table("distillation time", ("docs/results/distillation.md",
                                       "## What a synthetic set costs, charged"), 1,
                 "python -m experiments.bench.distill --workers=1,8 --real_per_class=64",
                 timed)]
+
+
+def _reduced_tables() -> list[Table]:
+  anchor = ("docs/results/distillation.md", "### The grid's reduced protocol on this host")
+  record = distillation_check.load([os.path.join(REPO, distillation_check.REDUCED)])
+  command = f"python -m experiments.distillation_check --table={distillation_check.REDUCED}"
+  [accuracy] = _tables(distillation_check.table(record))
+  [curve] = _tables(distillation_check.curve_table(record))
+  return [Table("distillation reduced", anchor, 0, command, accuracy),
+          Table("distillation reduced curve", anchor, 1, command, curve)]
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.
