@@ -311,7 +311,7 @@ def _distillation_tables() -> list[Table]:
 
 
 def _reduced_tables() -> list[Table]:
-  anchor = ("docs/results/distillation.md", "### The grid's reduced protocol on this host")
+  anchor = ("docs/results/distillation.md", "### The grid's reduced protocol on a 2-core CPU")
   record = distillation_check.load([os.path.join(REPO, distillation_check.REDUCED)])
   command = f"python -m experiments.distillation_check --table={distillation_check.REDUCED}"
   [accuracy] = _tables(distillation_check.table(record))
