@@ -21,6 +21,7 @@ every random draw is a function of (worker seed, iteration).
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import functools
 import math
@@ -33,6 +34,7 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from ensemble_jax.data import images as images_lib
 from ensemble_jax.distill import augment, registry
 from ensemble_jax.sharding import map_local_workers, resolve_local_strategy
 from ensemble_jax.models.convnet import ConvNet
@@ -95,8 +97,7 @@ class GradientMatching(Distillation):
 
 
 def normalize(images_u8, cfg: Distillation):
-  x = images_u8.astype(jnp.float32) / 255.0
-  return (x - jnp.asarray(cfg.mean)) / jnp.asarray(cfg.std)
+  return images_lib.normalize(images_u8, cfg.mean, cfg.std)
 
 
 def class_pool(images_ExHxWxI: np.ndarray, labels_E: np.ndarray, num_classes: int,
@@ -170,6 +171,19 @@ def gradient_distance(grads_real, grads_syn):
   return total
 
 
+def _epoch_order(epoch_key, n: int, b: int):
+  """An epoch's shuffled order of n examples, padded with -1 to whole batches of b."""
+  return jnp.concatenate([jax.random.permutation(epoch_key, n),
+                          -jnp.ones(b * -(-n // b) - n, jnp.int32)])
+
+
+def _batch(order, j, b: int):
+  """Batch j of an `_epoch_order`: indices [b] and weights [b], 0 on the padding of the
+  last, short batch (the loss's mean is over its real rows, as PyTorch's DataLoader's)."""
+  idx = jax.lax.dynamic_slice(order, (j * b,), (b,))
+  return jnp.maximum(idx, 0), (idx >= 0).astype(jnp.float32)
+
+
 def _cross_entropy(net, params, x_BxHxWxI, labels_B, weights_B=None):
   ce_B = optax.softmax_cross_entropy_with_integer_labels(net.apply(params, x_BxHxWxI), labels_B)
   if weights_B is None:
@@ -201,7 +215,7 @@ def gradient_matching_loss(syn_CxSxHxWxI, real_CxRxHxWxI, params, key, cfg: Grad
                       jax.random.split(key, c))).sum()
 
 
-class Distiller:
+class Distiller(abc.ABC):
   """N workers' distillations, stacked over the mesh's `worker` axis.
 
   A distiller is one `iteration_one` (a worker's iteration, a pure function of the
@@ -212,7 +226,6 @@ class Distiller:
                image_shape: tuple[int, int, int], local_strategy: str = "auto"):
     self.cfg, self.mesh = cfg, mesh
     self.net = ConvNet(num_classes, in_channels=image_shape[-1], width=cfg.width,
-                       canonical_conv_grads=jax.default_backend() == "cpu",
                        depth=cfg.depth)
     self.tx = optax.sgd(cfg.lr, momentum=cfg.momentum)
     self.strategy = resolve_local_strategy(local_strategy, jax.default_backend())
@@ -230,13 +243,13 @@ class Distiller:
       syn = jax.random.normal(key, shape)
     return {"images": syn, "opt": self.tx.init(syn)}
 
+  @abc.abstractmethod
   def iteration_one(self, it, seed, state, pool_CxMxHxWxI, counts_C):
     """(state, loss): one worker's iteration `it`."""
-    raise NotImplementedError
 
+  @abc.abstractmethod
   def flops_per_iteration(self, pool_CxMxHxWxI, counts_C) -> float:
     """One worker's iteration, as XLA counts it (compiled alone, unsharded)."""
-    raise NotImplementedError
 
   def _step_images(self, state, grads):
     updates, opt = self.tx.update(grads, state["opt"], state["images"])
@@ -347,10 +360,7 @@ class GradientMatchingDistiller(Distiller):
     x_all = images_CxSxHxWxI.reshape((n,) + images_CxSxHxWxI.shape[2:])
     labels = jnp.repeat(jnp.arange(c), s)
     epoch_key = jax.random.fold_in(key, t // batches)
-    order = jnp.concatenate([jax.random.permutation(epoch_key, n),
-                             -jnp.ones(b * batches - n, jnp.int32)])
-    idx = jax.lax.dynamic_slice(order, ((t % batches) * b,), (b,))
-    w, idx = (idx >= 0).astype(jnp.float32), jnp.maximum(idx, 0)
+    idx, w = _batch(_epoch_order(epoch_key, n, b), t % batches, b)
     x = augment.per_example(jax.random.fold_in(epoch_key, t % batches + 1), cfg.dsa,
                             x_all[idx])
     grads = jax.grad(functools.partial(_cross_entropy, self.net))(params, x, labels[idx], w)
@@ -462,8 +472,7 @@ def _trainer(n: int, num_classes: int, in_channels: int, ev: Evaluation, dsa: au
              vmap_models: bool):
   """A compiled (images [n, ...], labels [n], keys [M]) -> params [M, ...]: M ConvNets
   trained by the protocol, each with its own init, order and augmentation."""
-  net = ConvNet(num_classes, in_channels=in_channels, width=ev.width, depth=ev.depth,
-                canonical_conv_grads=jax.default_backend() == "cpu")
+  net = ConvNet(num_classes, in_channels=in_channels, width=ev.width, depth=ev.depth)
   b = min(ev.batch_size, n)
   steps_per_epoch = -(-n // b)
   # The papers' `for ep in range(Epoch + 1)`, the rate x0.1 after epoch Epoch // 2 + 1.
@@ -472,9 +481,7 @@ def _trainer(n: int, num_classes: int, in_channels: int, ev: Evaluation, dsa: au
                    optax.sgd(optax.piecewise_constant_schedule(ev.lr, {boundary: 0.1}),
                              momentum=ev.momentum))
 
-  def loss_fn(params, x, y, w):
-    ce = optax.softmax_cross_entropy_with_integer_labels(net.apply(params, x), y)
-    return jnp.sum(w * ce) / jnp.sum(w)
+  loss_fn = functools.partial(_cross_entropy, net)
 
   def train_one(images, labels, k):
     init_key, k = jax.random.split(k)
@@ -482,13 +489,11 @@ def _trainer(n: int, num_classes: int, in_channels: int, ev: Evaluation, dsa: au
 
     def epoch(carry, e):
       ek = jax.random.fold_in(k, e)
-      order = jax.random.permutation(ek, n)
-      order = jnp.concatenate([order, -jnp.ones(steps_per_epoch * b - n, order.dtype)])
+      order = _epoch_order(ek, n, b)
 
       def step(carry, s):
         params, opt = carry
-        idx = jax.lax.dynamic_slice(order, (s * b,), (b,))
-        w, idx = (idx >= 0).astype(jnp.float32), jnp.maximum(idx, 0)
+        idx, w = _batch(order, s, b)
         x = images[idx]
         if ev.augment:
           x = augment.per_example(jax.random.fold_in(ek, s + 1), dsa, x)

@@ -29,12 +29,16 @@ class ConvNet(nn.Module):
   width: int = 128
   depth: int = 3
   # Convolutions whose gradients are canonical (models/conv.py; bit-identical): XLA:CPU
-  # runs the others slowly inside a loop body, as distillation and evaluation are.
-  canonical_conv_grads: bool = False
+  # runs the others slowly inside a loop body, as distillation and evaluation are. None:
+  # on the CPU backend only.
+  canonical_conv_grads: bool | None = None
 
   def setup(self):
     fan_ins = [9 * (self.in_channels if d == 0 else self.width) for d in range(self.depth)]
-    conv = canonical_conv if self.canonical_conv_grads else lax.conv_general_dilated
+    canonical = self.canonical_conv_grads
+    if canonical is None:
+      canonical = jax.default_backend() == "cpu"
+    conv = canonical_conv if canonical else lax.conv_general_dilated
     self.convs = [nn.Conv(self.width, (3, 3), padding=1, kernel_init=_torch_uniform(f),
                           bias_init=_torch_uniform(f), conv_general_dilated=conv)
                   for f in fan_ins]
