@@ -29,9 +29,7 @@ def _data(num_workers: int, per_class: int = 12, seed: int = 0):
   labels = np.repeat(np.arange(3), per_class * num_workers)
   images = rng.integers(0, 128, (len(labels), 28, 28, 1)) + 40 * labels[:, None, None, None]
   images = images.astype(np.uint8)
-  shares = synthetic.stratified_shares(labels, num_workers, 3, seed)
-  pools = [synthetic.class_pool(images[s], labels[s], 3) for s in shares]
-  return np.stack([p for p, _ in pools]), np.stack([c for _, c in pools])
+  return synthetic.worker_pools(images, labels, num_workers, 3, seed)[:2]
 
 
 @pytest.mark.unit

@@ -127,6 +127,16 @@ def stratified_shares(labels_E: np.ndarray, num_workers: int, num_classes: int,
   return [np.sort(np.concatenate(s)) for s in shares]
 
 
+def worker_pools(images_ExHxWxI: np.ndarray, labels_E: np.ndarray, num_workers: int,
+                 num_classes: int, seed: int):
+  """Each worker's class-stratified share grouped by class, padded to one size: (uint8
+  [N, C, M, H, W, I], counts [N, C], the shares' example indices)."""
+  shares = stratified_shares(labels_E, num_workers, num_classes, seed)
+  size = max(int(np.bincount(labels_E[s], minlength=num_classes).max()) for s in shares)
+  grouped = [class_pool(images_ExHxWxI[s], labels_E[s], num_classes, size) for s in shares]
+  return np.stack([p for p, _ in grouped]), np.stack([c for _, c in grouped]), shares
+
+
 def _pick(key, counts, size: int, k: int):
   """k distinct indices below `counts` (of `size` slots), uniformly: the papers'
   `permutation(class)[:k]`."""
@@ -598,11 +608,7 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
                       "images into memory: use a source with arrays (Fashion-MNIST idx, "
                       "image folders), not TFDS records.")
   labels = np.asarray(train["label"])
-  shares = stratified_shares(labels, n, data.num_classes, config.seed)
-  size = max(int(np.bincount(labels[s], minlength=data.num_classes).max()) for s in shares)
-  grouped = [class_pool(train["image"][s], labels[s], data.num_classes, size) for s in shares]
-  pool = np.stack([p for p, _ in grouped])
-  counts = np.stack([c for _, c in grouped])
+  pool, counts, shares = worker_pools(train["image"], labels, n, data.num_classes, config.seed)
   cfg = _CONFIGS[d.method](config)
   devices = math.gcd(n, jax.device_count())
   mesh = jax.make_mesh((devices,), ("worker",), devices=jax.devices()[:devices])

@@ -41,10 +41,7 @@ def measure(distiller: str, workers: int, ipc: int, real_per_class: int,
   from ensemble_jax.distill import synthetic
 
   train, _ = images_lib.load_fashion_mnist_idx()
-  shares = synthetic.stratified_shares(train.labels, workers, 10, seed=0)
-  size = max(int(np.bincount(train.labels[s]).max()) for s in shares)
-  pools = [synthetic.class_pool(train.images[s], train.labels[s], 10, size) for s in shares]
-  pool, counts = np.stack([p for p, _ in pools]), np.stack([c for _, c in pools])
+  pool, counts, _ = synthetic.worker_pools(train.images, train.labels, workers, 10, seed=0)
   kind = {"distribution_matching": synthetic.DistributionMatching,
           "gradient_matching": synthetic.GradientMatching}[distiller]
   cfg = kind(images_per_class=ipc, iterations=1 + iterations, real_per_class=real_per_class)
