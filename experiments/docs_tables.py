@@ -288,36 +288,33 @@ def _throughput_tables() -> list[Table]:
   return tables
 
 
-def _distillation_tables() -> list[Table]:
-  record = distillation_check.load([os.path.join(REPO, p) for p in distillation_check.COMMITTED])
-  command = "python -m experiments.distillation_check --table=" + ",".join(
-      distillation_check.COMMITTED)
+def _distillation_check_tables(name: str, paths: list[str], anchor) -> list[Table]:
+  """A literature check's two tables (accuracy beside the published, and the curve) from
+  its results files, merged in order."""
+  record = distillation_check.load([os.path.join(REPO, p) for p in paths])
+  command = "python -m experiments.distillation_check --table=" + ",".join(paths)
   [accuracy] = _tables(distillation_check.table(record))
   [curve] = _tables(distillation_check.curve_table(record))
+  return [Table(name, anchor, 0, command, accuracy),
+          Table(f"{name} curve", anchor, 1, command, curve)]
+
+
+def _distillation_tables() -> list[Table]:
+  costs_anchor = ("docs/results/distillation.md", "## What a synthetic set costs, charged")
   [cost] = _tables(distillation_check.committed_cost_table(REPO))
   with open(os.path.join(REPO, distillation_check.BENCH)) as f:
     [timed] = _tables(distillation_check.time_table(json.load(f)))
-  return [Table("distillation", DISTILLATION, 0, command, accuracy),
-          Table("distillation curve", DISTILLATION, 1, command, curve),
-          Table("distillation cost", ("docs/results/distillation.md",
-                                      "## What a synthetic set costs, charged"), 0,
-                "python -m experiments.bench.distill --workers=1 "
-                f"--out={distillation_check.BENCH}", cost),
-          *_reduced_tables(),
-          Table("distillation time", ("docs/results/distillation.md",
-                                      "## What a synthetic set costs, charged"), 1,
-                "python -m experiments.bench.distill --workers=1,8 --real_per_class=64",
-                timed)]
-
-
-def _reduced_tables() -> list[Table]:
-  anchor = ("docs/results/distillation.md", "### The grid's reduced protocol on a 2-core CPU")
-  record = distillation_check.load([os.path.join(REPO, distillation_check.REDUCED)])
-  command = f"python -m experiments.distillation_check --table={distillation_check.REDUCED}"
-  [accuracy] = _tables(distillation_check.table(record))
-  [curve] = _tables(distillation_check.curve_table(record))
-  return [Table("distillation reduced", anchor, 0, command, accuracy),
-          Table("distillation reduced curve", anchor, 1, command, curve)]
+  return [*_distillation_check_tables("distillation", distillation_check.COMMITTED,
+                                      DISTILLATION),
+          *_distillation_check_tables(
+              "distillation reduced", [distillation_check.REDUCED],
+              ("docs/results/distillation.md",
+               "### The grid's reduced protocol on a 2-core CPU")),
+          Table("distillation cost", costs_anchor, 0,
+                f"python -m experiments.bench.distill --workers=1 --out={distillation_check.BENCH}",
+                cost),
+          Table("distillation time", costs_anchor, 1,
+                "python -m experiments.bench.distill --workers=1,8 --real_per_class=64", timed)]
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.
