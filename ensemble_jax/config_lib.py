@@ -288,8 +288,13 @@ def _cost() -> ml_collections.ConfigDict:
   g.devices = 0  # D; 0: one device per data-parallel replica / per worker
   g.overlap = 0.0  # fraction of each modelled collective hidden behind compute
   # > 0: one device's step time measured apart (the sweep's calibration run of one model at
-  # the per-device batch); 0: the run's own host step / D
+  # the per-device batch; a grid may give one: then the sweep does not calibrate that
+  # point); 0: the run's own host step / D
   g.device_step_time_s = 0.0
+  # A sweep point "curve/point" of the same grid whose seed runs' device step this point
+  # takes, once they have run (else it is calibrated): a curve added to a committed study
+  # is priced at that study's calibration of the same step.
+  g.price_like = ""
   # The sweeps' calibration run on CPU hosts (experiments/sweeps/cost_vs_time.py): its
   # steps, the first third untimed, the median of the rest its device step.
   g.calibration_steps = 60

@@ -174,6 +174,49 @@ def test_methods_with_the_same_per_device_program_share_one_calibration(tmp_path
   assert len(keys) == 2
 
 
+@pytest.mark.unit
+def test_a_point_priced_like_another_takes_its_seed_runs_step(tmp_path, monkeypatch):
+  """A curve added to a committed study (`cost.price_like`) is priced at the step its
+  namesake's seed runs were priced at, not at a new calibration of a program whose
+  fingerprint moved since; before they have run it is calibrated; seed runs priced
+  apart are refused."""
+  from experiments.configs import fashion_mnist
+
+  calibrated = []
+  monkeypatch.setattr(cost_vs_time, "calibrate", lambda c, d: calibrated.append(d) or 0.05)
+  config = fashion_mnist.get_config("ensemble,sweep")
+  config.cost.price_like = "ensemble/N8_L235"
+  assert cost_vs_time.device_step_time(config, "cal", str(tmp_path)) == 0.05
+  assert calibrated == ["cal"]
+
+  def seed_run(seed, step):
+    path = tmp_path / "ensemble" / "N8_L235" / f"seed{seed}" / run.RESULTS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"cost": {"modelled": {"device_step_time_s": step}}}))
+
+  seed_run(1, 0.166)
+  seed_run(2, 0.166)
+  assert cost_vs_time.device_step_time(config, "cal", str(tmp_path)) == 0.166
+  assert calibrated == ["cal"]
+  seed_run(3, 0.09)
+  with pytest.raises(SystemExit, match="recost them at one calibration"):
+    cost_vs_time.device_step_time(config, "cal", str(tmp_path))
+  config.cost.device_step_time_s = 0.2  # given outright
+  assert cost_vs_time.device_step_time(config, "cal", str(tmp_path)) == 0.2
+
+
+@pytest.mark.unit
+def test_the_full_grids_distilled_curves_are_priced_like_their_ensembles():
+  from experiments import sweeps
+
+  module = sweeps.load_config_module(CONFIG)
+  grid = module.sweep_grid("full")
+  for curve in ("ensemble_distilled", "ensemble_distilled_warm"):
+    for point, (variant, overrides) in grid[curve].items():
+      assert overrides["cost.price_like"] == f"ensemble/{point}"
+      assert point in grid["ensemble"]
+
+
 def test_the_calibrated_step_is_one_devices_program_on_one_device():
   """The calibration times one model at the per-device batch on one of the host's eight
   simulated devices; its mesh once took them all (`data: -1`), so the "device step" was

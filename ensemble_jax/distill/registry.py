@@ -68,6 +68,8 @@ class Builder:
     own checks in validation.py).
   legacy_key: hash the key every pool built before this registry was cached under
     (`pools.cache_key`), so committed pools keep their keys.
+  timed_apart: its `build_time_s` is timed apart (a calibrated iteration x iterations),
+    not the build's wall clock, so a sweep need not build it in its quiet phase.
   """
   name: str
   build: Callable | None
@@ -78,6 +80,7 @@ class Builder:
   methods: tuple[str, ...] | None = None
   check: Callable | None = None
   legacy_key: bool = False
+  timed_apart: bool = False
 
   def uses_proxy(self, config) -> bool:
     return bool(self.proxy(config) if callable(self.proxy) else self.proxy)

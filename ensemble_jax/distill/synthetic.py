@@ -463,6 +463,28 @@ def distil(cfg: Distillation, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
                                                                counts_NxC[0])}
 
 
+def iteration_time(cfg: Distillation, pool_CxMxHxWxI: np.ndarray, counts_C: np.ndarray,
+                   seed: int, *, length: int = 3, repeats: int = 3) -> float:
+  """Seconds per iteration of ONE set's distillation on one device: the fastest of
+  `repeats` compiled chunks of `length` iterations after a warm-up chunk (the least
+  disturbed by other work on the host). A build charges iterations x this, the time of
+  N distillations run in parallel on N devices, whatever the host ran them on."""
+  mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
+  distiller = make_distiller(cfg, mesh, pool_CxMxHxWxI.shape[0], pool_CxMxHxWxI.shape[2:])
+  put = lambda x: jax.device_put(x[None], distiller.per_worker)
+  pool, counts = put(pool_CxMxHxWxI), put(counts_C)
+  seeds = put(np.asarray(seed, np.int32))
+  state = distiller.init(seeds, pool, counts)
+  run = distiller.chunk_fn(length)
+  times = []
+  for r in range(repeats + 1):
+    t0 = time.perf_counter()
+    state, loss = run(state, jnp.int32(r * length), seeds, pool, counts)
+    loss.block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return min(times[1:]) / length
+
+
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
   """The field's test of a distilled set: ConvNets trained from scratch on it alone."""
@@ -588,10 +610,10 @@ _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.rea
                   "distill.embed_width", "data", "seed")
 
 
-@registry.register_builder("gradient_matching", methods=("ensemble",),
+@registry.register_builder("gradient_matching", methods=("ensemble",), timed_apart=True,
                            fields=_SHARED_FIELDS + ("distill.gm_image_lr", "distill.gm_net_lr"),
                            check=_check_gradient_matching)
-@registry.register_builder("distribution_matching", methods=("ensemble",),
+@registry.register_builder("distribution_matching", methods=("ensemble",), timed_apart=True,
                            fields=_SHARED_FIELDS + ("distill.image_lr",))
 def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   """Each worker's synthetic set, distilled (by `config.distill.method`) from its own
@@ -621,22 +643,23 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   per_set = out["labels"].size
   synthetic = [np.arange(i * per_set, (i + 1) * per_set) for i in range(n)]
   source = {"image": images.astype(np.float32), "label": np.tile(out["labels"], n)}
-  # The N distillations run in parallel on N devices: the build's time is one worker's,
-  # its compute all of theirs.
-  sets_per_device = n // devices
+  # The N distillations run in parallel on N devices: the build's time is one set's on one
+  # device (iterations x its iteration, timed apart: the host ran all N on its cores), its
+  # compute all N sets'.
+  host_wall_s = time.perf_counter() - inputs.start
+  per_iteration_s = iteration_time(cfg, pool[0], counts[0], int(seeds[0]))
   info = registry.pool_info(
       inputs, synthetic, pool_size=per_set, split="per_worker",
       build_flops=n * out["iterations"] * out["flops_per_iteration"],
-      features="synthetic",
-      build_time_s=(time.perf_counter() - inputs.start) / sets_per_device)
+      features="synthetic", build_time_s=out["iterations"] * per_iteration_s)
   info["distillation"] = {
       "method": d.method, "images_per_class": d.images_per_class,
       "iterations": out["iterations"], "real_per_class": d.real_per_class,
       "image_lr": cfg.lr, "embedding": f"ConvNet-{cfg.depth} width {cfg.width}",
       "augmentation": "dsa (siamese)",
       "flops_per_iteration": out["flops_per_iteration"],
-      "host_wall_time_s": time.perf_counter() - inputs.start,
-      "sets_per_device": sets_per_device}
+      "iteration_time_s": per_iteration_s, "host_wall_time_s": host_wall_s,
+      "host_load_average": os.getloadavg()[0], "sets_per_device": n // devices}
   if isinstance(cfg, GradientMatching):
     info["distillation"].update(net_lr=cfg.net_lr, outer_loop=cfg.loops[0],
                                 inner_loop=cfg.loops[1])

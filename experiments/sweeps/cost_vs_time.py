@@ -49,6 +49,7 @@ from absl import flags, logging
 from ensemble_jax import checkpoint, config_lib, costs, distributed, report, resume, sharding, train
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
+from ensemble_jax.distill.registry import BUILDERS
 from experiments import cli, sweeps
 from experiments.sweeps import launcher, study, tuning
 
@@ -188,6 +189,24 @@ def calibrate(config, calibration_dir: str) -> float:
     return json.load(f)["step_time_s"]
 
 
+def device_step_time(config, calibration_dir: str, workdir: str) -> float:
+  """A point's device step: the one its config gives (`cost.device_step_time_s` > 0), the
+  one the seed runs of the point it is priced like were priced at (`cost.price_like`,
+  once they have run), else `calibrate`'s."""
+  if config.cost.device_step_time_s > 0:
+    return config.cost.device_step_time_s
+  like = sorted(glob.glob(os.path.join(workdir, config.cost.price_like, "seed*",
+                                       run_lib.RESULTS_FILE))) if config.cost.price_like else []
+  steps = set()
+  for path in like:
+    with open(path) as f:
+      steps.add(json.load(f)["cost"]["modelled"]["device_step_time_s"])
+  if len(steps) > 1:
+    raise SystemExit(f"error: cost.price_like={config.cost.price_like!r}: its seed runs were "
+                     f"priced at {sorted(steps)}; recost them at one calibration first")
+  return steps.pop() if steps else calibrate(config, calibration_dir)
+
+
 def _check_finished(workdir: str, keys) -> None:
   """Exits naming the finished seed runs from before the tuning rule (no `tune` in their
   config): they belong to no tuned point. Runs at other values than a point's choice are
@@ -284,12 +303,16 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
 
   _check_finished(workdir, points)
   study.say_holdings(workdir, [os.path.join(*key) for key in points])
-  # 1. Quiet: every timing the time axis needs, before any point trains.
+  # 1. Quiet: every timing the time axis needs, before any point trains (a pool timed
+  # apart is built when a run first needs it).
   device_step = {}
   for key in points:
     config = point_config(key, 0)
     checkpoint.PreemptionWatch.stop_before(f"{os.path.join(*key)}'s calibration and pools")
-    device_step[key] = calibrate(config, calibration_dir) if simulated() else 0.0
+    device_step[key] = (device_step_time(config, calibration_dir, workdir) if simulated()
+                         else 0.0)
+    if BUILDERS[config.distill.method].timed_apart:
+      continue
     for seed in sorted({*tuning.tuning_seeds(config), *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
   sweeps.sync("quiet phase done")
@@ -521,7 +544,8 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   for curve, points in grid_curves.items():
     for point, (variant, overrides) in points.items():
       config = _point_config(module, variant, overrides, 0, workdir)
-      step_time = None if keep_device_step else calibrate(config, calibration_dir)
+      step_time = (None if keep_device_step
+                   else device_step_time(config, calibration_dir, workdir))
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
         _recost_file(path, step_time, config, retimed)
