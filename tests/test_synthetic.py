@@ -164,6 +164,34 @@ def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
   np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
 
 
+def test_sigterm_mid_distillation_checkpoints_that_chunk_stops_and_resumes(tmp_path):
+  """A stop request (a sweep's SIGTERM) ends the distillation after the chunk it came in,
+  checkpointed there though it is not a checkpoint interval, and the rerun resumes to the
+  uninterrupted set."""
+  from ensemble_jax import checkpoint
+
+  pool, counts = _data(2)
+  cfg = synthetic.DistributionMatching(iterations=20, **TINY)
+  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+  run = lambda **kw: synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5,
+                                      checkpoint_every=10, **kw)
+  watch = checkpoint.PreemptionWatch()
+  try:
+    def notice(it, *_):
+      if it == 5:
+        os.kill(os.getpid(), signal.SIGTERM)
+      return False
+    with pytest.raises(checkpoint.Preempted, match="iteration 5 of 20") as stopped:
+      run(checkpoint_dir=str(tmp_path), on_chunk=notice)
+    assert stopped.value.code == 143
+  finally:
+    watch.close()
+  assert sorted(int(s) for s in os.listdir(tmp_path) if s.isdigit()) == [5]
+  resumed = run(checkpoint_dir=str(tmp_path))
+  assert [row[0] for row in resumed["loss"]][:2] == [5, 10]
+  np.testing.assert_array_equal(run()["images"], resumed["images"])
+
+
 def test_gradient_matching_resumes_to_the_same_set(tmp_path):
   """The resume is `distil`'s (killed for real above); gradient matching's iteration is a
   pure function of (seed, iteration, set), so a stop and a rerun land on the same set."""

@@ -450,9 +450,19 @@ def distil(cfg: Distillation, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
     losses.append([it] + loss_N.tolist())
     if on_chunk is not None and on_chunk(it, loss_N, state):
       end = it
+    stop = checkpoint.PreemptionWatch.active is not None and (
+        checkpoint.PreemptionWatch.active.received is not None)
     if ckpt is not None:
       ckpt.save(it, state, {"step": it, "loss": losses, "time_s": elapsed},
-                force=it == end)
+                force=it == end or stop)
+    if stop and it < end:
+      if ckpt is not None:
+        ckpt.close()
+      what, code = checkpoint.PreemptionWatch.SIGNALS[checkpoint.PreemptionWatch.active.received]
+      raise checkpoint.Preempted(
+          f"distillation stopped at iteration {it} of {end} on {what}"
+          + (f"; checkpoint saved in {checkpoint_dir}. Rerun the same command to resume."
+             if ckpt is not None else ""), code)
   if ckpt is not None:
     ckpt.close()
   s = cfg.images_per_class
