@@ -228,6 +228,24 @@ def curve_table(record: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def loss_table(record: dict) -> str:
+  """Markdown: the matching loss (mean over each chunk's iterations and the classes)
+  against distillation iterations, and its ratio to the last."""
+  ipcs = sorted(record["dm"], key=int)
+  losses = {k: dict((int(it), v) for it, v in record["dm"][k]["loss"]) for k in ipcs}
+  iterations = sorted({it for k in ipcs for it in losses[k]})
+  lines = ["| iteration | " + " | ".join(f"{k} per class: loss | / last" for k in ipcs) + " |",
+           "| --- |" + " --- | --- |" * len(ipcs)]
+  for it in iterations:
+    cells = []
+    for k in ipcs:
+      last = losses[k][max(losses[k])]
+      cells += ([f"{losses[k][it]:.1f}", f"{losses[k][it] / last:.2f}"] if it in losses[k]
+                else ["-", "-"])
+    lines.append(f"| {it:,} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 BENCH = "experiments/results/bench/distill.json"
 
 
@@ -256,12 +274,22 @@ def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def grid_protocol() -> tuple[int, int]:
+  """(iterations, real images per class) of the Fashion-MNIST grid's distilled curves."""
+  from experiments.configs import fashion_mnist
+
+  grid = fashion_mnist.sweep_grid("full")["ensemble_distilled"]
+  overrides = next(iter(grid.values()))[1]
+  return overrides["distill.iterations"], overrides["distill.real_per_class"]
+
+
 def time_table(cases: list[dict]) -> str:
   """Markdown: the measured time of a distillation iteration on this host, per case of
   experiments/bench/distill.py (workers stacked on one device, unrolled on CPU), and what
   one set's distillation (N sets' stacked) takes at the grid's iterations."""
+  iterations, _ = grid_protocol()
   lines = ["| distiller | workers stacked | real per class | s per iteration | s per worker "
-           "| load average | the grid's 500 iterations (min) |",
+           f"| load average | the grid's {iterations} iterations (min) |",
            "| --- | --- | --- | --- | --- | --- | --- |"]
   for c in cases:
     if c.get("s_per_iteration") is None or c["s_per_iteration"] != c["s_per_iteration"]:
@@ -269,7 +297,7 @@ def time_table(cases: list[dict]) -> str:
     lines.append(f"| {c.get('distiller', 'distribution_matching')} | {c['workers']} | "
                  f"{c['real_per_class']} | {c['s_per_iteration']:.2f} | "
                  f"{c['s_per_iteration_per_worker']:.2f} | {c['load_average']:.1f} | "
-                 f"{500 * c['s_per_iteration'] / 60:.0f} |")
+                 f"{iterations * c['s_per_iteration'] / 60:.0f} |")
   return "\n".join(lines) + "\n"
 
 
@@ -279,18 +307,14 @@ def committed_cost_table(root: str = ".") -> str:
   import os
 
   from ensemble_jax import report
-  from experiments.configs import fashion_mnist
 
   with open(os.path.join(root, BENCH)) as f:
     cases = json.load(f)
   pts = report.points(report.load_runs(os.path.join(root, "experiments/results/fashion_mnist")))
   strongest = report.verdict(pts)["strongest"]
   [baseline] = [p for p in pts if f"{p['curve']} {p['point']}" == strongest]
-  grid = fashion_mnist.sweep_grid("full")["ensemble_distilled"]
-  overrides = next(iter(grid.values()))[1]
   protocols = {"the papers'": (PROTOCOL_ITERATIONS, PROTOCOL_REAL),
-               "the grid's distilled curves'": (overrides["distill.iterations"],
-                                                overrides["distill.real_per_class"])}
+               "the grid's distilled curves'": grid_protocol()}
   return cost_table(cases, baseline, protocols)
 
 
@@ -301,7 +325,7 @@ def main(argv) -> int:
   cli.parse(FLAGS, argv, __doc__)
   if FLAGS.table:
     record = load(FLAGS.table)
-    print(table(record) + "\n" + curve_table(record))
+    print(table(record) + "\n" + curve_table(record) + "\n" + loss_table(record))
     return 0
   measure([int(i) for i in FLAGS.ipc], FLAGS.rows, FLAGS.out, iterations=FLAGS.iterations,
           real_per_class=FLAGS.real_per_class, eval_at=[int(i) for i in FLAGS.eval_at],

@@ -304,12 +304,16 @@ def _distillation_tables() -> list[Table]:
   [cost] = _tables(distillation_check.committed_cost_table(REPO))
   with open(os.path.join(REPO, distillation_check.BENCH)) as f:
     [timed] = _tables(distillation_check.time_table(json.load(f)))
+  reduced = ("docs/results/distillation.md", "### The grid's reduced protocol on a 2-core CPU")
+  record = distillation_check.load([os.path.join(REPO, distillation_check.REDUCED)])
+  [loss] = _tables(distillation_check.loss_table(record))
   return [*_distillation_check_tables("distillation", distillation_check.COMMITTED,
                                       DISTILLATION),
-          *_distillation_check_tables(
-              "distillation reduced", [distillation_check.REDUCED],
-              ("docs/results/distillation.md",
-               "### The grid's reduced protocol on a 2-core CPU")),
+          *_distillation_check_tables("distillation reduced", [distillation_check.REDUCED],
+                                      reduced),
+          Table("distillation reduced loss", reduced, 2,
+                "python -m experiments.distillation_check --table="
+                + distillation_check.REDUCED, loss),
           Table("distillation cost", costs_anchor, 0,
                 f"python -m experiments.bench.distill --workers=1 --out={distillation_check.BENCH}",
                 cost),
