@@ -399,7 +399,7 @@ def one_device() -> dict:
   return {"dp": dp, "ensemble": pts["ensemble"], "routed": pts[SMALL_ROUTED], "pools": pools}
 
 
-WORDS = {2: "two", 4: "four", 8: "eight", 16: "sixteen"}
+WORDS = {2: "two", 3: "three", 4: "four", 8: "eight", 16: "sixteen"}
 
 
 def _one_gpu_bullet() -> str:
@@ -523,6 +523,102 @@ def pydocs_many_workers_length() -> str:
       f"{s(floor[cheapest])} of the small model's ({CURVE_NAMES.get(cheapest, cheapest)}), "
       f"against {s(base['time_s'][preset]['median'])} for the strongest baseline, "
       f"{CURVE_NAMES.get(base['curve'], base['curve'])} on {base['devices']} devices.")
+
+
+def _pool_s(name: str, curve: str, n: int) -> float:
+  """The pool build a projection charges a routed point at N = n."""
+  return next(p["pool_s"] for p in _projection(name)["points"]
+              if p["curve"] == curve and _n(p["name"]) == str(n))
+
+
+@template(REGIME, "resnet50_whatif_n8")
+def resnet50_whatif_n8() -> str:
+  """The projections' one-line verdict and the ResNet-50 what-if's win at N = 8, where the
+  ratio is the two small models' measured steps."""
+  v, charged = projected(), WHATIF + "_pools_charged"
+  eth = row(WHATIF, method=SMALL_ROUTED, preset="eth10g", devices=8)
+  eth_charged = row(charged, method=SMALL_ROUTED, preset="eth10g", devices=8)
+  nvlink = row(WHATIF, method=SMALL_ROUTED, preset="nvlink", devices=8)
+  base = projected_point(WHATIF, *eth["time_baseline"].split())
+  experts = projected_point(WHATIF, SMALL_ROUTED, eth["method_point"])
+  if not projection.wins(eth) or not projection.wins(eth_charged) or projection.wins(nvlink):
+    raise Contradicted("resnet50_whatif_n8: the N = 8 experts' win on 10 GbE moved")
+  pools = [r["pool_build_s"] for r in report.reported(
+      [r for r in report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
+       if r["curve"] == SMALL_ROUTED and r["point"] == eth["method_point"]])]
+  return paragraph(
+      "The projections are regenerated from the finished cost-vs-time grids (seeds 1-3 at "
+      "choices made on two tuning seeds; [cost_vs_time.md](cost_vs_time.md)), their steps "
+      "priced at each grid's calibrated one-device step. On the measured steps no method "
+      "point comes out ahead at any D on any preset. In the ResNet-50 what-if (pool builds "
+      f"not charged) the small-model routed experts at N = {_n(eth['method_point'])} beat the "
+      f"strongest baseline on 10 GbE ({x(eth['time_ratio'])}, {x(eth['time_range'][0])}-"
+      f"{x(eth['time_range'][1])} over the seeds, against the small model at D = {base.devices}); on ib_xdr800 "
+      f"({x(v['ib']['time_ratio'])}, {x(v['ib']['time_range'][0])}-"
+      f"{x(v['ib']['time_range'][1])}) and nvlink ({x(nvlink['time_ratio'])}) they are within "
+      f"the seeds' spread, {WORDS[eth['method_seeds']]} seeds. The what-if scales every "
+      "point's step by its own measured FLOPs per device step and its collectives by its own "
+      "parameter bytes, so the small-model baseline and the small-model experts share one "
+      "assumption (a small model as efficient on an H100 as ResNet-50); on 10 GbE neither "
+      "communicates while training, and the ratio is their measured steps' "
+      f"({base.steps:g} against {experts.steps:g} to 85%). Charged with their pool builds as "
+      f"measured on the 2-core machine (`{charged}.md`: Fashion-MNIST's 60,000 images, the "
+      f"build timed by the current code, {span(pools, lambda v: f'{v:.1f}')} s), the experts "
+      f"take {s(eth_charged['method_time_s'])}: {x(eth_charged['time_ratio'])} on 10 GbE "
+      f"against {eth_charged['baseline_time_s']:.2f} s, "
+      f"{x(v['ib_charged']['time_ratio'])} on ib_xdr800. A build for ImageNet's 1.28M images "
+      "would cost more (`experiments/results/bench/pools_scale.json` projects it).")
+
+
+@template(REGIME, "resnet50_whatif")
+def resnet50_whatif() -> str:
+  """The ResNet-50 what-if's reading: the wins on 10 GbE, with and without the pool builds,
+  and the closest points on the fast links."""
+  v, charged, routed = projected(), WHATIF + "_pools_charged", "ensemble_pca_routed"
+  eth = rows(WHATIF, method=SMALL_ROUTED, preset="eth10g")
+  mid = [r for r in eth if 16 <= r["devices"] <= 64]
+  pca = rows(WHATIF, method=routed, preset="eth10g")
+  pca_won = [r for r in pca if projection.wins(r)]
+  pca_lost = [r for r in pca if not projection.wins(r)]
+  [pca_win] = {(r["method_point"], r["time_ratio"], tuple(r["time_range"])) for r in pca_won}
+  streams = [r["time_ratio"] for r in rows(WHATIF, method="ensemble", preset="eth10g")]
+  still = {}  # the small-model points that still win with their builds charged
+  for r in _wins(charged, SMALL_ROUTED, "eth10g"):
+    still.setdefault(_n(r["method_point"]), r["time_ratio"])
+  pca_charged = [r["time_ratio"] for r in rows(charged, method=routed, preset="eth10g")]
+  fast = [r["time_ratio"] for preset in ("nvlink", "ib_xdr800")
+          for r in rows(WHATIF, method=SMALL_ROUTED, preset=preset) if r["devices"] > 8]
+  nvlink = row(WHATIF, method=SMALL_ROUTED, preset="nvlink", devices=8)
+  one = eth[0]["time_baseline"]
+  if (not all(projection.wins(r) for r in eth) or one != "dp_small_model D1"
+      or any(not r["time_baseline"].startswith("dp_small_model B") for r in eth[1:])
+      or any(not within(r["time_range"]) for r in pca_lost)
+      or any(projection.wins(r) for r in rows(WHATIF, method="ensemble", preset="eth10g"))
+      or any(projection.wins(r) for r in _projection(charged)["rows"]
+             if r["method"] != SMALL_ROUTED)):
+    raise Contradicted("resnet50_whatif: the 10 GbE baselines or wins moved")
+  return bullet(
+      f"**What-if ResNet-50** (`{WHATIF}.md`): slow links make data-parallel pay. On 10 GbE "
+      "the strongest baseline is the small model on one device (no communication) up to "
+      f"D = {eth[0]['devices']} and its data-parallel beyond, and **with the pool build left "
+      "out** the small-model routed experts beat it at every D "
+      f"({x(eth[0]['time_ratio'])} at N = {_n(eth[0]['method_point'])}, {span([r['time_ratio'] for r in mid])} at "
+      f"N = {_n(mid[0]['method_point'])}-{_n(mid[-1]['method_point'])}, each above 1 over the seeds), the PCA-routed experts only at "
+      f"N = {_n(pca_win[0])} ({x(pca_win[1])}, {x(pca_win[2][0])}-{x(pca_win[2][1])} over the "
+      f"seeds; {span([r['time_ratio'] for r in pca_lost])} at "
+      f"N = {_n(pca_lost[0]['method_point'])}-{_n(pca_lost[-1]['method_point'])}, within the "
+      f"spread); the random-stream ensemble stays below it ({span(streams)}). Charged with "
+      f"the pool builds measured on the 2-core machine ({s(_pool_s(charged, routed, 8))} at "
+      f"N = 8 to {s(_pool_s(charged, routed, 64))} at N = 64), only the small-model experts "
+      "still win on 10 GbE ("
+      + ", ".join(f"{x(r)} at N = {n}" for n, r in still.items()) +
+      f"), the PCA-routed experts lose ({span(pca_charged)}); a pool for ImageNet's 1.28M "
+      "images would cost more, not less. On nvlink and ib_xdr800 no method point wins: the "
+      f"closest, the small-model routed experts at N = {_n(v['ib']['method_point'])} on "
+      f"ib_xdr800 ({x(v['ib']['time_ratio'])} with their build left out, "
+      f"{x(v['ib']['time_range'][0])}-{x(v['ib']['time_range'][1])} over the seeds; "
+      f"{x(v['ib_charged']['time_ratio'])} charged; {x(nvlink['time_ratio'])} on nvlink), are "
+      f"within the spread; past D = 8 they reach {span(fast)}.")
 
 
 @template(REGIME, "what_this_says")
