@@ -108,6 +108,13 @@ class Point:
   seeds: int = 1  # the seed runs whose median `steps` is
   steps_range: tuple[float, float] = ()  # (min, max) over those seeds; () : steps alone
 
+  @classmethod
+  def from_json(cls, d: dict) -> "Point":
+    """A point as the projection's JSON holds it (`dataclasses.asdict`)."""
+    return cls(**{**d, "units": tuple(map(tuple, d["units"])),
+                  "steps_range": tuple(d["steps_range"]),
+                  "collectives": tuple(costs.ProgramCollective(**c) for c in d["collectives"])})
+
   def at(self, steps: float) -> "Point":
     """The point at another seed's steps (its spread: `steps_range`)."""
     return dataclasses.replace(self, steps=steps)
