@@ -249,6 +249,14 @@ def loss_table(record: dict) -> str:
 BENCH = "experiments/results/bench/distill.json"
 
 
+def iteration_flops(cases: list[dict], real_per_class: int) -> float:
+  """One set's distillation iteration at `real_per_class` (XLA's count, one worker), from
+  experiments/bench/distill.py's cases."""
+  [flops] = {c["flops_per_iteration_per_worker"] for c in cases
+             if c["workers"] == 1 and c["real_per_class"] == real_per_class}
+  return flops
+
+
 def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
   """Markdown: one worker's distillation at each protocol, charged as the method must be,
   beside the strongest baseline's whole training to the target (its seed medians).
@@ -256,8 +264,6 @@ def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
   `cases`: experiments/bench/distill.py's (FLOPs per iteration, XLA on CPU, per real
   images per class); `baseline`: report.points' entry of the strongest baseline;
   `protocols`: name -> (iterations, real images per class)."""
-  flops = {c["real_per_class"]: c["flops_per_iteration_per_worker"] for c in cases
-           if c["workers"] == 1}
   steps, total = baseline["steps"]["median"], baseline["flops"]["median"]
   per_step = total / steps / baseline["devices"]
   name = f"{baseline['curve']} {baseline['point']}"
@@ -266,7 +272,7 @@ def cost_table(cases: list[dict], baseline: dict, protocols: dict) -> str:
            f"| an iteration / its device step ({per_step / 1e9:.2f} GFLOP) |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
   for protocol, (iterations, real) in protocols.items():
-    per_iteration = flops[real]
+    per_iteration = iteration_flops(cases, real)
     one_set = iterations * per_iteration
     lines.append(f"| {protocol} | {iterations:,} | {real} | {per_iteration / 1e9:.0f} | "
                  f"{one_set / 1e12:,.0f} | {one_set / total:,.0f}x | {iterations / steps:.1f}x | "

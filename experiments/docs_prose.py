@@ -464,6 +464,72 @@ def _tuning_schedule(sub: str, curve: str, name: str) -> dict:
 SENSITIVITY = "sensitivity/dp_D8_whole_schedule"
 
 
+DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
+
+
+def _distilled_best(pts: list[dict], curves) -> dict:
+  """The best matched ratio of `curves`' points over the presets, time and compute:
+  {kind: (ratio, seed range, curve, point, preset)}, and the points that missed."""
+  best, missed = {}, []
+  for curve in curves:
+    for preset in report.PRESETS:
+      for r in report.matched(pts, curve, preset):
+        if r["why"]:
+          missed.append(f"{curve} {r['point']}")
+        for kind in ("time", "compute"):
+          if r[kind] is not None and (kind not in best or r[kind][0] > best[kind][0]):
+            best[kind] = (r[kind][0], r[f"{kind}_range"], curve, r["point"], preset)
+  return {**best, "missed": sorted(set(missed))}
+
+
+@template(README, "readme_distilled")
+def readme_distilled() -> str:
+  """The first screen's distilled-data bullet: the literature check, the charged cost of
+  one set, and the grid's distilled curves, charged and amortised."""
+  from experiments import distillation_check
+
+  lit = distillation_check.load([os.path.join(REPO, p) for p in distillation_check.COMMITTED])
+  dm10 = lit["dm"]["10"]["curve"][-1]["mean"] * 100
+  published = lit["published"]["dsa"]["10"]
+  with open(os.path.join(REPO, distillation_check.BENCH)) as f:
+    cases = json.load(f)
+  iterations, real = distillation_check.grid_protocol()
+  base = point("fashion_mnist", *report.verdict(list(grid("fashion_mnist")))["strongest"].split())
+  one_set = iterations * distillation_check.iteration_flops(cases, real) / base["flops"]["median"]
+  text = ("**Synthetic distilled data** (distribution matching) reaches the published level "
+          f"on Fashion-MNIST ({dm10:.1f}% at 10 images per class against DSA's published "
+          f"{published}%). Charged, one worker's set at the grid's {iterations} iterations "
+          f"costs {one_set:.0f}x the strongest baseline's compute to the target, so no "
+          "distilled point can win in compute. ")
+  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  if not pts:
+    return bullet(text + "The grid's distilled curves have no reported seed yet: "
+                  "[docs/results/distillation.md](docs/results/distillation.md).")
+  runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
+  baselines = report.baseline_curves(list(grid("fashion_mnist")))
+  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
+  charged = _distilled_best(list(grid("fashion_mnist")), DISTILLED)
+  amortised = _distilled_best(whatif, [c + report.AMORTISED for c in DISTILLED])
+  for name, best in (("charged", charged), ("amortised", amortised)):
+    for kind in ("time", "compute"):
+      if kind in best and best[kind][1][0] > 1:
+        raise Contradicted(f"readme_distilled: a distilled point wins {name} in {kind}")
+  done = listing([f"{p['curve'].replace('ensemble_', '')} N{KEEP}={KEEP}{_n(p['point'])} "
+                  f"({p['reached']}/{p['seeds']} seeds reached 85%)" for p in pts])
+
+  def best(b: dict) -> str:
+    if "time" not in b:
+      return "no distilled point reaches the target on every seed"
+    t = b["time"]
+    return (f"best matched time ratio {x(t[0])} ({x(t[1][0])}-{x(t[1][1])} over the seeds; "
+            f"{t[2].replace('ensemble_', '').replace(report.AMORTISED, '')} N{KEEP}={KEEP}"
+            f"{_n(t[3])}, {PRESET_NAMES[t[4]]})")
+  return bullet(text + f"On the grid, {done}: **no distilled point beats the strongest "
+                f"baseline**, charged ({best(charged)}) or with the distillation amortised, a "
+                f"what-if ({best(amortised)}): "
+                "[docs/results/distillation.md](docs/results/distillation.md).")
+
+
 @template(COST_VS_TIME, "dp_d8_whole_schedule")
 def dp_d8_whole_schedule() -> str:
   """Data-parallel D = 8 off the frontier, and its whole-schedule sensitivity runs priced at
