@@ -546,13 +546,15 @@ def table(runs: list[dict]) -> str:
   targets = sorted({r["target"] for r in runs})
   rest = any(p["rest"] is not None for p in pts)
   unit, scale = flop_unit(p["flops"]["min"] for p in pts)
+  taught = any(r.get("teacher_s") for r in runs)
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
            "= steps x device step + the training collectives of the method's compiled "
            "programs per interconnect preset (runs without them: one ring all-reduce per "
-           "step or outer step, labelled legacy) + pool building + a distillation teacher's "
-           "training (ensemble_jax/costs.py). "
+           "step or outer step, labelled legacy) + pool building"
+           + (" + a distillation teacher's training" if taught else "")
+           + " (ensemble_jax/costs.py). "
            "The evaluations up to the target (measured eval time per device plus their "
            "collectives) are off the critical path for every method and reported beside it, "
            f"and charged on it in the next column ({EVALUATION_PRESET}): the answer does not "
@@ -625,10 +627,13 @@ def _amortised_table(runs: list[dict], baselines: list[str]) -> list[str]:
     return []
   pts = points([r for r in runs if r["curve"] in baselines] + whatif)
   curves = sorted({r["curve"] for r in whatif})
-  return ["", "What-if, not the answer: the curves on synthetic distilled sets or with a "
-          "distillation teacher, the sets built once and the teacher trained once, reused by "
-          "many trainings, their distillation's or the teacher's time and compute not charged "
-          "(the tables above charge them)."] + _matched_table(pts, curves, baselines)
+  reused = [what for what, runs_of in (
+      ("on synthetic distilled sets with the sets built once", "synthetic"),
+      ("with a distillation teacher trained once", "teacher_s")) if any(r.get(runs_of)
+                                                                      for r in whatif)]
+  return ["", f"What-if, not the answer: the curves {' or '.join(reused)} and reused by many "
+          "trainings, their distillation's or teacher's time and compute not charged (the "
+          "tables above charge them)."] + _matched_table(pts, curves, baselines)
 
 
 def plain_log_ticks(ax, axes: str = "xy") -> None:
