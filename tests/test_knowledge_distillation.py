@@ -260,3 +260,31 @@ def test_a_teacher_of_another_model_is_refused(teacher_run):
 def test_config_lib_lists_the_kd_fields_with_no_teacher_by_default():
   d = config_lib.base_config().distill
   assert (d.teacher, d.kd_weight, d.kd_temperature) == ("", 0.0, 1.0)
+
+
+@pytest.mark.unit
+def test_the_kd_grid_is_the_ensemble_curve_taught_by_a_full_grid_run(tmp_path):
+  """`ensemble_kd`'s points are the ensemble curve's, plus the teacher and its loss
+  fields; the teacher is a data-parallel seed run of the full grid, of the same model."""
+  from experiments import sweeps
+  from experiments.sweeps import cost_vs_time
+
+  module = sweeps.load_config_module(os.path.join("experiments", "configs", "pydocs_gpt2.py"))
+  full, kd = module.sweep_grid("full"), module.sweep_grid("kd")
+  assert "ensemble_kd" not in full and set(kd) == {"ensemble_kd"}
+  assert set(kd["ensemble_kd"]) == set(full["ensemble"])
+  *_, results, workload, curve, point, seed = module.KD_TEACHER.split("/")
+  assert (results, workload, curve, seed) == ("results", "pydocs_gpt2", "data_parallel",
+                                              "seed1")
+  teacher = cost_vs_time._point_config(module, *full[curve][point], 1, str(tmp_path))
+  for name, spec in kd["ensemble_kd"].items():
+    taught = cost_vs_time._point_config(module, *spec, 0, str(tmp_path))
+    validate(taught)
+    assert (taught.distill.teacher, taught.distill.kd_weight, taught.distill.kd_temperature
+            ) == (module.KD_TEACHER, module.KD_WEIGHT, module.KD_TEMPERATURE)
+    plain = cost_vs_time._point_config(module, *full["ensemble"][name], 0, str(tmp_path))
+    changed = {k for k, v in config_lib.flat(taught.to_dict())
+               if v != config_lib.get(plain, k)}
+    assert changed == {"distill.teacher", "distill.kd_weight", "distill.kd_temperature"}
+    assert taught.model.to_dict() == teacher.model.to_dict()
+    assert taught.data.context == teacher.data.context
