@@ -14,7 +14,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 # An environment that forbids writing bytecode gets it written for the targets below.
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-samplers critical-batch many-workers \
+.PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-pydocs-kd sweep-samplers critical-batch many-workers \
 	projection docs-tables lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
@@ -64,6 +64,13 @@ sweep-fashion: install data
 sweep-pydocs: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
 	  --workdir=experiments/results/pydocs_gpt2 --seeds=1,2,3
+
+# Knowledge distillation: the ensemble's points taught by the full grid's strongest
+# data-parallel run (pydocs_gpt2.KD_TEACHER, its training charged); after sweep-pydocs.
+sweep-pydocs-kd: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
+	  --grid=kd --workdir=experiments/results/pydocs_gpt2_kd --seeds=1,2,3 \
+	  --calibration=experiments/results/pydocs_gpt2/calibration
 
 # Where the claim could hold: many-worker ensembles, N = 2 .. 64 (Fashion-MNIST's PCA-routed
 # experts to 128) at the full grid's L at N = 8 (random streams and routed experts of both

@@ -279,6 +279,13 @@ def _distill() -> ml_collections.ConfigDict:
   # a distilled warm start: the first `synthetic_fraction` of a run's steps on the
   # synthetic set, then the worker's real share; 0: every step on the synthetic set
   g.synthetic_fraction = 0.0
+  # Knowledge distillation (any method, any pool): a finished data-parallel run's workdir
+  # whose final weights are a frozen teacher of the same model; every worker's loss takes
+  # its soft targets: (1 - kd_weight) CE(labels) + kd_weight T^2 KL(teacher || student) at
+  # temperature T = kd_temperature. The teacher's training is charged to the run.
+  g.teacher = ""
+  g.kd_weight = 0.0  # in [0, 1]; > 0 needs a teacher, and a teacher needs it > 0
+  g.kd_temperature = 1.0
   return g
 
 

@@ -255,6 +255,9 @@ class Measured:
   pool_build_time_s: float
   host_devices: int
   where: str
+  # A knowledge-distillation teacher's training (results.json `teacher`), in `flops` and
+  # `flops_to_target`: measured where the teacher ran.
+  teacher_flops: float = 0.0
 
 
 @dataclasses.dataclass
@@ -276,6 +279,9 @@ class Modelled:
   evaluation_s: dict[str, float]
   evaluation_compute_s: float
   evaluation_rule: str
+  # The teacher's training time on its own cluster, per preset, on the critical path (it
+  # trains before the students); its device-seconds are its own cluster's.
+  teacher_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _device_step(step_time_s: float, parallel: int, devices: int,
@@ -305,7 +311,8 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   as such. `devices` (D) is the cluster the run stands for; 0 means the one the cost block
   records, else `legacy_devices`. `_device_step` says how one device's step is modelled.
 
-  The critical path to the target is the same for every method. It is the pool's build
+  The critical path to the target is the same for every method. It is a teacher's training
+  time (knowledge distillation: results.json `teacher`, `whole_run`), plus the pool's build
   time, plus steps x device step, plus each training collective's time x its count per
   unit x the units the model at the target needed (`units_to`), times (1 - overlap).
   Evaluations are beside it, not on it (`EVALUATION_RULE`, `split_count`). Communication
@@ -320,13 +327,17 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   steps = target["reached_step"] if target["reached"] else results["steps"]
   distill = results.get("distill") or {}
   pool_time, pool_flops = distill.get("build_time_s", 0.0), distill.get("build_flops", 0.0)
+  teacher = results.get("teacher") or {}
+  teacher_flops, teacher_s = teacher.get("flops", 0.0), teacher.get("critical_path_s", {})
   mesh_devices = math.prod(results["mesh"].values())
   measured = Measured(
       train_time_s=results["train_time_s"], step_time_s=results["step_time_s"],
-      steps_to_target=steps, flops=results["flops_per_step"] * results["steps"] + pool_flops,
-      flops_to_target=results["flops_per_step"] * steps + pool_flops,
+      steps_to_target=steps,
+      flops=results["flops_per_step"] * results["steps"] + pool_flops + teacher_flops,
+      flops_to_target=results["flops_per_step"] * steps + pool_flops + teacher_flops,
       pool_build_time_s=pool_time, host_devices=mesh_devices,
-      where="one host: the simulated devices share its cores" if simulated else "real devices")
+      where="one host: the simulated devices share its cores" if simulated else "real devices",
+      teacher_flops=teacher_flops)
   device_step, how = _device_step(results["step_time_s"], 1 if simulated else mesh_devices,
                                   devices, device_step_time_s)
   units = units_to(steps, results)
@@ -334,8 +345,8 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   communication_s = {
       name: (1.0 - overlap) * sum(train * c.seconds(link) for c, train, _ in counts)
       if simulated else 0.0 for name, link in INTERCONNECTS.items()}
-  critical = {name: pool_time + steps * device_step + communication_s[name]
-              for name in INTERCONNECTS}
+  critical = {name: teacher_s.get(name, 0.0) + pool_time + steps * device_step
+              + communication_s[name] for name in INTERCONNECTS}
   # One eval's measured time on this host (all of its devices' work one after another when
   # simulated, as the step's), per device, times the evals to the target.
   evals_run = max(1, len(results.get("history", [])))
@@ -355,7 +366,26 @@ def summary(results: dict, communication: Communication | None = None, devices: 
                            "(1 - overlap); presets: " + "; ".join(
                                f"{k}: {v.models}" for k, v in INTERCONNECTS.items())),
       overlap=overlap, critical_path_s=critical,
-      device_seconds={k: devices * v for k, v in critical.items()},
+      # the teacher's time on its own cluster's devices, the rest on this run's
+      device_seconds={k: devices * (v - teacher_s.get(k, 0.0))
+                      + teacher.get("device_seconds", {}).get(k, 0.0)
+                      for k, v in critical.items()},
       evaluation_s=evaluation_s, evaluation_compute_s=eval_compute,
-      evaluation_rule=EVALUATION_RULE)
+      evaluation_rule=EVALUATION_RULE, teacher_s=teacher_s)
   return {"measured": dataclasses.asdict(measured), "modelled": dataclasses.asdict(modelled)}
+
+
+def whole_run(results: dict) -> dict:
+  """What a finished run cost to train, all of its steps (not to its target): a teacher's
+  charge. Its FLOPs, its critical-path time per preset and its device-seconds, priced as
+  its own cost block prices it (its devices, device step, collectives and overlap)."""
+  recorded = results["cost"]
+  modelled = recorded["modelled"]
+  every_step = {**results, "target": {**results["target"], "reached": False}}
+  cost = summary(every_step, devices=modelled["devices"], overlap=modelled["overlap"],
+                 simulated=recorded["measured"]["where"].startswith("one host"),
+                 device_step_time_s=modelled["device_step_time_s"])
+  return {"flops": cost["measured"]["flops_to_target"],
+          "critical_path_s": cost["modelled"]["critical_path_s"],
+          "device_seconds": cost["modelled"]["device_seconds"],
+          "devices": modelled["devices"]}

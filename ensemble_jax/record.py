@@ -15,6 +15,7 @@ from absl import logging
 from clu import parameter_overview
 
 from ensemble_jax import communication, costs, sharding
+from ensemble_jax import teacher as teacher_lib
 
 RESULTS_FILE = "results.json"
 
@@ -63,6 +64,8 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
   }
   if pool.info is not None:
     results["distill"] = pool.info
+  if s.teacher is not None:  # charged in `cost` as its own results price its training
+    results["teacher"] = teacher_lib.charge(config, s.teacher)
   if p.noise is not None:
     results["noise_scale"] = p.noise.results(target.reached_step)
   devices = math.prod(method.cluster_mesh(config.cost.devices).values())

@@ -77,6 +77,11 @@ def load_runs(results_dir: str) -> list[dict]:
         "pool_build_flops": (r.get("distill") or {}).get("build_flops", 0.0),
         # a pool of synthetic data (a distillation), which a what-if may amortise
         "synthetic": bool((r.get("distill") or {}).get("distillation")),
+        # a knowledge-distillation teacher's training (results.json `teacher`), inside
+        # `flops` and `time_s`: what a what-if may amortise too
+        "teacher_s": {costs.RENAMED_PRESETS.get(k, k): v
+                      for k, v in cost["modelled"].get("teacher_s", {}).items()},
+        "teacher_flops": cost["measured"].get("teacher_flops", 0.0),
         "step_budget": r.get("step_budget"),
         # the crossing lies in (steps - resolution_steps, steps]; None: target missed
         "resolution_steps": t.get("resolution_steps"),
@@ -541,12 +546,15 @@ def table(runs: list[dict]) -> str:
   targets = sorted({r["target"] for r in runs})
   rest = any(p["rest"] is not None for p in pts)
   unit, scale = flop_unit(p["flops"]["min"] for p in pts)
+  taught = any(r.get("teacher_s") for r in runs)
   lines = [f"Target: {', '.join(targets)}. Measured on this host: steps to target, XLA FLOPs, "
            "host train time, one device's step (cost.device_step_time_s: a calibration run "
            "timed apart; else host step / D). Modelled: the critical-path time on D devices "
            "= steps x device step + the training collectives of the method's compiled "
            "programs per interconnect preset (runs without them: one ring all-reduce per "
-           "step or outer step, labelled legacy) + pool building (ensemble_jax/costs.py). "
+           "step or outer step, labelled legacy) + pool building"
+           + (" + a distillation teacher's training" if taught else "")
+           + " (ensemble_jax/costs.py). "
            "The evaluations up to the target (measured eval time per device plus their "
            "collectives) are off the critical path for every method and reported beside it, "
            f"and charged on it in the next column ({EVALUATION_PRESET}): the answer does not "
@@ -588,21 +596,28 @@ def table(runs: list[dict]) -> str:
   return "\n".join(lines) + "\n"
 
 
-AMORTISED = "_amortised"  # a what-if curve's suffix: its synthetic sets built once, reused
+# A what-if curve's suffix: its synthetic sets built once, its teacher trained once, reused
+AMORTISED = "_amortised"
 
 
 def amortised(runs: list[dict]) -> list[dict]:
-  """The runs on synthetic sets as a what-if: the sets built once and reused by many
-  trainings, so neither their build's time nor its compute is charged (curve + AMORTISED).
-  Never part of a study's answer, which charges every build."""
+  """The runs on synthetic sets or with a teacher as a what-if: the sets built once and the
+  teacher trained once, reused by many trainings, so neither's time nor compute is charged
+  (curve + AMORTISED). Never part of a study's answer, which charges every build and every
+  teacher."""
   out = []
   for r in runs:
-    if r.get("synthetic"):
-      time_s = {p: t - r["pool_build_s"] for p, t in r["time_s"].items()}
-      out.append({**r, "curve": r["curve"] + AMORTISED, "time_s": time_s,
-                  "flops": r["flops"] - r["pool_build_flops"],
-                  "charged_s": None if r["charged_s"] is None
-                  else r["charged_s"] - r["pool_build_s"]})
+    teacher_s = r.get("teacher_s") or {}
+    if not (r.get("synthetic") or teacher_s):
+      continue
+    pool_s, pool_flops = ((r["pool_build_s"], r["pool_build_flops"]) if r.get("synthetic")
+                          else (0.0, 0.0))
+    reused_s = {p: pool_s + teacher_s.get(p, 0.0) for p in r["time_s"]}
+    out.append({**r, "curve": r["curve"] + AMORTISED,
+                "time_s": {p: t - reused_s[p] for p, t in r["time_s"].items()},
+                "flops": r["flops"] - pool_flops - r.get("teacher_flops", 0.0),
+                "charged_s": None if r["charged_s"] is None
+                else r["charged_s"] - reused_s[EVALUATION_PRESET]})
   return out
 
 
@@ -612,9 +627,13 @@ def _amortised_table(runs: list[dict], baselines: list[str]) -> list[str]:
     return []
   pts = points([r for r in runs if r["curve"] in baselines] + whatif)
   curves = sorted({r["curve"] for r in whatif})
-  return ["", "What-if, not the answer: the curves on synthetic distilled sets with the sets "
-          "built once and reused by many trainings, their distillation's time and compute "
-          "not charged (the tables above charge them)."] + _matched_table(pts, curves, baselines)
+  reused = [what for what, runs_of in (
+      ("on synthetic distilled sets with the sets built once", "synthetic"),
+      ("with a distillation teacher trained once", "teacher_s")) if any(r.get(runs_of)
+                                                                      for r in whatif)]
+  return ["", f"What-if, not the answer: the curves {' or '.join(reused)} and reused by many "
+          "trainings, their distillation's or teacher's time and compute not charged (the "
+          "tables above charge them)."] + _matched_table(pts, curves, baselines)
 
 
 def plain_log_ticks(ax, axes: str = "xy") -> None:

@@ -26,6 +26,7 @@ from jax.experimental import multihost_utils
 from ensemble_jax import checkpoint as checkpoint_lib
 from ensemble_jax import config_lib, costs, distributed, eval_schedule, noise_scale, optim
 from ensemble_jax import record, replay, resume, validation, writers
+from ensemble_jax import teacher as teacher_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
@@ -62,6 +63,8 @@ class Setup:
   is_main: bool
   # train.microbatches > 1: one model's abstract state, to count a microbatch's FLOPs
   one_model: Any = None
+  # config.distill.teacher's finished run, found and checked (its weights not yet read)
+  teacher: teacher_lib.Teacher | None = None
 
 
 def set_up(config: ml_collections.ConfigDict, workdir: str) -> Setup:
@@ -117,10 +120,11 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
     one_model = jax.eval_shape(functools.partial(
         step_lib.create_train_state, built.model, built.tx, init_input=data.init_input,
         sparse=config.model.sparsity > 0), jax.random.key(0))
+  teacher = teacher_lib.find(config, CHECKPOINTS) if config.distill.teacher else None
   return Setup(mesh, data, method, num_steps, steps_per_epoch,
                config.eval.every_steps or steps_per_epoch,
                os.path.join(config.train.init_from, "checkpoints"), jax.process_index() == 0,
-               one_model)
+               one_model, teacher)
 
 
 def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
@@ -132,7 +136,7 @@ def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
   batches = pipeline.TrainBatches(s.data.train, s.method.sampler(len(s.data.train), config.seed),
                                   s.data.train_transform, s.method.train_layout, config.seed)
   batch = pipeline.to_global(batches.local_batch(0), batches.layout)
-  return s.method.train_step.lower(state, batch, step_rng).compile()
+  return s.method.train_step.lower(*s.method.step_args(state, batch, step_rng)).compile()
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *,
@@ -154,6 +158,8 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if finished is not None:  # its results stand; the state is the final checkpoint's
     checkpointer.close()
     return Fit(finished, state, s.method, s.data)
+  if s.teacher is not None:  # frozen, replicated: an input of every step
+    s.method.teacher = teacher_lib.load(s.teacher, s.method.abstract_teacher())
   pool = _pool_or_own(config, s, pool)
   train_batches, eval_batches = _streams(config, s, pool)
   if config.model.sparsity > 0 and meta["step"] == 0:  # SNIP on the first batch, fixed after
@@ -336,7 +342,7 @@ def _take_step(step_fn, step_rng, method: Method, p: Progress, state, batch, ste
   """One step -> (state, metrics on the host). The metrics are checked before anything
   reads the new state (an eval, a sync): a worker that diverged in this very update enters
   neither. The fetch waits for the step, so the lap times it; the noise scale reads it."""
-  state, step_metrics = step_fn(state, batch, step_rng)
+  state, step_metrics = step_fn(*method.step_args(state, batch, step_rng))
   step_metrics = _fetch(step_metrics)
   method.check_step_metrics(step_metrics, step)
   p.durations.append(p.chrono.lap())
@@ -356,7 +362,7 @@ def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
   """The step compiled once (timed apart), XLA's FLOPs read off the same executable."""
   method, k = s.method, config.train.microbatches
   with p.chrono.paused("compile"):
-    step_fn = method.train_step.lower(state, batch, step_rng).compile()
+    step_fn = method.train_step.lower(*method.step_args(state, batch, step_rng)).compile()
     # XLA counts the per-device SPMD program; the step costs that on every mesh device.
     p.flops_per_step = costs.flops(step_fn) * s.mesh.devices.size
     if k > 1:  # XLA counts the microbatch loop's body once; it runs k times per model
@@ -364,8 +370,9 @@ def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
       rows = method.train_layout.leading_shape[-1] // k
       mb = {name: jax.ShapeDtypeStruct((rows,) + x.shape[lead:], x.dtype)
             for name, x in batch.items()}
+      teacher = None if s.teacher is None else step_lib.model_variables(s.one_model)
       p.flops_per_step += (k - 1) * method.num_workers * step_lib.microbatch_flops(
-          s.one_model, mb, method.step_config)
+          s.one_model, mb, method.step_config, teacher)
   return step_fn
 
 

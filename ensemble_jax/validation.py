@@ -256,7 +256,23 @@ DISTILL_CHECKS = {
 }
 
 
+def _validate_teacher(config) -> None:
+  """Knowledge distillation's fields; whether the teacher's run exists is checked at
+  set-up (`ensemble_jax/teacher.py`), before anything compiles."""
+  d = config.distill
+  _need(0.0 <= d.kd_weight <= 1.0, "distill.kd_weight", d.kd_weight,
+        "is the soft targets' share of the loss, in [0, 1] (0: no teacher).")
+  _need(d.kd_temperature > 0, "distill.kd_temperature", d.kd_temperature,
+        "must be > 0 (1: the teacher's own probabilities).")
+  _need(bool(d.teacher) == (d.kd_weight > 0), "distill.kd_weight", d.kd_weight,
+        f"set it in (0, 1] with a teacher, 0 without one (distill.teacher={d.teacher!r}).")
+  _need(not d.teacher or not config.optim.label_smoothing, "optim.label_smoothing",
+        config.optim.label_smoothing, "must be 0 with a teacher: its soft targets replace "
+        "smoothed labels.")
+
+
 def _validate_distill(config) -> None:
+  _validate_teacher(config)
   d = config.distill
   builder = BUILDERS[d.method]
   if builder.build is None:

@@ -22,6 +22,7 @@ LAYERS = {
     "distill": 5,  # proxies, scores, coresets, clusters -> pools
     "train": 4,  # the one loop
     "resume": 4, "record": 4,  # the loop's resume policy and its results.json
+    "teacher": 4,  # a finished run read back as a frozen teacher (knowledge distillation)
     "replay": 4,  # the loop's replay of a too-coarse target crossing (reads methods)
     "progress": 1,  # what the loop accumulates
     "methods": 3,  # the Method interface and its implementations

@@ -389,3 +389,31 @@ def test_synthetic_sets_amortised_are_a_labelled_what_if_never_the_answer(tmp_pa
   assert row.endswith("| 1.50x [1.50, 1.50] (vs data_parallel D4) | "
                       "1.50x [1.50, 1.50] (vs data_parallel D4) |"), row
   assert [r["curve"] for r in report.amortised(runs)] == ["ensemble_distilled_amortised"] * 3
+
+
+@pytest.mark.unit
+def test_a_teacher_is_charged_and_amortised_only_in_the_what_if(tmp_path):
+  """A curve taught by a teacher carries the teacher's training in its compute and time
+  (`costs.summary` put it there); the what-if alone takes it out, per preset."""
+  for seed in (1, 2, 3):
+    _write(tmp_path, "data_parallel", "D4", seed, "data_parallel", True, 150, 6e12, 15.0)
+    _write(tmp_path, "ensemble_kd", "N4_L100", seed, "ensemble", True, 100, 10e12, 40.0)
+    path = tmp_path / "ensemble_kd" / "N4_L100" / f"seed{seed}" / "results.json"
+    r = json.loads(path.read_text())
+    r["cost"]["measured"]["teacher_flops"] = 6e12  # 4 TFLOPs of students, 6 of teacher
+    # 15 s of nvlink's 40 (the teacher's run on its own cluster), 22.5 of ib800's 60
+    r["cost"]["modelled"]["teacher_s"] = {"nvlink": 15.0, "ib800": 22.5, "eth10g": 45.0}
+    path.write_text(json.dumps(r))
+  runs = report.load_runs(str(tmp_path))
+  assert not report.verdict(report.points(runs))["beats"]  # charged: 40 s and 10 TFLOPs
+  text = report.table(runs)
+  head, whatif = text.split("What-if, not the answer")
+  assert "ensemble_kd_amortised" not in head and "a distillation teacher" in whatif
+  (taught,) = {r["curve"]: r for r in report.amortised(runs)}.values()
+  assert taught["curve"] == "ensemble_kd_amortised"
+  assert taught["flops"] == pytest.approx(4e12)
+  assert taught["time_s"] == pytest.approx({"nvlink": 25.0, "ib_xdr800": 37.5, "eth10g": 75.0})
+  # amortised: 4 TFLOPs against D4's 6, in a time D4 beats on every preset
+  row = next(line for line in whatif.splitlines()
+             if line.startswith("| ensemble_kd_amortised | N4_L100 |"))
+  assert row.endswith(" | 1.50x [1.50, 1.50] (vs data_parallel D4)" * 3 + " |"), row

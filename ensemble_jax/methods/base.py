@@ -60,9 +60,37 @@ class Method(abc.ABC):
   train_layout: BatchLayout  # the global train batch: [B, ...] or [N, b, ...], sharded
   eval_layout: BatchLayout  # the global eval batch
   step_config: step_lib.StepConfig  # the static inputs of one model's step (pools read it)
-  # (state, batch, rng) -> (state, metrics): jitted, so the loop can `.lower().compile()`
-  # it once and read XLA's FLOPs off the executable it runs.
+  # (state, batch, rng[, teacher]) -> (state, metrics): jitted, so the loop can
+  # `.lower().compile()` it once and read XLA's FLOPs off the executable it runs. Its
+  # inputs are `step_args`'.
   train_step: jax.stages.Wrapped
+  config: Any  # the run's config
+  mesh: jax.sharding.Mesh
+  # A frozen teacher's variables (config.distill.teacher), replicated on every device: an
+  # input of every step, not state (never stacked, updated or checkpointed). The loop loads
+  # them (`ensemble_jax/teacher.py`); until then `step_args` has their shapes only.
+  teacher: Any = None
+
+  @abc.abstractmethod
+  def one_model(self) -> Any:
+    """One model's abstract train state (a worker's, without the stacked axis)."""
+
+  def abstract_teacher(self) -> Any:
+    """The teacher's variables as replicated ShapeDtypeStructs, or None without one.
+
+    The teacher is the student's model: its variables have one model's shapes."""
+    if not self.config.distill.teacher:
+      return None
+    return abstract(step_lib.model_variables(self.one_model()),
+                    jax.sharding.NamedSharding(self.mesh, jax.sharding.PartitionSpec()))
+
+  def step_args(self, state, batch, rng) -> tuple:
+    """`train_step`'s inputs: (state, batch, rng), and the teacher's variables when the run
+    has one (their shapes, for lowering, until the loop has loaded them)."""
+    if not self.config.distill.teacher:
+      return state, batch, rng
+    return state, batch, rng, (self.abstract_teacher() if self.teacher is None
+                               else self.teacher)
 
   @property
   @abc.abstractmethod

@@ -69,21 +69,31 @@ class DataParallel(Method):
         jax.eval_shape(self._init_fn, jax.random.key(0)), mesh,
         fsdp=config.method.fsdp, min_size=config.method.fsdp_min_size)
     rep = sharding_lib.replicated(mesh)
+    teacher = (P(),) if config.distill.teacher else ()  # replicated, as its sharding below
     step = functools.partial(step_lib.train_step, cfg=self.step_config)
+    if teacher:  # the teacher's variables: the step's fourth input
+      step = self._step_with_teacher
     if self.local_accumulation:
-      step = jax.shard_map(self._local_step, mesh=mesh, in_specs=(P(), P("data"), P()),
-                           out_specs=(P(), P()),
+      step = jax.shard_map(self._local_step, mesh=mesh,
+                           in_specs=(P(), P("data"), P()) + teacher, out_specs=(P(), P()),
                            # Replicated by construction: grads and metrics are pmeaned
                            # over `data`, BatchNorm statistics synced over it.
                            check_vma=False)
-    self.train_step = jax.jit(step, in_shardings=(self.state_sharding, batch_sharding, rep),
+    self.train_step = jax.jit(step, in_shardings=(self.state_sharding, batch_sharding, rep)
+                              + (rep,) * len(teacher),
                               out_shardings=(self.state_sharding, rep), donate_argnums=0)
     self._eval_fn = jax.jit(self._eval_sums, out_shardings=rep)
 
-  def _local_step(self, state, batch, rng):
+  def _step_with_teacher(self, state, batch, rng, teacher):
+    return step_lib.train_step(state, batch, rng, self.step_config, teacher)
+
+  def _local_step(self, state, batch, rng, *teacher):
     """One device's part of a microbatched step (its own dropout stream)."""
     rng = jax.random.fold_in(rng, jax.lax.axis_index("data"))
-    return step_lib.train_step(state, batch, rng, self.step_config)
+    return step_lib.train_step(state, batch, rng, self.step_config, *teacher)
+
+  def one_model(self):
+    return jax.eval_shape(self._init_fn, jax.random.key(0))
 
   @property
   def examples_per_step(self) -> int:
@@ -139,7 +149,8 @@ class DataParallel(Method):
     metric sums)."""
     state = abstract(jax.eval_shape(self._init_fn, jax.random.key(0)), self.state_sharding)
     rng = jax.random.key(0)  # uncommitted, as the loop's: the step is not compiled again
-    step = self.train_step.lower(state, abstract(train_batch, self.train_layout.sharding), rng)
+    step = self.train_step.lower(*self.step_args(
+        state, abstract(train_batch, self.train_layout.sharding), rng))
     evaluate = self._eval_fn.lower(state, abstract(eval_batch, self.eval_layout.sharding))
     return [Program("train_step", "step", 1, step),
             Program("eval", "eval", eval_batches, evaluate)]

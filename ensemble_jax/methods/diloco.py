@@ -88,8 +88,8 @@ class DiLoCo(Ensemble):
         global_batch_stats=replicated(abstract_state.global_batch_stats),
         outer_opt_state=replicated(abstract_state.outer_opt_state))
 
-  def _step(self, state, batch, rng):
-    workers, metrics = self._stacked_step(state.workers, batch, rng)
+  def _step(self, state, batch, rng, *teacher):
+    workers, metrics = self._stacked_step(state.workers, batch, rng, *teacher)
     return state.replace(workers=workers), metrics
 
   def _outer_step(self, state, weights_N, batch):

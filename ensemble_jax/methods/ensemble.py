@@ -100,14 +100,19 @@ class Ensemble(Method):
     self.state_sharding = self._shardings(jax.eval_shape(self._init_state, jax.random.key(0)))
     rep = sharding_lib.replicated(mesh)
     per_worker = NamedSharding(mesh, P("worker"))
+    # A teacher is one set of variables replicated on every device (not stacked): each
+    # worker reads its own copy, so its step still needs no collective.
+    teacher = (P(),) if config.distill.teacher else ()
     self._stacked_step = jax.shard_map(
-        self._local_step, mesh=mesh, in_specs=(P("worker"), P("worker", "data"), P()),
+        self._local_step, mesh=mesh,
+        in_specs=(P("worker"), P("worker", "data"), P()) + teacher,
         out_specs=(P("worker"), P("worker")),
         # Replication over `data` holds by construction: the step pmeans grads and
         # metrics over `data` when it is > 1 (BatchNorm syncs over it itself).
         check_vma=False)
     self.train_step = jax.jit(self._step,
-                              in_shardings=(self.state_sharding, self.train_layout.sharding, rep),
+                              in_shardings=(self.state_sharding, self.train_layout.sharding, rep)
+                              + (rep,) * len(teacher),
                               out_shardings=(self.state_sharding, per_worker), donate_argnums=0)
     self._worker_logits = jax.shard_map(self._local_logits, mesh=mesh,
                                         in_specs=(P("worker"), P("data")),
@@ -131,6 +136,9 @@ class Ensemble(Method):
   def init(self, rng: jax.Array):
     return jax.jit(self._init_state, out_shardings=self.state_sharding)(rng)
 
+  def one_model(self):
+    return jax.eval_shape(self._init_one, jax.random.key(0))
+
   def prune(self, states, batch, sparsity: float):
     """SNIP at init, each worker on its own first batch (a one-off: plain vmap)."""
     cfg = dataclasses.replace(self.step_config, data_axis=None)
@@ -148,15 +156,15 @@ class Ensemble(Method):
     return self.num_workers * self.config.train.batch_size
 
   # ---- the step: no collective over `worker` ----
-  def _step(self, states, batch, rng):
-    return self._stacked_step(states, batch, rng)
+  def _step(self, states, batch, rng, *teacher):
+    return self._stacked_step(states, batch, rng, *teacher)
 
-  def _local_step(self, states, batch, rng):
+  def _local_step(self, states, batch, rng, *teacher):
     first = jax.lax.axis_index("worker") * self.workers_per_shard
 
     def one(j, state, batch_j):
       return step_lib.train_step(state, batch_j, jax.random.fold_in(rng, first + j),
-                                 self.step_config)
+                                 self.step_config, *teacher)
 
     return map_local_workers(one, self.strategy, states, batch)
 
@@ -296,7 +304,8 @@ class Ensemble(Method):
     `logits` is the headline. What evaluations leave out is reduced once, at the end
     (`final_eval`)."""
     a = self._abstract_inputs(train_batch, eval_batch)
-    out = [Program("train_step", "step", 1, self.train_step.lower(a.state, a.train, a.rng)),
+    out = [Program("train_step", "step", 1,
+                   self.train_step.lower(*self.step_args(a.state, a.train, a.rng))),
            Program("eval", "eval", eval_batches,
                    self._eval_fn.lower(a.state, a.eval, a.weights_N))]
     if self.end_modes:  # once, at the end: final_results

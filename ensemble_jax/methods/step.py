@@ -9,6 +9,7 @@ predicting tokens[:, 1:].
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -47,12 +48,18 @@ class StepConfig:
   # With microbatches > 1: per-step unbiased estimates of |G|^2 and tr(Sigma) from the
   # microbatch and whole-batch gradient norms (`ensemble_jax/noise_scale.py`).
   noise_scale: bool = False
+  # Knowledge distillation (`distill.teacher`): the loss mixes in the teacher's soft
+  # targets with this weight w, at this temperature T (`loss_and_predictions`). w = 0: no
+  # teacher, the step without it.
+  kd_weight: float = 0.0
+  kd_temperature: float = 1.0
 
   @classmethod
   def from_config(cls, config, data_axis: str | None = None) -> "StepConfig":
     return cls(config.task, tuple(config.data.mean), tuple(config.data.std),
                config.optim.label_smoothing, data_axis, config.train.microbatches,
-               config.train.noise_scale)
+               config.train.noise_scale, config.distill.kd_weight,
+               config.distill.kd_temperature)
 
 
 def model_inputs(batch: dict, cfg: StepConfig) -> jax.Array:
@@ -82,9 +89,16 @@ def cross_entropy(logits: jax.Array, labels: jax.Array, label_smoothing: float =
   return loss_and_predictions(logits, labels, label_smoothing)[0]
 
 
-def loss_and_predictions(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0
-                         ) -> tuple[jax.Array, jax.Array]:
+def loss_and_predictions(logits: jax.Array, labels: jax.Array, label_smoothing: float = 0.0,
+                         teacher_logits: jax.Array | None = None, kd_weight: float = 0.0,
+                         kd_temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
   """(per-example or per-token loss, argmax prediction); classes on the last axis.
+
+  With `teacher_logits` (same shape as `logits`) and `kd_weight` w > 0, the loss takes the
+  teacher's soft targets too (Hinton et al., 2015): (1 - w) CE(labels) + w T^2
+  KL(softmax(teacher / T) || softmax(logits / T)), T = `kd_temperature`; T^2 keeps the
+  soft part's gradient on the scale of the hard part's whatever T. w = 0 is the plain
+  loss, the same program. Soft targets replace label smoothing (validation refuses both).
 
   Without smoothing the target's log-probability is gathered, not dotted with a one-hot
   [..., V] that a 50k vocabulary makes as large as the logits: the same value (the one-hot
@@ -92,6 +106,9 @@ def loss_and_predictions(logits: jax.Array, labels: jax.Array, label_smoothing: 
   (`_integer_label_cross_entropy`): the argmax, which the accuracy needs anyway, gives the
   logsumexp's shift, and the gradient is one elementwise expression."""
   logits = logits.astype(jnp.float32)
+  if teacher_logits is not None and kd_weight > 0:
+    return _integer_label_cross_entropy(logits, labels, teacher_logits.astype(jnp.float32),
+                                        SoftTargets(kd_weight, kd_temperature))
   if not label_smoothing:
     return _integer_label_cross_entropy(logits, labels)
   num_classes = logits.shape[-1]
@@ -99,8 +116,17 @@ def loss_and_predictions(logits: jax.Array, labels: jax.Array, label_smoothing: 
   return optax.softmax_cross_entropy(logits, targets_onehot), jnp.argmax(logits, -1)
 
 
-@jax.custom_vjp
-def _integer_label_cross_entropy(logits: jax.Array, labels: jax.Array
+@dataclasses.dataclass(frozen=True)
+class SoftTargets:
+  """The weight w and temperature T of a teacher's soft targets in the loss (static)."""
+  weight: float
+  temperature: float
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _integer_label_cross_entropy(logits: jax.Array, labels: jax.Array,
+                                 teacher_logits: jax.Array | None = None,
+                                 soft: SoftTargets | None = None
                                  ) -> tuple[jax.Array, jax.Array]:
   """(logsumexp(logits) - logits[label], argmax(logits)) in two passes over the logits,
   with the gradient g (softmax(logits) - onehot(label)) as one elementwise expression.
@@ -113,25 +139,53 @@ def _integer_label_cross_entropy(logits: jax.Array, labels: jax.Array
   the cast to bf16 the tied LM head's backward applies next (`gpt2.tied_logits`). As one
   expression the chain is one fusion: read the float32 logits once, write the gradient
   once. The same gradient up to float rounding (softmax - onehot is rounded once before
-  the product by g instead of each term separately)."""
-  return _integer_label_cross_entropy_fwd(logits, labels)[0]
+  the product by g instead of each term separately).
+
+  With `teacher_logits` and `soft` (w, T): the loss (1 - w) CE + w T^2 KL(p_t || p_s),
+  p = softmax(. / T), and its gradient g ((1 - w)(softmax(logits) - onehot) + w T (p_s -
+  p_t)), still one elementwise expression; the teacher gets no gradient."""
+  return _integer_label_cross_entropy_fwd(logits, labels, teacher_logits, soft)[0]
 
 
-def _integer_label_cross_entropy_fwd(logits, labels):
+def _logsumexp(logits: jax.Array) -> jax.Array:
+  """logsumexp over the last axis, shifted by the maximum (as jax.nn.logsumexp)."""
+  top = jnp.max(logits, axis=-1)
+  shift = jnp.where(jnp.isfinite(top), top, 0.0)
+  return jnp.log(jnp.sum(jnp.exp(logits - shift[..., None]), axis=-1)) + shift
+
+
+def _integer_label_cross_entropy_fwd(logits, labels, teacher_logits=None, soft=None):
   predicted = jnp.argmax(logits, axis=-1)
   top = jnp.take_along_axis(logits, predicted[..., None], axis=-1)[..., 0]
   shift = jnp.where(jnp.isfinite(top), top, 0.0)  # as jax.nn.logsumexp: inf and nan pass
   lse = jnp.log(jnp.sum(jnp.exp(logits - shift[..., None]), axis=-1)) + shift
   loss = lse - jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-  return (loss, predicted), (logits, lse, labels)
+  if teacher_logits is None:
+    return (loss, predicted), (logits, lse, labels, None)
+  t = soft.temperature
+  student_lse_T, teacher_lse_T = (_logsumexp(logits / t),
+                                  _logsumexp(teacher_logits / t))
+  teacher_log_probs = teacher_logits / t - teacher_lse_T[..., None]
+  kl = jnp.sum(jnp.exp(teacher_log_probs)
+               * (teacher_log_probs - (logits / t - student_lse_T[..., None])), axis=-1)
+  loss = (1.0 - soft.weight) * loss + soft.weight * t * t * kl
+  return (loss, predicted), (logits, lse, labels, (teacher_logits, student_lse_T,
+                                                    teacher_lse_T))
 
 
-def _integer_label_cross_entropy_bwd(residuals, cotangents):
-  logits, lse, labels = residuals
+def _integer_label_cross_entropy_bwd(soft, residuals, cotangents):
+  logits, lse, labels, teacher = residuals
   g = cotangents[0]  # the prediction's cotangent is float0: it has no gradient
   classes = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
   onehot = (classes == labels[..., None].astype(jnp.int32)).astype(logits.dtype)
-  return g[..., None] * (jnp.exp(logits - lse[..., None]) - onehot), None
+  if teacher is None:
+    return g[..., None] * (jnp.exp(logits - lse[..., None]) - onehot), None, None
+  teacher_logits, student_lse_T, teacher_lse_T = teacher
+  w, t = soft.weight, soft.temperature
+  grad = g[..., None] * ((1.0 - w) * (jnp.exp(logits - lse[..., None]) - onehot)
+                         + w * t * (jnp.exp(logits / t - student_lse_T[..., None])
+                                    - jnp.exp(teacher_logits / t - teacher_lse_T[..., None])))
+  return grad, None, None  # the teacher is frozen
 
 
 _integer_label_cross_entropy.defvjp(_integer_label_cross_entropy_fwd,
@@ -144,20 +198,47 @@ def _variables(state: TrainState, params) -> dict:
   return {"params": params, "batch_stats": state.batch_stats}
 
 
-def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
-               ) -> tuple[TrainState, dict]:
-  """(state, batch, rng) -> (state, metrics); the rng is folded with the step inside."""
+def model_variables(state: TrainState) -> dict:
+  """What evaluating the model needs of its state: {"params"[, "batch_stats"]} (a
+  teacher's frozen variables)."""
+  return _variables(state, state.params)
+
+
+def teacher_logits(state: TrainState, teacher: dict | None, inputs: jax.Array
+                   ) -> jax.Array | None:
+  """The frozen teacher's eval-mode logits on the step's inputs, or None without one.
+
+  `teacher` holds its variables ({"params"[, "batch_stats"]}, `ensemble_jax/teacher.py`);
+  it is the student's model, so the student's `apply_fn` runs it. Computed inside the
+  step, so XLA counts its forward in the step's FLOPs: the teacher's share is charged."""
+  if teacher is None:
+    return None
+  return jax.lax.stop_gradient(state.apply_fn(teacher, inputs, train=False))
+
+
+def _loss(logits, labels, teacher_logits_, cfg: StepConfig):
+  return loss_and_predictions(logits, labels, cfg.label_smoothing, teacher_logits_,
+                              cfg.kd_weight, cfg.kd_temperature)
+
+
+def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig,
+               teacher: dict | None = None) -> tuple[TrainState, dict]:
+  """(state, batch, rng) -> (state, metrics); the rng is folded with the step inside.
+
+  `teacher`: a frozen teacher's variables whose soft targets the loss takes in
+  (`cfg.kd_weight`); None: the plain loss."""
   rng = jax.random.fold_in(rng, state.step)
   if cfg.microbatches > 1:
-    return _accumulated_step(state, batch, rng, cfg)
+    return _accumulated_step(state, batch, rng, cfg, teacher)
   inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
   mutable = ["batch_stats"] if state.batch_stats is not None else False
+  soft_targets = teacher_logits(state, teacher, inputs)
 
   def loss_fn(params):
     out = state.apply_fn(_variables(state, params), inputs, train=True, mutable=mutable,
                          rngs={"dropout": rng})
     logits, updates = out if mutable else (out, {})
-    loss, predicted = loss_and_predictions(logits, labels, cfg.label_smoothing)
+    loss, predicted = _loss(logits, labels, soft_targets, cfg)
     if "weight" in batch:  # a weighted coreset: sum_i w_i l_i / sum_i w_i
       per_example = loss.reshape(loss.shape[0], -1).mean(-1)
       loss = jnp.sum(batch["weight"] * per_example) / jnp.maximum(jnp.sum(batch["weight"]), 1e-12)
@@ -198,20 +279,22 @@ def split_microbatches(batch: dict, k: int) -> dict:
 
 
 def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfig,
-                     loss_scale) -> tuple[tuple[jax.Array, Any], Any, jax.Array]:
-  """One microbatch's forward and backward pass.
+                     loss_scale, teacher: dict | None = None
+                     ) -> tuple[tuple[jax.Array, Any], Any, jax.Array]:
+  """One microbatch's forward and backward pass (and its teacher's forward, if any).
 
   Returns ((summed correct predictions, BatchNorm updates), gradients, loss share). The
   loss share is the microbatch's part of the batch's loss: `loss_scale` times the summed
   per-example loss, or the mean when unweighted."""
   mutable = ["batch_stats"] if state.batch_stats is not None else False
-  labels = targets(mb, cfg)
+  inputs, labels = model_inputs(mb, cfg), targets(mb, cfg)
+  soft_targets = teacher_logits(state, teacher, inputs)
 
   def loss_fn(params):
-    out = state.apply_fn(_variables(state, params), model_inputs(mb, cfg), train=True,
+    out = state.apply_fn(_variables(state, params), inputs, train=True,
                          mutable=mutable, rngs={"dropout": rng})
     logits, updates = out if mutable else (out, {})
-    loss, predicted = loss_and_predictions(logits, labels, cfg.label_smoothing)
+    loss, predicted = _loss(logits, labels, soft_targets, cfg)
     if "weight" in mb:
       loss = jnp.sum(mb["weight"] * loss.reshape(loss.shape[0], -1).mean(-1))
     else:
@@ -223,8 +306,8 @@ def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfi
   return aux, grads, loss
 
 
-def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig
-                      ) -> tuple[TrainState, dict]:
+def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig,
+                      teacher: dict | None = None) -> tuple[TrainState, dict]:
   """`cfg.microbatches` microbatches' gradients summed in a scan, then one update.
 
   Each microbatch's loss is its share of the whole batch's, so the summed gradient is the
@@ -251,7 +334,7 @@ def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepC
   def body(acc, xs):
     j, mb = xs
     (correct, stats), grads, loss = microbatch_grads(state, mb, jax.random.fold_in(rng, j),
-                                                     cfg, loss_scale)
+                                                     cfg, loss_scale, teacher)
     out = {"grads": jax.tree.map(jnp.add, acc["grads"], grads), "loss": acc["loss"] + loss,
            "correct": acc["correct"] + correct}
     if has_stats:
@@ -284,15 +367,17 @@ def _accumulated_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepC
   return state, metrics
 
 
-def microbatch_flops(state: TrainState, mb: dict, cfg: StepConfig) -> float:
-  """XLA's FLOPs of one microbatch's forward and backward (one model, one device).
+def microbatch_flops(state: TrainState, mb: dict, cfg: StepConfig, teacher=None) -> float:
+  """XLA's FLOPs of one microbatch's forward and backward (one model, one device), with
+  its teacher's forward if `teacher` (its variables) is given.
 
   XLA's cost analysis counts a while loop's body once, so a step of k microbatches is
-  counted short by k - 1 of these. `state` and `mb` may be abstract (ShapeDtypeStruct).
+  counted short by k - 1 of these. `state`, `mb` and `teacher` may be abstract
+  (ShapeDtypeStruct).
   """
   cfg = dataclasses.replace(cfg, data_axis=None)
-  fn = jax.jit(lambda s, b, r: microbatch_grads(s, b, r, cfg, 1.0))
-  return costs.flops(fn.lower(state, mb, jax.random.key(0)).compile())
+  fn = jax.jit(lambda s, b, r, t: microbatch_grads(s, b, r, cfg, 1.0, t))
+  return costs.flops(fn.lower(state, mb, jax.random.key(0), teacher).compile())
 
 
 def snip_prune(state: TrainState, batch: dict, cfg: StepConfig, sparsity: float) -> TrainState:

@@ -118,6 +118,18 @@ SMOKE_TARGET = 20.0  # perplexity on 256 validation windows of 64 bytes
 SWEEP_WINDOWS = 38_400
 
 
+# Knowledge distillation's teacher (the `kd` grid): the full grid's strongest data-parallel
+# baseline of the students' model, its finished seed-1 run, whose final weights `make
+# sweep-pydocs` leaves in its checkpoints. Strongest: the fastest to the target with its
+# evaluations charged in the committed table (experiments/results/pydocs_gpt2/table.md,
+# eth10g: D8 15.3 s, D4 16.4 s, D2 22.1 s, D1 34.0 s; dp_small_model is another model).
+# A path from the repository root, as the Makefile's workdirs; its training is charged to
+# every run it teaches (results.json `teacher`).
+KD_TEACHER = "experiments/results/pydocs_gpt2/data_parallel/D8/seed1"
+KD_WEIGHT = 0.5  # the soft targets' share of each worker's loss
+KD_TEMPERATURE = 2.0
+
+
 def budget_steps(windows_per_step: int, windows: int = SWEEP_WINDOWS) -> int:
   """The steps a point may take: `windows` at `windows_per_step`, rounded up."""
   return -(-windows // windows_per_step)
@@ -132,6 +144,11 @@ def sweep_grid(name: str = "full") -> dict:
   c-BTM's tf-idf clusters + routing (its pool's build time on its critical path); DiLoCo
   with N = 4 over H. Every budget is SWEEP_WINDOWS' (`budget_steps`), so DP at D and the
   ensemble at N = D take the same steps, L.
+
+  `kd`: `ensemble_kd`, the ensemble curve's points with a teacher (KD_TEACHER: a run of
+  the full grid, so it runs after it, in its own workdir). Not part of `full`: a study
+  checks, calibrates and tunes every point before any seed run of another finishes, so a
+  curve taught by one of its own runs cannot start in the same study.
   """
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 16 * d, "cost.devices": d,
@@ -169,9 +186,14 @@ def sweep_grid(name: str = "full") -> dict:
                 f"N{n}_L{l8}": ensemble(n, **routed, **{"model.size": "micro"},
                                         **fixed["ensemble_tfidf_routed_small"])
                 for n in sizes}}
+  if name == "kd":  # each worker's loss takes the teacher's soft targets too
+    kd = {"distill.teacher": KD_TEACHER, "distill.kd_weight": KD_WEIGHT,
+          "distill.kd_temperature": KD_TEMPERATURE}
+    return {"ensemble_kd": {f"N{n}_L{budget_steps(16 * n)}": tuned_schedule(ensemble(n, **kd))
+                            for n in (2, 4, 8)}}
   if name != "full":
-    raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke or "
-                     "many_workers")
+    raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke, "
+                     "many_workers or kd")
   # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
       "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},
