@@ -279,6 +279,10 @@ def _distill() -> ml_collections.ConfigDict:
   # a distilled warm start: the first `synthetic_fraction` of a run's steps on the
   # synthetic set, then the worker's real share; 0: every step on the synthetic set
   g.synthetic_fraction = 0.0
+  # How a worker's synthetic examples are augmented in training: dsa, as their distiller
+  # matched them (the literature trains on its sets so), or none. Real examples get
+  # data.train_augment whatever this says.
+  g.synthetic_augment = "dsa"
   # Knowledge distillation (any method, any pool): a finished data-parallel run's workdir
   # whose final weights are a frozen teacher of the same model; every worker's loss takes
   # its soft targets: (1 - kd_weight) CE(labels) + kd_weight T^2 KL(teacher || student) at

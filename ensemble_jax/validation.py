@@ -256,6 +256,9 @@ DISTILL_CHECKS = {
 }
 
 
+SYNTHETIC_AUGMENTS = ("dsa", "none")
+
+
 def _validate_teacher(config) -> None:
   """Knowledge distillation's fields; whether the teacher's run exists is checked at
   set-up (`ensemble_jax/teacher.py`), before anything compiles."""
@@ -274,6 +277,8 @@ def _validate_teacher(config) -> None:
 def _validate_distill(config) -> None:
   _validate_teacher(config)
   d = config.distill
+  _need(d.synthetic_augment in SYNTHETIC_AUGMENTS, "distill.synthetic_augment",
+        d.synthetic_augment, f"use one of {SYNTHETIC_AUGMENTS}.")
   builder = BUILDERS[d.method]
   if builder.build is None:
     return

@@ -243,6 +243,9 @@ def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
   # The pool is the sets themselves: every batch a worker reads is synthetic, its own.
   pool = pools.create(config, _loaded(config), 2, str(tmp_path / "run"))
   assert pool.info["cached"] and len(pool.source) == 40
+  # marked for the step's augmentation, as the distiller matched them (DSA)
+  assert pool.source.get(0)["synthetic"] == 1
+  assert info["distillation"]["train_augmentation"] == "dsa"
   assert set(pool.sampler.batch_indices(0, 5, 8)) <= set(range(20))
   assert set(pool.sampler.batch_indices(1, 5, 8)) <= set(range(20, 40))
   assert pool.source.get(0)["image"].dtype == np.float32
@@ -312,3 +315,33 @@ def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
                                 data, 2)
   with pytest.raises(ConfigError, match="images_per_class=2"):  # no loops in the table
     validation.validate(_dm_config(tmp_path / "pools", method="gradient_matching"))
+
+
+def test_the_step_augments_the_examples_marked_synthetic_alone():
+  """Synthetic examples train under the siamese augmentation their distiller matched them
+  under; real ones (a warm start's) and batches without the mark are left as they are."""
+  from ensemble_jax.methods import step
+
+  x = jax.random.normal(jax.random.key(0), (6, 8, 8, 1))
+  rng = jax.random.key(1)
+  dsa = step.StepConfig(synthetic_augment="dsa")
+  assert step.augmented(x, {"image": x}, rng, dsa) is x
+  mark = jnp.asarray([1, 0, 1, 0, 0, 1], jnp.float32)
+  out = step.augmented(x, {"image": x, "synthetic": mark}, rng, dsa)
+  changed = np.asarray(jnp.any(out != x, axis=(1, 2, 3)))
+  np.testing.assert_array_equal(changed, np.asarray(mark) > 0)
+  off = step.StepConfig(synthetic_augment="none")
+  assert step.augmented(x, {"image": x, "synthetic": mark}, rng, off) is x
+
+
+def test_a_warm_start_pool_marks_its_real_examples_unsynthetic(tmp_path):
+  from ensemble_jax.distill import pools, registry
+
+  config = _dm_config(tmp_path / "pools")
+  data = _loaded(config)
+  source = {"image": np.zeros((4, 28, 28, 1), np.float32), "label": np.arange(4) % 2}
+  built = registry.Built([np.arange(2), np.arange(2, 4)], {"method": "x"}, source=source,
+                         then=[np.arange(3), np.arange(3, 6)])
+  pool = pools.pool_of(built, data, 0, switch_fraction=0.5)
+  n = len(data.train)
+  assert pool.source.get(0)["synthetic"] == 0 and pool.source.get(n)["synthetic"] == 1

@@ -47,21 +47,26 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
     logging.info("distill: pool built in %.1f s", built.info["build_time_s"])
     _write(path, built)
     built.info = {**built.info, "cached": False}
-  return pool_of(built, data, config.seed, config.distill.synthetic_fraction)
+  return pool_of(built, data, config.seed, config.distill.synthetic_fraction,
+                 config.distill.synthetic_augment)
 
 
-def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0) -> samplers.Pool:
+def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0,
+            synthetic_augment: str = "dsa") -> samplers.Pool:
   """The loop's view of a built pool: its sampler over what its indices refer to (the
   training split, or the pool's own data after it). A pool with data of its own and
-  `then` pools reads its own for `switch_fraction` of a run, then `then` (0: only its own)."""
+  `then` pools reads its own for `switch_fraction` of a run, then `then` (0: only its own);
+  its own examples are augmented in training as `synthetic_augment` says."""
   source, pools = None, built.pools
   num_examples = len(data.train)
   if built.source is not None:
     source = images.ImageSource(built.source["image"], built.source["label"],
                                 data.num_classes, "distilled")
     if switch_fraction:  # the training split, then the pool's own examples
-      source = ConcatSource(data.train, source)
+      source = SyntheticSource(source, real=data.train)
       pools = [p + len(data.train) for p in pools]
+    else:
+      source = SyntheticSource(source)
     num_examples = len(source)
   sampler = samplers.PoolSampler(pools, num_examples, seed, built.weights)
   info = built.info
@@ -72,25 +77,30 @@ def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0) -> samp
         sampler, samplers.PoolSampler(built.then, num_examples, seed), switch_fraction)
   if built.source is not None:
     info = {**info, "distillation": {**info.get("distillation", {}),
-                                     "synthetic_fraction": switch_fraction}}
+                                     "synthetic_fraction": switch_fraction,
+                                     "train_augmentation": synthetic_augment}}
   return samplers.Pool(sampler, info, built.route, source)
 
 
-class ConcatSource:
-  """Two sources as one: `first`'s examples, then `second`'s (as uint8-compatible floats)."""
+class SyntheticSource:
+  """A pool's own examples, each marked `synthetic` for the step's augmentation
+  (`distill.synthetic_augment`, `step.augmented`); with `real` ahead of them, its
+  examples first, as floats, marked 0."""
 
-  def __init__(self, first, second):
-    self.first, self.second = first, second
+  def __init__(self, synthetic, real=None):
+    self.synthetic, self.real = synthetic, real
+    self.offset = 0 if real is None else len(real)
 
   def __len__(self) -> int:
-    return len(self.first) + len(self.second)
+    return self.offset + len(self.synthetic)
 
   def get(self, index: int) -> dict:
     index = int(index)
-    if index < len(self.first):
-      example = self.first.get(index)
-      return {**example, "image": np.asarray(example["image"], np.float32)}
-    return self.second.get(index - len(self.first))
+    if index < self.offset:
+      example = self.real.get(index)
+      return {**example, "image": np.asarray(example["image"], np.float32),
+              "synthetic": np.float32(0)}
+    return {**self.synthetic.get(index - self.offset), "synthetic": np.float32(1)}
 
 
 def cache_path(config, data, num_consumers: int, workdir: str) -> str:

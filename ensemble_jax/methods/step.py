@@ -53,19 +53,37 @@ class StepConfig:
   # teacher, the step without it.
   kd_weight: float = 0.0
   kd_temperature: float = 1.0
+  # A batch's examples marked `synthetic` (a distilled pool's own) are augmented so:
+  # "dsa" (siamese augmentation's families, one per batch) or "none".
+  synthetic_augment: str = "none"
 
   @classmethod
   def from_config(cls, config, data_axis: str | None = None) -> "StepConfig":
     return cls(config.task, tuple(config.data.mean), tuple(config.data.std),
                config.optim.label_smoothing, data_axis, config.train.microbatches,
                config.train.noise_scale, config.distill.kd_weight,
-               config.distill.kd_temperature)
+               config.distill.kd_temperature, config.distill.synthetic_augment)
 
 
 def model_inputs(batch: dict, cfg: StepConfig) -> jax.Array:
   if cfg.task == "lm":
     return batch["tokens"][:, :-1]
   return normalize(batch["image"], cfg.mean, cfg.std)
+
+
+AUGMENT_STREAM = 0x5A  # the step rng's stream for the synthetic examples' augmentation
+
+
+def augmented(inputs: jax.Array, batch: dict, rng: jax.Array, cfg: StepConfig) -> jax.Array:
+  """The batch's examples its pool marks `synthetic`, augmented as `cfg.synthetic_augment`
+  says (the others as they are); a batch without the mark, unchanged (the same program)."""
+  if "synthetic" not in batch or cfg.synthetic_augment == "none":
+    return inputs
+  from ensemble_jax.distill import augment
+
+  out = augment.per_example(jax.random.fold_in(rng, AUGMENT_STREAM), augment.DSA(), inputs)
+  mark = batch["synthetic"].reshape((-1,) + (1,) * (inputs.ndim - 1)) > 0
+  return jnp.where(mark, out, inputs)
 
 
 def targets(batch: dict, cfg: StepConfig) -> jax.Array:
@@ -230,7 +248,7 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig,
   rng = jax.random.fold_in(rng, state.step)
   if cfg.microbatches > 1:
     return _accumulated_step(state, batch, rng, cfg, teacher)
-  inputs, labels = model_inputs(batch, cfg), targets(batch, cfg)
+  inputs, labels = augmented(model_inputs(batch, cfg), batch, rng, cfg), targets(batch, cfg)
   mutable = ["batch_stats"] if state.batch_stats is not None else False
   soft_targets = teacher_logits(state, teacher, inputs)
 
@@ -287,7 +305,7 @@ def microbatch_grads(state: TrainState, mb: dict, rng: jax.Array, cfg: StepConfi
   loss share is the microbatch's part of the batch's loss: `loss_scale` times the summed
   per-example loss, or the mean when unweighted."""
   mutable = ["batch_stats"] if state.batch_stats is not None else False
-  inputs, labels = model_inputs(mb, cfg), targets(mb, cfg)
+  inputs, labels = augmented(model_inputs(mb, cfg), mb, rng, cfg), targets(mb, cfg)
   soft_targets = teacher_logits(state, teacher, inputs)
 
   def loss_fn(params):
