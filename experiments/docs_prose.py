@@ -31,6 +31,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "experiments", "results")
 README, COST_VS_TIME, REGIME = "README.md", "docs/results/cost_vs_time.md", "docs/results/regime.md"
 ONE_DEVICE = "docs/results/one_device.md"
+DISTILLATION = "docs/results/distillation.md"
 BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
 END = "<!-- end -->"
 WIDTH = 90
@@ -528,6 +529,55 @@ def readme_distilled() -> str:
                 f"baseline**, charged ({best(charged)}) or with the distillation amortised, a "
                 f"what-if ({best(amortised)}): "
                 "[docs/results/distillation.md](docs/results/distillation.md).")
+
+
+@template(DISTILLATION, "distillation_study")
+def distillation_study() -> str:
+  """The distilled curves' reported points: charged as the study charges them, and the
+  amortised what-if, each against the strongest baseline's frontier (10 GbE and nvlink)."""
+  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  if not pts:
+    from experiments.configs import fashion_mnist
+
+    count = sum(len(fashion_mnist.sweep_grid("full")[c]) for c in DISTILLED)
+    return paragraph(f"None of their {count} points has a reported seed yet; this page and "
+                     "the README say so until they have.")
+  runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
+  baselines = report.baseline_curves(list(grid("fashion_mnist")))
+  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
+  builds = {}
+  for r in runs:
+    if r["curve"] in DISTILLED:
+      builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
+
+  def ratio(rows, name, preset, kind):
+    [row] = [r for r in rows if r["point"] == name]
+    if row[kind] is None:
+      return row["why"] or "no baseline within budget"
+    lo, hi = row[f"{kind}_range"]
+    return f"{x(row[kind][0])} [{x(lo)}, {x(hi)}]"
+
+  lines = ["| curve | point | seeds reached | steps to target | final accuracy | one set's "
+           "distillation (s) | time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, "
+           "charged | amortised | compute ratio, amortised |", "|---" * 11 + "|"]
+  for p in pts:
+    charged = report.matched(list(grid("fashion_mnist")), p["curve"], "eth10g")
+    amortised = report.matched(whatif, p["curve"] + report.AMORTISED, "eth10g")
+    [a] = [q for q in whatif if q["curve"] == p["curve"] + report.AMORTISED
+           and q["point"] == p["point"]]
+    lines.append(
+        f"| {p['curve']} | {p['point']} | {p['reached']}/{p['seeds']} | "
+        f"{p['steps']['median']:.0f} [{p['steps']['min']:.0f}, {p['steps']['max']:.0f}] | "
+        f"{p['final']['median']:.4f} | "
+        f"{statistics.median(builds[(p['curve'], p['point'])]):.0f} | "
+        f"{p['time_s']['eth10g']['median']:.1f} | {a['time_s']['eth10g']['median']:.1f} | "
+        f"{ratio(charged, p['point'], 'eth10g', 'time')} | "
+        f"{ratio(amortised, p['point'], 'eth10g', 'time')} | "
+        f"{ratio(amortised, p['point'], 'eth10g', 'compute')} |")
+  return ("Their reported points (seeds 1-3, median [min, max]; steps and times to 85%, or "
+          "the whole budget where a seed missed; the ratios against the strongest-baseline "
+          "frontier at each point's own budget, above 1x the point is better; amortised: the "
+          "what-if that does not charge the distillation):\n\n" + "\n".join(lines))
 
 
 @template(COST_VS_TIME, "dp_d8_whole_schedule")
