@@ -26,6 +26,7 @@ from typing import Callable
 
 from ensemble_jax import costs, report
 from experiments import projection, rerun_plan
+from experiments.sweeps import critical_batch as critical_batch_sweep
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "experiments", "results")
@@ -406,7 +407,7 @@ def _trained(p: dict) -> str:
   return s(p["host_time_s"]["median"])
 
 
-WORDS = {2: "two", 3: "three", 4: "four", 8: "eight", 16: "sixteen"}
+WORDS = {2: "two", 3: "three", 4: "four", 7: "seven", 8: "eight", 9: "nine", 16: "sixteen"}
 
 
 def _one_gpu_bullet() -> str:
@@ -656,6 +657,332 @@ def pydocs_many_workers_length() -> str:
       f"{s(floor[cheapest])} of the small model's ({CURVE_NAMES.get(cheapest, cheapest)}), "
       f"against {s(base['time_s'][preset]['median'])} for the strongest baseline, "
       f"{CURVE_NAMES.get(base['curve'], base['curve'])} on {base['devices']} devices.")
+
+
+# ---- regime.md, section 1: the critical-batch readings ---------------------------------------
+
+def _measured(summary: dict) -> list[dict]:
+  return [r for r in summary["rows"] if r["median_steps"] is not None]
+
+
+def _at(summary: dict, batch: int) -> dict:
+  return next(r for r in summary["rows"] if r["batch"] == batch)
+
+
+@functools.lru_cache(maxsize=None)
+def _sweep_tuning(workload: str, batch: int) -> dict:
+  """A critical-batch point's `tuning.json`: its tuning runs, axis by axis."""
+  with open(os.path.join(RESULTS, "critical_batch", workload, f"B{batch}", "tuning.json")) as f:
+    return json.load(f)
+
+
+def _axis_runs(workload: str, batch: int, key: str) -> list[dict]:
+  """The tuning seed's runs along one axis (rerun_plan.SCHEDULE or the learning rate)."""
+  return next(a for a in _sweep_tuning(workload, batch)["axes"] if a["key"] == key)["runs"]
+
+
+def _fraction(workload: str, batch: int, fraction: float) -> dict:
+  return next(r for r in _axis_runs(workload, batch, rerun_plan.SCHEDULE)
+              if r["value"] == fraction)
+
+
+def _seed_runs(workload: str, batch: int, subdir: str = "") -> list[dict]:
+  """A critical-batch point's runs (under `subdir`, e.g. superseded), tuning seed 0 left out."""
+  return [r for r in _results(f"critical_batch/{workload}/B{batch}/{subdir}seed*/results.json")
+          if r["config"]["seed"] != 0]
+
+
+def _reached(run: dict):
+  return critical_batch_sweep._steps_to_target(run)
+
+
+def _factor(f: float) -> str:
+  """'x0.25', 'x1/8' as the prose writes a rate's factor."""
+  return f"x{f:g}"
+
+
+def _b(batch: int) -> str:
+  return f"{batch:,}"
+
+
+def _whole_budget_fit(workload: str, largest: int) -> dict:
+  """The knee fitted to whole-budget schedules from the smallest batch to `largest`: each B's
+  superseded runs where its tuned schedule replaced them, else its own (whole) runs."""
+  points = []
+  for r in critical_batch(workload)["rows"]:
+    if r["batch"] > largest:
+      continue
+    old = [_reached(q) for q in _seed_runs(workload, r["batch"], "superseded/")]
+    if old:
+      points.append((r["batch"], statistics.median(old)))
+    elif r["schedule_fraction"] == 1:
+      points.append((r["batch"], r["median_steps"]))
+    else:
+      raise Contradicted(f"critical batch {workload} B{r['batch']}: no whole-budget runs")
+  return critical_batch_sweep.fit_critical_batch(points)
+
+
+@template(REGIME, "critical_batch_fashion")
+def critical_batch_fashion() -> str:
+  """Fashion-MNIST's critical-batch readings: where doubling the batch stops paying, and what
+  tuning the schedule's length moved."""
+  w = "fashion"
+  summary = critical_batch(w)
+  rows, top = _measured(summary), knee(summary)
+  upto = [r for r in rows if r["batch"] <= top["batch"]]
+  cuts = [a["median_steps"] / b["median_steps"] for a, b in zip(upto, upto[1:])]
+  far, last = rows[-2], rows[-1]
+  wander = [r for r in rows if r["batch"] > top["batch"]]
+  late = next(b for a, b in zip(wander, wander[1:]) if b["median_steps"] > a["median_steps"])
+  before = wander[wander.index(late) - 1]
+  short = [r for r in summary["rows"] if r["schedule_fraction"] < 1]
+  first = summary["rows"][0]
+  whole = [_reached(q) for q in _seed_runs(w, first["batch"], "superseded/")]
+  fit = _whole_budget_fit(w, far["batch"])
+  if (last["median_steps"] < last["min_steps"] or last["median_steps"] < far["median_steps"]
+      or late["schedule_fraction"] != 1 or min(cuts) <= 1
+      or statistics.median(whole) <= first["median_steps"]):
+    raise Contradicted("critical_batch_fashion: the knee or the schedules' effect moved")
+  return "\n".join((bullet(
+      f"Doubling the batch cuts the steps by {span(cuts, lambda v: f'{v:.1f}')}x up to "
+      f"B = {top['batch']} and **little beyond**: {far['batch'] // top['batch']}x the batch "
+      f"from {top['batch']} to {_b(far['batch'])} cuts them from {top['median_steps']} to "
+      f"{far['median_steps']} (table), where perfect scaling would give "
+      f"{top['median_steps'] * top['batch'] / far['batch']:.1f}, and doubling again to "
+      f"{_b(last['batch'])} (D = {last['devices']}) takes {last['median_steps']} "
+      f"({last['min_steps']}-{last['max_steps']}): no fewer. Data-parallel's critical batch "
+      f"here is about {top['batch']} examples: D = {top['devices']} devices of "
+      f"{summary['per_device']}, where the cost-vs-time grid stops. Beyond it the medians "
+      f"wander within the seeds' spread (B = {_b(late['batch'])} took {late['median_steps']} "
+      f"steps, more than B = {_b(before['batch'])}'s {before['median_steps']}: its tuning "
+      "seeds chose the whole schedule, which then reached the target later on seeds 1-3)."),
+      bullet(
+      "**Tuning the schedule's length moved the small batches, not the knee's place**: "
+      f"{WORDS[len(short)]} of the {WORDS[len(summary['rows'])]} B chose a half- or "
+      f"quarter-length schedule. At B = {first['batch']} the whole {_b(first['step_budget'])}-step "
+      f"schedule took {statistics.median(whole):g} steps (its runs are kept in "
+      f"`B{first['batch']}/superseded/`), a {LENGTHS[first['schedule_fraction']]} of it "
+      f"{first['median_steps']}; McCandlish's S(B) = S_min (1 + B_crit / B) fitted to the "
+      f"medians gives S_min = {summary['fit']['s_min']:.1f} steps and B_crit = "
+      f"{summary['fit']['b_crit']:.0f} (`summary.json`; {fit['b_crit']:.0f} with the "
+      f"whole-budget schedules at B = {first['batch']} .. {_b(far['batch'])}).")))
+
+
+@template(REGIME, "critical_batch_fashion_tuning")
+def critical_batch_fashion_tuning() -> str:
+  """The tuning seed's runs at the batches whose choice the table cannot show."""
+  w, lr = "fashion", "optim.learning_rate"
+  summary = critical_batch(w)
+  edge = next(r for r in summary["rows"] if r["lr_at_edge"])
+  flat = [r["steps_to_target"] for r in _axis_runs(w, edge["batch"], lr)]
+  far, last = summary["rows"][-2], summary["rows"][-1]
+  rates = _axis_runs(w, far["batch"], lr)
+  quarter = _fraction(w, far["batch"], 0.25)
+  last_rates = _axis_runs(w, last["batch"], lr)
+  hit = [r for r in last_rates if r["reached"]]
+  missed = [r for r in last_rates if not r["reached"]]
+  [whole] = {r["steps_to_target"] for r in hit}
+  q = _fraction(w, last["batch"], 0.25)
+  half = _fraction(w, last["batch"], 0.5)
+  clock = [r["cost"]["measured"]["step_time_s"]
+           for r in _results(f"critical_batch/{w}/B{last['batch']}/seed*/results.json")]
+  if (None in flat or any(r["steps_to_target"] is None for r in rates) or half["reached"]
+      or not quarter["reached"] or not q["reached"] or far["schedule_fraction"] != 0.25):
+    raise Contradicted("critical_batch_fashion_tuning: a tuning run's outcome moved")
+  return "\n".join((
+      bullet(f"At B = {edge['batch']} the tuned rate sits at the edge of the extended grid "
+             f"({edge['lr_factor']:g}x the base) on a flat response: {span(flat, str)} steps "
+             "at every rate tried on the tuning seed."),
+      bullet(f"At B = {_b(far['batch'])} the rates "
+             f"{' / '.join(_factor(r['factor']) for r in rates)} took "
+             f"{' / '.join(str(r['steps_to_target']) for r in rates)} steps on the tuning "
+             f"seed; the quarter-length schedule then {quarter['steps_to_target']}."),
+      bullet(f"At B = {_b(last['batch'])} ({last['microbatches']} microbatches of "
+             f"{summary['per_device']}, about {span(clock, lambda v: f'{v:.0f}')} s a step on "
+             f"a 2-core machine) the rates {listing([_factor(r['factor']) for r in hit])} took "
+             f"{whole} steps with the whole schedule on the tuning seed, "
+             f"{listing([_factor(r['factor']) for r in missed])} had not reached the target by "
+             f"then; the quarter-length schedule at {_factor(last['lr_factor'])} took "
+             f"{listing([str(r['steps_to_target']) for r in rerun_plan._seeds(q)])} on the two "
+             f"tuning seeds, the half-length one had not by step {half['stopped_at_step']}.")))
+
+
+@template(REGIME, "critical_batch_small_model")
+def critical_batch_small_model() -> str:
+  """The small model's critical batch against the big model's, and what it means for the
+  small-model routed experts beyond 8 devices."""
+  summary, big = critical_batch("fashion_small_model"), critical_batch("fashion")
+  rows = _measured(summary)
+  top = min(rows, key=lambda r: r["median_steps"])  # where its steps stop falling
+  grid_edge = knee(big)
+  past = [r for r in rows if grid_edge["batch"] < r["batch"] <= top["batch"]]
+  wander = [r["median_steps"] for r in _measured(big) if r["batch"] > grid_edge["batch"]]
+  last = rows[-1]
+  at = _at(summary, grid_edge["batch"])
+  beyond = small_model_beyond()
+  n64 = _workers("many_workers", SMALL_ROUTED, 64)
+  half = [r for r in summary["rows"] if r["schedule_fraction"] == 0.5]
+  others = [r for r in summary["rows"] if r["schedule_fraction"] != 0.5]
+  quarter = next(r for r in others if r["schedule_fraction"] == 0.25)
+  whole = next(r for r in others if r["schedule_fraction"] == 1)
+  edge = [r for r in summary["rows"] if r["lr_at_edge"]]
+  read = len(critical_batch_sweep._b_simple_readings(summary["rows"]))
+  steps = [r["median_steps"] for r in past]
+  if (top is not past[-1] or last["median_steps"] <= top["median_steps"] or len(others) != 2
+      or len(edge) != 1 or top["median_steps"] >= summary["fit"]["s_min"]
+      or beyond["n64"]["method_time_s"] <= beyond["beyond"][-1]["baseline_time_s"]):
+    raise Contradicted("critical_batch_small_model: its knee or the experts' place moved")
+  return "\n".join((
+      bullet(
+          "**The small model keeps scaling past the big model's knee, then stops**: from "
+          f"{at['median_steps']} steps at B = {at['batch']} (D = {at['devices']}, where the "
+          f"cost-vs-time grid stops) to {listing([str(v) for v in steps])} at "
+          f"B = {listing([_b(r['batch']) for r in past])}, where the big model wandered "
+          f"between {min(wander)} and {max(wander)} past B = {grid_edge['batch']}. Doubling "
+          f"again to B = {_b(last['batch'])} (D = {last['devices']}) takes "
+          f"{last['median_steps']} steps ({last['min_steps']}-{last['max_steps']}), no fewer: "
+          f"its knee is reached by B = {_b(top['batch'])}. The fit gives B_crit = "
+          f"{summary['fit']['b_crit']:.0f} (the big model's {big['fit']['b_crit']:.0f}) and "
+          f"S_min = {summary['fit']['s_min']:.0f} steps; B = {_b(top['batch'])}'s "
+          f"{top['median_steps']} steps sit below S_min, so the 1/B model fits the curve's "
+          "end loosely, and the projection reads the measured points, not the fit."),
+      bullet(
+          "**This is the baseline the small-model routed experts meet**: at "
+          f"{min(steps)}-{max(steps)} steps on {past[0]['devices']}-{past[-1]['devices']} "
+          "devices of the small model's step it is faster than their every point "
+          f"({n64['steps']['median']:g} steps at N = 64 plus the pool build; section 3)."),
+      bullet(
+          f"Every B chose a half-length schedule but B = {quarter['batch']} (a quarter) and "
+          f"B = {_b(whole['batch'])} (the whole {whole['step_budget']} steps: its "
+          "half-length schedule took "
+          f"{listing([str(r['steps_to_target']) for r in rerun_plan._seeds(_fraction('fashion_small_model', whole['batch'], 0.5))])} "
+          "steps on the two tuning seeds, the whole one "
+          f"{listing([str(r['steps_to_target']) for r in rerun_plan._seeds(_fraction('fashion_small_model', whole['batch'], 1.0))])}). "
+          f"B = {edge[0]['batch']}'s rate sits at the edge of the extended grid "
+          f"({edge[0]['lr_factor']:g}x the base). The noise scale reads at the target in "
+          f"{read} of {len(summary['rows'])} batches only, as for the big model (the "
+          "estimate of |G|^2 falls to or below zero late in a short schedule).")))
+
+
+@template(REGIME, "critical_batch_pydocs")
+def critical_batch_pydocs() -> str:
+  """The Python docs' critical batch: below the smallest batch, by the steps, the fit and
+  the noise scale, and no shorter schedule moves it."""
+  w = "pydocs"
+  summary = critical_batch(w)
+  rows = _measured(summary)
+  first, top = rows[0], knee(summary)
+  ten = _at(summary, 1024)  # 16x the smallest batch
+  after = [r for r in rows if r["batch"] > ten["batch"]]
+  fit = summary["fit"]
+  noise = critical_batch_sweep._b_simple_readings(summary["rows"])
+  d1, d2 = (point("pydocs_gpt2", "data_parallel", f"D{d}") for d in (1, 2))
+  windows = [16, 32]  # the grid's D = 1 and 2, at 16 windows a device
+  at_fit = [fit["s_min"] * (1 + fit["b_crit"] / b) for b in windows]
+  cut = [r for r in summary["rows"] if r["batch"] < summary["rows"][-1]["batch"]]
+  halves = [_fraction(w, r["batch"], 0.5)["final"] for r in cut]
+  quarters = [_fraction(w, r["batch"], 0.25)["final"] for r in summary["rows"]]
+  largest = summary["rows"][-1]
+  tune_half, tune_whole = (rerun_plan._seeds(_fraction(w, largest["batch"], f)) for f in (0.5, 1.0))
+  [whole_steps] = {r["step_budget"] for r in summary["rows"]}
+  if (top is not first or any(r["median_steps"] < ten["median_steps"] for r in after)
+      or max(fit["b_crit"], summary["b_simple"]) >= first["batch"]
+      or any(_fraction(w, r["batch"], f)["reached"] for r in cut for f in (0.25, 0.5))
+      or _fraction(w, largest["batch"], 0.25)["reached"]
+      or not all(r["reached"] for r in tune_half + tune_whole)
+      or any(r["schedule_fraction"] != 1 for r in summary["rows"])):
+    raise Contradicted("critical_batch_pydocs: the knee or the schedules' outcome moved")
+  return "\n".join((
+      bullet(
+          f"Here the knee lies **below the smallest batch measured**: {ten['batch'] // first['batch']}x "
+          f"the batch from {first['batch']} to {_b(ten['batch'])} windows cuts the steps only "
+          f"{first['median_steps'] / ten['median_steps']:.1f}x, and doubling it again to "
+          f"{listing([_b(r['batch']) for r in after])} cuts "
+          "nothing."),
+      bullet(
+          f"The fit (under the table: S_min {fit['s_min']:.1f} steps, B_crit "
+          f"{fit['b_crit']:.0f}) and the measured B_simple ({summary['b_simple']:.0f}, the "
+          "median of the per-B medians, which are noisy, "
+          f"{min(noise):.0f}-{max(noise):.0f}) agree: both under one device's "
+          f"{first['batch']} windows."),
+      bullet(
+          f"This matches the docs' cost-vs-time grid at {windows[0]} windows a device: the "
+          "fit, made without its smaller batches, puts "
+          f"{listing([str(b) for b in windows])} windows at "
+          f"{listing([f'{v:.0f}' for v in at_fit])} "
+          f"steps, where the grid measured {d1['steps']['median']:g} and "
+          f"{d2['steps']['median']:g}."),
+      bullet(
+          "**A shorter schedule does not help at any B.** Every B reaches the target at "
+          f"{span([r['median_steps'] / whole_steps for r in rows], lambda v: f'{100 * v:.0f}')}% of its {whole_steps} "
+          f"steps, yet the half- and quarter-length schedules ({whole_steps // 2} and "
+          f"{whole_steps // 4} steps), tuned after the learning rate on the tuning seed, miss "
+          "perplexity 12 at every B but the largest: the half-length ones end at "
+          f"{span(halves, lambda v: f'{v:.1f}')} at B = {cut[0]['batch']} .. "
+          f"{_b(cut[-1]['batch'])}, the quarter-length at {span(quarters, lambda v: f'{v:.0f}')}. "
+          f"At B = {_b(largest['batch'])} the half-length schedule reached it in "
+          f"{listing([str(r['steps_to_target']) for r in tune_half])} steps on the two "
+          f"tuning seeds, the whole one in {listing([str(r['steps_to_target']) for r in tune_whole])}. "
+          "So the whole schedule stays at every B, seeds 1 and 2 stand as run and seed 3 "
+          "joins them; the knee is not an artefact of the schedule's length "
+          "(`B*/tuning.json`, the runs under `B*/tune/`).")))
+
+
+def _ratio_factor(f: float) -> str:
+  """'x1/4', 'x1', 'x2': a tuning factor as a fraction."""
+  return f"x1/{1 / f:g}" if f < 1 else f"x{f:g}"
+
+
+@template(REGIME, "critical_batch_pydocs_runs")
+def critical_batch_pydocs_runs() -> str:
+  """Why the docs' sweep warm-starts the rate, how often its large batches read the corpus,
+  and what a step costs there."""
+  w, lr = "pydocs", "optim.learning_rate"
+  summary = critical_batch(w)
+  warm = _at(summary, 2048)  # the batch where the plain rule would stop at a worse rate
+  source = _at(summary, _sweep_tuning(w, warm["batch"])["warm_start_from_batch"])
+  runs = _axis_runs(w, warm["batch"], lr)
+  plain = [r for r in runs if r["factor"] >= 0.5]
+  inherited = next(r for r in runs if r["factor"] == source["lr_factor"])
+  chosen = next(r for r in runs if r["factor"] == warm["lr_factor"])
+  scale = warm["peak_learning_rate"] / chosen["value"]
+  best_plain = min(plain, key=lambda r: r["steps_to_target"])
+  peaks = [r["value"] * scale for r in plain]
+  if (chosen["steps_to_target"] >= inherited["steps_to_target"]
+      or inherited["steps_to_target"] >= best_plain["steps_to_target"]
+      or best_plain in (plain[0], plain[-1])):
+    raise Contradicted("critical_batch_pydocs_runs: the warm start no longer decides B2048")
+  [run] = _results(f"critical_batch/{w}/B{summary['rows'][-1]['batch']}/seed1/results.json")
+  corpus = run["data"]["train_windows"]
+  big = [r for r in summary["rows"] if r["batch"] >= warm["batch"]]
+  epochs = [(r, r["median_steps"] * r["batch"] / corpus) for r in (big[0], big[-1])]
+  every = run["config"]["checkpoint"]["every_steps"] / run["step_budget"]
+  if not all(e > 2 for _, e in epochs):
+    raise Contradicted("critical_batch_pydocs_runs: the large batches no longer reread the corpus")
+  slow = summary["rows"][-2:]
+  return "\n".join((
+      bullet(
+          f"B = {_b(warm['batch'])} shows why the warm start is needed. There "
+          f"{listing([_ratio_factor(r['factor']) for r in plain])} (peak rates "
+          f"{', '.join(f'{v:.2g}' for v in peaks)}) took "
+          f"{listing([str(r['steps_to_target']) for r in plain])} steps: a flat, noisy "
+          f"stretch with {_ratio_factor(best_plain['factor'])} an interior best, where the "
+          f"plain rule stops. B = {_b(source['batch'])}'s choice, "
+          f"{_ratio_factor(inherited['factor'])}, took {inherited['steps_to_target']}, and "
+          f"{_ratio_factor(chosen['factor'])} took {chosen['steps_to_target']}: it is chosen "
+          f"(`B{warm['batch']}/tuning.json`). Without the warm start this table would show "
+          f"data-parallel's steps doubling past B = {_b(source['batch'])}, a baseline tuned "
+          "worse than it can be."),
+      bullet(
+          f"From B = {_b(warm['batch'])} the small corpus ({corpus:,} training windows) is read "
+          f"several times over: {listing([str(r['median_steps']) for r, _ in epochs])} steps "
+          f"are about {listing([f'{e:.0f}' for _, e in epochs])} epochs at "
+          f"B = {listing([_b(r['batch']) for r, _ in epochs])}."),
+      bullet(
+          f"Every point checkpoints each 1/{1 / every:g} of its budget, so a run cut off "
+          f"resumes close to where it stopped. B = {_b(slow[1]['batch'])} takes about "
+          f"{s(slow[1]['step_time_s'])} a step on a 2-core machine, B = {_b(slow[0]['batch'])} "
+          f"about {s(slow[0]['step_time_s'])}.")))
 
 
 def _pool_s(name: str, curve: str, n: int) -> float:
