@@ -242,15 +242,20 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
   """`curve`'s points against the strongest-baseline frontier at each point's own budget:
   time ratio = the frontier's fastest time within the point's compute / the point's time;
   compute ratio = the frontier's cheapest compute within the point's time / the point's
-  compute. Above 1 the point is better; None with `why` when it cannot be computed."""
+  compute. Above 1 the point is better; None with `why` when it cannot be computed.
+  `ahead` names the kinds where no baseline reaches the target within the point's budget
+  at all, on any seed (the point's dearest seed against every baseline seed): an
+  unbounded ratio, a win."""
   time_at, compute_at = frontier(pts, preset, baselines)
   named = {f"{p['curve']} {p['point']}": p for p in pts}
+  curves = baseline_curves(pts) if baselines is None else baselines
+  reached = [q for q in pts if q["curve"] in curves and q["reached"] == q["seeds"]]
   out = []
   for p in pts:
     if p["curve"] != curve:
       continue
     row = {"point": p["point"], "time": None, "compute": None, "why": None,
-           "time_range": None, "compute_range": None}
+           "time_range": None, "compute_range": None, "ahead": []}
     if p["reached"] < p["seeds"]:
       row["why"] = f"missed ({p['reached']}/{p['seeds']})"
     else:
@@ -258,9 +263,14 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
       if (best := time_at(c)) is not None:
         row["time"] = (best[0] / t, best[1])
         row["time_range"] = seed_range(named[best[1]]["time_s"][preset], p["time_s"][preset])
+      elif reached and all(q["flops"]["min"] > p["flops"]["max"] for q in reached):
+        row["ahead"].append("time")
       if (best := compute_at(t)) is not None:
         row["compute"] = (best[0] / c, best[1])
         row["compute_range"] = seed_range(named[best[1]]["flops"], p["flops"])
+      elif reached and all(q["time_s"][preset]["min"] > p["time_s"][preset]["max"]
+                           for q in reached):
+        row["ahead"].append("compute")
     out.append(row)
   return out
 
@@ -339,6 +349,7 @@ def verdict(pts: list[dict]) -> dict:
   for curve in sorted({p["curve"] for p in pts} - set(baselines)):
     for preset in PRESETS:
       for row in matched(pts, curve, preset):
+        beats = beats or bool(row["ahead"])
         for kind in ("time", "compute"):
           if row[kind] is None:
             continue
@@ -424,6 +435,9 @@ def _show(ratio, why=None, spread=None) -> str:
   return f"{ratio[0]:.2f}x [{spread[0]:.2f}, {spread[1]:.2f}{within}] (vs {ratio[1]})"
 
 
+AHEAD = "ahead of every baseline (none within its budget on any seed): a win"
+
+
 def _matched_table(pts, curves, baselines) -> list[str]:
   lines = ["", "Against the strongest-baseline frontier (at each budget the best of "
            f"{', '.join(baselines)}), at each point's own budget: the frontier's fastest time "
@@ -438,10 +452,10 @@ def _matched_table(pts, curves, baselines) -> list[str]:
   for curve in curves:
     rows = {q: matched(pts, curve, q) for q in PRESETS}
     for i, row in enumerate(rows[PRESETS[0]]):
-      cells = ([_show(rows[q][i]["time"], rows[q][i]["why"], rows[q][i]["time_range"])
-                for q in PRESETS]
-               + [_show(rows[q][i]["compute"], rows[q][i]["why"], rows[q][i]["compute_range"])
-                  for q in PRESETS])
+      cells = [_show(rows[q][i][kind], rows[q][i]["why"] or (
+                         AHEAD if kind in rows[q][i]["ahead"] else None),
+                     rows[q][i][f"{kind}_range"])
+               for kind in ("time", "compute") for q in PRESETS]
       lines.append(f"| {curve} | {row['point']} | " + " | ".join(cells) + " |")
   return lines
 

@@ -345,6 +345,21 @@ def test_a_ratio_whose_seed_range_holds_1_is_within_the_spread_not_a_win(tmp_pat
   assert not report.verdict(pts)["beats"]
 
 
+def test_a_point_ahead_of_every_baseline_is_a_win_not_a_missing_ratio(tmp_path):
+  """A point cheaper than any baseline that reached the target, on every seed, has no
+  matched time ratio (no baseline within its compute): it is ahead of them all, a win the
+  verdict counts and the table says, not 'no baseline within budget'."""
+  for seed in (1, 2):
+    _write(tmp_path, "data_parallel", "D1", seed, "data_parallel", True, 100, 1e12, 30.0)
+    _write(tmp_path, "ensemble", "N2", seed, "ensemble", True, 20, 1e11, 5.0 + seed)
+  pts = report.points(report.load_runs(str(tmp_path)))
+  [row] = report.matched(pts, "ensemble", "nvlink")
+  assert row["time"] is None and row["compute"] is None
+  assert row["ahead"] == ["time", "compute"]
+  assert report.verdict(pts)["beats"]
+  assert report.AHEAD in report.table(report.load_runs(str(tmp_path)))
+
+
 def test_the_evaluations_charged_column_adds_each_runs_evaluations(tmp_path):
   """The points table charges each run's evaluations (eth10g) on its time to target, seed by
   seed, beside the column that keeps them off the critical path; a point without recorded
