@@ -642,7 +642,8 @@ def distillation_study() -> str:
   def ratio(rows, name, preset, kind):
     [row] = [r for r in rows if r["point"] == name]
     if row[kind] is None:
-      return row["why"] or "no baseline within budget"
+      return row["why"] or (report.AHEAD if kind in row["ahead"] else
+                            "no baseline within budget")
     lo, hi = row[f"{kind}_range"]
     return f"{x(row[kind][0])} [{x(lo)}, {x(hi)}]"
 
