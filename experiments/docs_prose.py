@@ -614,7 +614,13 @@ def readme_distilled() -> str:
             f"{', within the spread' if within(t[1]) else ''}; "
             f"{t[2].replace('ensemble_', '').replace(report.AMORTISED, '')} N{KEEP}={KEEP}"
             f"{_n(t[3])}, {PRESET_NAMES[t[4]]})")
-  return bullet(text + f"On the grid, {done}: **no distilled point beats the strongest "
+  from experiments.configs import fashion_mnist
+
+  grid_points = {(c, q) for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]}
+  waiting = len(grid_points - {(p["curve"], p["point"]) for p in pts})
+  rest = (f" ({waiting} more point{'s' if waiting > 1 else ''} of these curves not run yet)"
+          if waiting else "")
+  return bullet(text + f"On the grid, {done}{rest}: **no distilled point beats the strongest "
                 f"baseline**, charged ({best(charged)}) or with the distillation amortised, a "
                 f"what-if ({best(amortised)}): "
                 "[docs/results/distillation.md](docs/results/distillation.md).")
@@ -647,6 +653,10 @@ def distillation_study() -> str:
     lo, hi = row[f"{kind}_range"]
     return f"{x(row[kind][0])} [{x(lo)}, {x(hi)}]"
 
+  from experiments.configs import fashion_mnist
+
+  waiting = sorted(f"{c} {q}" for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]
+                   if not any(p["curve"] == c and p["point"] == q for p in pts))
   lines = ["| curve | point | seeds reached | steps to target | final accuracy | one set's "
            "distillation (s) | time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, "
            "charged | amortised | compute ratio, amortised |", "|---" * 11 + "|"]
@@ -667,7 +677,8 @@ def distillation_study() -> str:
   return ("Their reported points (seeds 1-3, median [min, max]; steps and times to 85%, or "
           "the whole budget where a seed missed; the ratios against the strongest-baseline "
           "frontier at each point's own budget, above 1x the point is better; amortised: the "
-          "what-if that does not charge the distillation):\n\n" + "\n".join(lines))
+          "what-if that does not charge the distillation):\n\n" + "\n".join(lines)
+          + (f"\n\nNot run yet: {', '.join(waiting)}." if waiting else ""))
 
 
 @template(COST_VS_TIME, "dp_d8_whole_schedule")
