@@ -19,7 +19,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def committed_pool_runs() -> list[str]:
-  """The committed results.json files whose run read a distilled pool."""
+  """The committed results.json files whose run read a pool of a builder that keeps the
+  keys of 75ab1a7 (`Builder.legacy_key`: the builders that existed then)."""
+  from ensemble_jax.distill.registry import BUILDERS
+
   out = subprocess.check_output(["git", "ls-files", "experiments/results"], cwd=REPO,
                                 text=True)
   runs = []
@@ -31,7 +34,8 @@ def committed_pool_runs() -> list[str]:
         config = json.load(f).get("config") or {}
       except json.JSONDecodeError:
         continue
-    if config.get("distill", {}).get("method", "none") != "none":
+    method = config.get("distill", {}).get("method", "none")
+    if method != "none" and BUILDERS[method].legacy_key:
       runs.append(path)
   return runs
 

@@ -32,6 +32,9 @@ LAYERS = {
     "validation": 3,
     # What validation reads of the pool builders: their declarations, not their code.
     "distill.registry": 1,
+    # The siamese augmentation (DSA), in JAX alone: the distillers' and the step's, which
+    # augments a distilled pool's examples as they were matched.
+    "distill.augment": 1,
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
     "eval_schedule": 1, "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1,

@@ -126,7 +126,7 @@ sys.path.insert(0, {repo!r})
 from tests.test_synthetic import _data, TINY
 from ensemble_jax.distill import synthetic
 pool, counts = _data(2)
-cfg = synthetic.DistributionMatching(iterations=20, **TINY)
+cfg = synthetic.DistributionMatching(iterations=40, **TINY)
 mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
 out = synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10,
                        checkpoint_dir=sys.argv[1], on_chunk=lambda *a: print("chunk", a[0],
@@ -147,18 +147,22 @@ def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
   killed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "killed.npy")
   for line in killed.stdout:  # kill once a checkpoint has landed and another chunk ran
     if line.strip() == "chunk 15":
+      deadline = time.monotonic() + 120  # the save at 10 is asynchronous: let it land
+      while time.monotonic() < deadline and not any(
+          s.isdigit() for s in os.listdir(tmp_path / "ckpt")):
+        time.sleep(0.05)
       killed.send_signal(signal.SIGKILL)
       break
   killed.wait(timeout=60)
   assert killed.returncode == -signal.SIGKILL
   steps = sorted(int(s) for s in os.listdir(tmp_path / "ckpt") if s.isdigit())
-  assert steps and max(steps) < 20, steps
+  assert steps and max(steps) < 40, steps
   resumed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "resumed.npy")
   out, _ = resumed.communicate(timeout=300)
   assert resumed.returncode == 0
   assert out.split()[:2] == ["chunk", str(max(steps) + 5)], "the rerun did not resume"
   pool, counts = _data(2)  # the same run uninterrupted, here
-  whole = synthetic.distil(synthetic.DistributionMatching(iterations=20, **TINY),
+  whole = synthetic.distil(synthetic.DistributionMatching(iterations=40, **TINY),
                            jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2]),
                            pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10)
   np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
