@@ -604,7 +604,9 @@ def readme_distilled() -> str:
       if kind in best and best[kind][1][0] > 1:
         raise Contradicted(f"readme_distilled: a distilled point wins {name} in {kind}")
   done = listing([f"{p['curve'].replace('ensemble_', '')} N{KEEP}={KEEP}{_n(p['point'])} "
-                  f"({p['reached']}/{p['seeds']} seeds reached 85%)" for p in pts])
+                  f"({p['reached']}/{p['seeds']} seeds reached 85%, seed"
+                  f"{'s' if p['seeds'] > 1 else ''} {', '.join(map(str, p['seed_list']))})"
+                  for p in pts])
 
   def best(b: dict) -> str:
     if "time" not in b:
@@ -657,16 +659,17 @@ def distillation_study() -> str:
 
   waiting = sorted(f"{c} {q}" for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]
                    if not any(p["curve"] == c and p["point"] == q for p in pts))
-  lines = ["| curve | point | seeds reached | steps to target | final accuracy | one set's "
+  lines = ["| curve | point | seeds | reached | steps to target | final accuracy | one set's "
            "distillation (s) | time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, "
-           "charged | amortised | compute ratio, amortised |", "|---" * 11 + "|"]
+           "charged | amortised | compute ratio, amortised |", "|---" * 12 + "|"]
   for p in pts:
     charged = report.matched(list(grid("fashion_mnist")), p["curve"], "eth10g")
     amortised = report.matched(whatif, p["curve"] + report.AMORTISED, "eth10g")
     [a] = [q for q in whatif if q["curve"] == p["curve"] + report.AMORTISED
            and q["point"] == p["point"]]
     lines.append(
-        f"| {p['curve']} | {p['point']} | {p['reached']}/{p['seeds']} | "
+        f"| {p['curve']} | {p['point']} | {', '.join(map(str, p['seed_list']))} | "
+        f"{p['reached']}/{p['seeds']} | "
         f"{p['steps']['median']:.0f} [{p['steps']['min']:.0f}, {p['steps']['max']:.0f}] | "
         f"{p['final']['median']:.4f} | "
         f"{statistics.median(builds[(p['curve'], p['point'])]):.0f} | "
@@ -674,10 +677,12 @@ def distillation_study() -> str:
         f"{ratio(charged, p['point'], 'eth10g', 'time')} | "
         f"{ratio(amortised, p['point'], 'eth10g', 'time')} | "
         f"{ratio(amortised, p['point'], 'eth10g', 'compute')} |")
-  return ("Their reported points (seeds 1-3, median [min, max]; steps and times to 85%, or "
-          "the whole budget where a seed missed; the ratios against the strongest-baseline "
-          "frontier at each point's own budget, above 1x the point is better; amortised: the "
-          "what-if that does not charge the distillation):\n\n" + "\n".join(lines)
+  return (paragraph(
+      "Their reported points (seeds 1-3 once they have run, the tuning seed's run until then; "
+      "median [min, max] over the seeds named; steps and times to 85%, or the whole budget "
+      "where a seed missed; the ratios against the strongest-baseline frontier at each "
+      "point's own budget, above 1x the point is better; amortised: the what-if that does "
+      "not charge the distillation):") + "\n\n" + "\n".join(lines)
           + (f"\n\nNot run yet: {', '.join(waiting)}." if waiting else ""))
 
 
