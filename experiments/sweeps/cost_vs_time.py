@@ -16,7 +16,7 @@ is read back, a half-finished one resumes from its checkpoint; Ctrl-C or SIGTERM
 cleanly (exit 130 / 143). Every point is checked before anything trains, and a workdir
 holding another study (`study.json`) is refused unless --start_over moves it aside
 (experiments/sweeps/study.py). The full grids with 3 seeds
-trained ~13 h (Fashion-MNIST) and ~8.5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
+trained ~15 h (Fashion-MNIST, its distilled curves at N = 8 included) and ~8.5 h (the Python docs) on 2 CPU cores; `smoke`, seconds.
 
 On a cluster, either every process of one multi-controller job runs this command with
 --distributed (the same plan in the same order; process 0 writes the shared workdir, every
