@@ -7,6 +7,8 @@ declaring `--workdir` globally would fail at import. A script's `main(argv)` par
 """
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 from absl import app, flags
@@ -47,3 +49,10 @@ def run(main) -> None:
   the library chatter (jax's TPU probe, orbax's notices) filtered from its output."""
   logs.quiet()
   app.run(main, flags_parser=_global_defaults)
+
+
+def write_json(path: str, value, indent: int = 1) -> None:
+  """`value` as JSON at `path` (a benchmark's --out), its folder made if missing."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(value, f, indent=indent)

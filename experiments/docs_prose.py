@@ -551,21 +551,36 @@ SENSITIVITY = "sensitivity/dp_D8_whole_schedule"
 DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
 
 
+def _distilled() -> dict:
+  """The Fashion-MNIST grid's distilled curves: their reported `points`, the grid's `runs`,
+  the amortised what-if's points beside the baselines' (`whatif`), and the grid points of
+  those curves with no reported seed yet (`waiting`)."""
+  from experiments.configs import fashion_mnist
+
+  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
+  baselines = report.baseline_curves(list(grid("fashion_mnist")))
+  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
+  run = {(p["curve"], p["point"]) for p in pts}
+  waiting = sorted(f"{c} {q}" for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]
+                   if (c, q) not in run)
+  return {"points": pts, "runs": runs, "whatif": whatif, "waiting": waiting}
+
+
 def _distilled_best(pts: list[dict], curves) -> dict:
   """The best matched ratio of `curves`' points over the presets, time and compute:
-  {kind: (ratio, seed range, curve, point, preset)}, and the points that missed."""
-  best, missed = {}, []
+  {kind: (ratio, seed range, curve, point, preset)}, and `ahead`: a point ahead of every
+  baseline, if any."""
+  best = {}
   for curve in curves:
     for preset in report.PRESETS:
       for r in report.matched(pts, curve, preset):
-        if r["why"]:
-          missed.append(f"{curve} {r['point']}")
         if r["ahead"]:
           best["ahead"] = f"{curve} {r['point']} in {' and '.join(r['ahead'])} on {preset}"
         for kind in ("time", "compute"):
           if r[kind] is not None and (kind not in best or r[kind][0] > best[kind][0]):
             best[kind] = (r[kind][0], r[f"{kind}_range"], curve, r["point"], preset)
-  return {**best, "missed": sorted(set(missed))}
+  return best
 
 
 @template(README, "readme_distilled")
@@ -587,15 +602,13 @@ def readme_distilled() -> str:
           f"{published}%). Charged, one worker's set at the grid's {iterations} iterations "
           f"costs {one_set:.0f}x the strongest baseline's compute to the target, so no "
           "distilled point can win in compute. ")
-  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  study = _distilled()
+  pts = study["points"]
   if not pts:
     return bullet(text + "The grid's distilled curves have no reported seed yet: "
                   "[docs/results/distillation.md](docs/results/distillation.md).")
-  runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
-  baselines = report.baseline_curves(list(grid("fashion_mnist")))
-  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
   charged = _distilled_best(list(grid("fashion_mnist")), DISTILLED)
-  amortised = _distilled_best(whatif, [c + report.AMORTISED for c in DISTILLED])
+  amortised = _distilled_best(study["whatif"], [c + report.AMORTISED for c in DISTILLED])
   for name, best in (("charged", charged), ("amortised", amortised)):
     if "ahead" in best:
       raise Contradicted(f"readme_distilled: {best['ahead']} is ahead of every baseline, "
@@ -616,10 +629,7 @@ def readme_distilled() -> str:
             f"{', within the spread' if within(t[1]) else ''}; "
             f"{t[2].replace('ensemble_', '').replace(report.AMORTISED, '')} N{KEEP}={KEEP}"
             f"{_n(t[3])}, {PRESET_NAMES[t[4]]})")
-  from experiments.configs import fashion_mnist
-
-  grid_points = {(c, q) for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]}
-  waiting = len(grid_points - {(p["curve"], p["point"]) for p in pts})
+  waiting = len(study["waiting"])
   rest = (f" ({waiting} more point{'s' if waiting > 1 else ''} of these curves not run yet)"
           if waiting else "")
   return bullet(text + f"On the grid, {done}{rest}: **no distilled point beats the strongest "
@@ -632,18 +642,13 @@ def readme_distilled() -> str:
 def distillation_study() -> str:
   """The distilled curves' reported points: charged as the study charges them, and the
   amortised what-if, each against the strongest baseline's frontier (10 GbE and nvlink)."""
-  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  study = _distilled()
+  pts, whatif, waiting = study["points"], study["whatif"], study["waiting"]
   if not pts:
-    from experiments.configs import fashion_mnist
-
-    count = sum(len(fashion_mnist.sweep_grid("full")[c]) for c in DISTILLED)
-    return paragraph(f"None of their {count} points has a reported seed yet; this page and "
-                     "the README say so until they have.")
-  runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
-  baselines = report.baseline_curves(list(grid("fashion_mnist")))
-  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
+    return paragraph(f"None of their {len(waiting)} points has a reported seed yet; this "
+                     "page and the README say so until they have.")
   builds = {}
-  for r in runs:
+  for r in study["runs"]:
     if r["curve"] in DISTILLED:
       builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
 
@@ -655,10 +660,6 @@ def distillation_study() -> str:
     lo, hi = row[f"{kind}_range"]
     return f"{x(row[kind][0])} [{x(lo)}, {x(hi)}]"
 
-  from experiments.configs import fashion_mnist
-
-  waiting = sorted(f"{c} {q}" for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]
-                   if not any(p["curve"] == c and p["point"] == q for p in pts))
   lines = ["| curve | point | seeds | reached | steps to target | final accuracy | one set's "
            "distillation (s) | time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, "
            "charged | amortised | compute ratio, amortised |", "|---" * 12 + "|"]
@@ -926,7 +927,6 @@ def critical_batch_small_model() -> str:
   at = _at(summary, grid_edge["batch"])
   beyond = small_model_beyond()
   n64 = _workers("many_workers", SMALL_ROUTED, 64)
-  half = [r for r in summary["rows"] if r["schedule_fraction"] == 0.5]
   others = [r for r in summary["rows"] if r["schedule_fraction"] != 0.5]
   quarter = next(r for r in others if r["schedule_fraction"] == 0.25)
   whole = next(r for r in others if r["schedule_fraction"] == 1)

@@ -450,19 +450,18 @@ def distil(cfg: Distillation, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
     losses.append([it] + loss_N.tolist())
     if on_chunk is not None and on_chunk(it, loss_N, state):
       end = it
-    stop = checkpoint.PreemptionWatch.active is not None and (
-        checkpoint.PreemptionWatch.active.received is not None)
+    watch = checkpoint.PreemptionWatch.active
+    stopping = it < end and watch is not None and watch.received is not None
     if ckpt is not None:
       ckpt.save(it, state, {"step": it, "loss": losses, "time_s": elapsed},
-                force=it == end or stop)
-    if stop and it < end:
+                force=it == end or stopping)
+    if stopping:  # a stop request: the chunk checkpointed, then the installed watch's exit
       if ckpt is not None:
         ckpt.close()
-      what, code = checkpoint.PreemptionWatch.SIGNALS[checkpoint.PreemptionWatch.active.received]
-      raise checkpoint.Preempted(
-          f"distillation stopped at iteration {it} of {end} on {what}"
-          + (f"; checkpoint saved in {checkpoint_dir}. Rerun the same command to resume."
-             if ckpt is not None else ""), code)
+      checkpoint.PreemptionWatch.stop_before(
+          f"the distillation past iteration {it} of {end}"
+          + (f" (checkpointed in {checkpoint_dir}: rerun the same command to resume)"
+             if ckpt is not None else ""))
   if ckpt is not None:
     ckpt.close()
   s = cfg.images_per_class

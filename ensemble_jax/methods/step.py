@@ -21,6 +21,7 @@ from flax.training import train_state
 
 from ensemble_jax import costs, noise_scale
 from ensemble_jax.data.images import normalize
+from ensemble_jax.distill import augment
 
 
 class TrainState(train_state.TrainState):
@@ -79,8 +80,6 @@ def augmented(inputs: jax.Array, batch: dict, rng: jax.Array, cfg: StepConfig) -
   says (the others as they are); a batch without the mark, unchanged (the same program)."""
   if "synthetic" not in batch or cfg.synthetic_augment == "none":
     return inputs
-  from ensemble_jax.distill import augment
-
   out = augment.per_example(jax.random.fold_in(rng, AUGMENT_STREAM), augment.DSA(), inputs)
   mark = batch["synthetic"].reshape((-1,) + (1,) * (inputs.ndim - 1)) > 0
   return jnp.where(mark, out, inputs)

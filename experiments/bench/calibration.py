@@ -14,7 +14,6 @@ case: run it on a quiet machine.
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import tempfile
@@ -74,9 +73,7 @@ def main(argv) -> int:
           f"({case['committed_over_now']:.2f}x); load {case['load_average']:.1f}", flush=True)
     cases.append(case)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump(cases, f, indent=1)
+    cli.write_json(FLAGS.out, cases)
   return 0
 
 

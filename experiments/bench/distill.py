@@ -13,7 +13,6 @@ is ~20 TFLOP (minutes per iteration on 2 cores).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -78,9 +77,7 @@ def main(argv) -> int:
           f"worker-iteration{timed}; load {case['load_average']:.1f})", flush=True)
     cases.append(case)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump(cases, f, indent=1)
+    cli.write_json(FLAGS.out, cases)
   return 0
 
 

@@ -17,7 +17,6 @@ a shared machine's timings).
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -89,10 +88,8 @@ def main(argv):
               for name, r in row.items() if isinstance(r, dict) and "objective" in r),
           flush=True)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump({"rows": rows, "iters": ITERS, "rounds": FLAGS.rounds,
-                 "cpu_count": os.cpu_count()}, f, indent=1)
+    cli.write_json(FLAGS.out, {"rows": rows, "iters": ITERS, "rounds": FLAGS.rounds,
+                               "cpu_count": os.cpu_count()})
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ worse.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import statistics
@@ -212,11 +211,9 @@ def main(argv):
     print(" | ".join(line) + f" | new x{row['speedup_wall']:.2f} wall, "
           f"x{row['speedup_cpu']:.2f} cpu; old and new identical", flush=True)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump({"rows": rows, "baseline_rev": rev, "cpu_count": os.cpu_count(),
-                 "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "")}, f,
-                indent=1)
+    cli.write_json(FLAGS.out, {"rows": rows, "baseline_rev": rev, "cpu_count": os.cpu_count(),
+                               "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS",
+                                                                      "")})
 
 
 if __name__ == "__main__":

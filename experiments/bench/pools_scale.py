@@ -205,9 +205,7 @@ def main(argv):
   print(f"peak host memory {row['maxrss_mb']['end']:.0f} MB; load "
         f"{load_before[0]:.1f} -> {row['loadavg_1_5_15']['after'][0]:.1f}", flush=True)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(FLAGS.out) or ".", exist_ok=True)
-    with open(FLAGS.out, "w") as f:
-      json.dump(row, f, indent=1)
+    cli.write_json(FLAGS.out, row)
 
 
 if __name__ == "__main__":
