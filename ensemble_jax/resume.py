@@ -24,15 +24,20 @@ FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_s
 # Durations a resumed run may lengthen (extending the run). The steps before the extension
 # keep the learning-rate schedule of the shorter budget.
 EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
+# The durations an ensemble or DiLoCo run with method.steps_per_worker > 0 does not read.
+UNREAD_DURATIONS = ("train.num_steps", "train.num_epochs")
 
 
 def config_changes(stored: dict, config) -> dict[str, tuple]:
   """{field: (stored, now)} for each field whose value differs between a run's saved config
-  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
+  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared,
+  nor train.num_steps / num_epochs where both budgets are method.steps_per_worker (unread)."""
+  current = dict(config_lib.flat(json.loads(json.dumps(config.to_dict()))))
   stored = dict(config_lib.flat(stored))
+  unread = UNREAD_DURATIONS if _per_worker_budget(stored) and _per_worker_budget(current) else ()
   changes = {}
-  for key, now in config_lib.flat(json.loads(json.dumps(config.to_dict()))):
-    if key not in stored:
+  for key, now in current.items():
+    if key not in stored or key in unread:
       continue
     before = stored[key]
     if key == "mesh":  # the string and the list form of one mesh are the same mesh
@@ -40,6 +45,12 @@ def config_changes(stored: dict, config) -> dict[str, tuple]:
     if before != now:
       changes[key] = (before, now)
   return changes
+
+
+def _per_worker_budget(flat: dict) -> bool:
+  """Whether a flat config's budget is method.steps_per_worker (`config_lib.num_train_steps`)."""
+  return (flat.get("method.name") in ("ensemble", "diloco")
+          and (flat.get("method.steps_per_worker") or 0) > 0)
 
 
 def may_change_on_resume(field: str, before, now) -> bool:

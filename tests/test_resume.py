@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ensemble_jax import checkpoint, config_lib, run
+from ensemble_jax import checkpoint, config_lib, resume, run
 from tests import forked_cli
 from tests.conftest import subprocess_env
 
@@ -353,16 +353,35 @@ def test_a_run_killed_after_its_last_checkpoint_still_records_its_flops(tiny_con
 def test_a_longer_field_that_leaves_the_budget_as_it_was_leaves_the_results(tmp_path):
   from experiments.configs import fashion_mnist
 
-  config = fashion_mnist.get_config("ensemble,tiny")  # L = method.steps_per_worker = 4
+  config = fashion_mnist.get_config("tiny")
+  config.train.num_steps, config.train.num_epochs = 0, 0.001  # 60 examples: 2 steps of 32
   run.train_and_evaluate(config, str(tmp_path))
   before = _files(tmp_path)
-  config.train.num_steps = 8  # grows, but the ensemble's budget is still L
+  config.train.num_epochs = 0.00105  # grows, but ceil(63 / 32) is still 2 steps
   assert run.finished_results(config, str(tmp_path)) is None  # judged by the loop instead
-  assert run.finished_results(config, str(tmp_path), num_steps=4) == json.loads(
+  assert run.finished_results(config, str(tmp_path), num_steps=2) == json.loads(
       before["results.json"])  # as the loop judges it, with the data's step count
   again = run.train_and_evaluate(config, str(tmp_path))
-  assert again["steps"] == 4 and again["flops_per_step"] > 0
+  assert again["steps"] == 2 and again["flops_per_step"] > 0
   assert _files(tmp_path) == before
+
+
+def test_durations_a_per_worker_budget_does_not_read_are_no_change(tmp_path):
+  # An ensemble's budget is method.steps_per_worker: train.num_steps / num_epochs (a
+  # preset's default changed since the run) leave it finished, before any data loads.
+  stored = config_lib.base_config()
+  stored.method.name, stored.method.steps_per_worker = "ensemble", 200
+  now = config_lib.base_config()
+  now.method.name, now.method.steps_per_worker = "ensemble", 200
+  now.train.num_epochs, now.train.num_steps = 0.0, 1875
+
+  def saved():  # as results.json holds it
+    return json.loads(json.dumps(stored.to_dict()))
+
+  assert resume.config_changes(saved(), now) == {}
+  stored.method.name = now.method.name = "data_parallel"  # read by data-parallel: a change
+  assert set(resume.config_changes(saved(), now)) == {
+      "train.num_epochs", "train.num_steps"}
 
 
 def test_one_process_saves_each_replicated_array_whole(tmp_path, monkeypatch):

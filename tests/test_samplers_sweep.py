@@ -55,3 +55,36 @@ def test_new_rows_warm_up_as_the_committed_rows_did(workload, committed):
   steps, per_epoch = (200, 937) if workload == "fashion" else (400, 1000)
   assert (optim.warmup_steps(new, steps, per_epoch)
           == optim.warmup_steps(old, steps, per_epoch) > 0)
+
+
+def test_every_committed_row_reads_back_as_finished_under_the_sweeps_config():
+  # The sweep asks `run.finished_results` as every entry point does: a committed row its
+  # config would train again, or refuse, is a sweep that cannot resume.
+  import glob
+
+  from ensemble_jax import run as run_lib
+  from tests.conftest import REPO
+
+  for workload, name in (("fashion", "samplers"), ("pydocs", "samplers_pydocs")):
+    workdir = os.path.join(REPO, "experiments", "results", name)
+    rows = sorted(glob.glob(os.path.join(workdir, "*", "seed*", "results.json")))
+    assert len(rows) >= 9
+    for path in rows:
+      run_dir = os.path.dirname(path)
+      sampler, seed = run_dir.split(os.sep)[-2], int(run_dir[-1])
+      config = samplers.get_config(sampler, seed, workdir, "full", workload)
+      assert run_lib.finished_results(config, run_dir) is not None, run_dir
+
+
+def test_a_routed_pool_scoring_the_whole_split_has_no_rest_to_route(tmp_path):
+  # eval.num_examples = 0 scores the whole split: score_rest_at_end has nothing to route,
+  # so the routed k-means row validates; with a rest, an unroutable one is refused.
+  from ensemble_jax import validation
+  from ensemble_jax.config_lib import ConfigError
+
+  config = samplers.get_config("kmeans_routed", 0, str(tmp_path), "full", "fashion")
+  assert config.eval.score_rest_at_end and config.eval.num_examples == 0
+  validation.validate(config)
+  config.eval.num_examples = 2000
+  with pytest.raises(ConfigError, match="score_rest_at_end"):
+    validation.validate(config)

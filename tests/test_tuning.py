@@ -467,3 +467,20 @@ def test_recosting_keeps_a_committed_record_whose_replay_moves(tmp_path):
   assert cost_vs_time._moved(str(tmp_path), moved)
   assert not cost_vs_time._moved(str(tmp_path), committed)
   assert json.loads(path.read_text()) == committed
+
+
+def test_a_seed_run_of_another_config_is_refused_not_counted_as_finished(tmp_path):
+  # `run.finished_results` decides a seed run's "finished" as every entry point does: a
+  # results.json trained at an untuned field's other value is not this point's run.
+  chosen = _config()
+  (tmp_path / "lr0.003").mkdir()
+  (tmp_path / "lr0.003" / "results.json").write_text("{}")
+  other = _config()
+  other.model.width = 2 * chosen.model.width
+  (tmp_path / "seed2").mkdir()
+  (tmp_path / "seed2" / "results.json").write_text(json.dumps(
+      {"config": other.to_dict(), "steps": 10, "step_budget": 10}))
+  counts = dict.fromkeys(("skipped", "from_tuning", "trained"), 0)
+  with pytest.raises(config_lib.ConfigError, match=r"model\.width"):
+    tuning.run_seed(chosen, {"chosen_run": "lr0.003"}, str(tmp_path), 2, counts)
+  assert counts["skipped"] == 0

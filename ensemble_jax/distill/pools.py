@@ -398,8 +398,8 @@ def _kmeans_trains_proxy(config) -> bool:
 
 def _kmeans_check(config) -> None:
   d = config.distill
-  if (config.eval.score_rest_at_end and _routed(config)
-      and (config.task == "lm" or d.embedding != "pca")):
+  rest = config.eval.score_rest_at_end and config.eval.num_examples > 0  # 0: the whole split
+  if rest and _routed(config) and (config.task == "lm" or d.embedding != "pca"):
     raise config_lib.ConfigError(
         f"config.eval.score_rest_at_end=True: with routed aggregation, only distill.embedding="
         "'pca' image pools route the eval examples past eval.num_examples: turn it off.")

@@ -164,9 +164,9 @@ def run(workdir: str, seeds: list[int], grid: str = "full",
                      f"{list(known)}")
   for seed in seeds:  # seeds outermost: an interrupted sweep has whole seeds
     for sampler in samplers or list(known):
-      run_dir = os.path.join(workdir, sampler, f"seed{seed}")
-      if not os.path.exists(os.path.join(run_dir, run_lib.RESULTS_FILE)):
-        run_lib.train_and_evaluate(get_config(sampler, seed, workdir, grid, workload), run_dir)
+      # read back if finished (`resume.finished_results`), else trained or resumed
+      run_lib.train_and_evaluate(get_config(sampler, seed, workdir, grid, workload),
+                                 os.path.join(workdir, sampler, f"seed{seed}"))
   runs: dict[str, list[dict]] = {}
   for sampler in known:
     for seed_dir in sorted(glob.glob(os.path.join(workdir, sampler, "seed*"))):

@@ -389,7 +389,9 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
   run_dir = os.path.join(point_dir, f"seed{seed}")
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   writer = sweeps.is_writer()
-  if os.path.exists(path):
+  config = copy.deepcopy(chosen)
+  config.seed = seed
+  if run_lib.finished_results(config, run_dir) is not None:
     counts["skipped"] += 1
   elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
     if writer:
@@ -397,8 +399,6 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
       shutil.copyfile(chosen_results, path)
     counts["from_tuning"] += 1
   else:
-    config = copy.deepcopy(chosen)
-    config.seed = seed
     train_run(config, run_dir, counts, "trained", pool_config)
   if writer and os.path.exists(path):
     attach(path, record)
