@@ -302,9 +302,11 @@ def _cost() -> ml_collections.ConfigDict:
   # the per-device batch; a grid may give one: then the sweep does not calibrate that
   # point); 0: the run's own host step / D
   g.device_step_time_s = 0.0
-  # A sweep point "curve/point" of the same grid whose seed runs' device step this point
-  # takes, once they have run (else it is calibrated): a curve added to a committed study
-  # is priced at that study's calibration of the same step.
+  # A sweep point whose seed runs' device step this point takes, once they have run (else
+  # it is calibrated): its directory relative to the sweep's workdir, "curve/point" of the
+  # same study or "../<study>/curve/point" of another. A curve added to a committed study
+  # is priced at that study's calibration of the same step (a taught step scaled by its
+  # FLOPs over the untaught one's: experiments/sweeps/cost_vs_time.py, teacher_factor).
   g.price_like = ""
   # The sweeps' calibration run on CPU hosts (experiments/sweeps/cost_vs_time.py): its
   # steps, the first third untimed, the median of the rest its device step.

@@ -51,9 +51,9 @@ def find(config, checkpoints: str) -> Teacher:
     raise ConfigError(f"config.distill.teacher={workdir!r} holds a {results.get('method')} "
                       "run; a teacher is one model: name a finished data_parallel run.")
   theirs = results.get("config") or {}
-  for path in SAME_FIELDS:
+  for path in SAME_FIELDS:  # a field its record lacks (an older config's) is not compared
     mine, its = _field(record.as_json(config), path), _field(theirs, path)
-    if mine != its:
+    if its is not _MISSING and mine != its:
       name = ".".join(path)
       raise ConfigError(f"config.distill.teacher={workdir!r} was trained with {name}={its!r}, "
                         f"this run has {mine!r}; the teacher must be this run's model: "
@@ -72,10 +72,13 @@ def find(config, checkpoints: str) -> Teacher:
   return teacher
 
 
+_MISSING = object()
+
+
 def _field(tree: dict, path: tuple[str, ...]):
   for key in path:
     if not isinstance(tree, dict) or key not in tree:
-      return None
+      return _MISSING
     tree = tree[key]
   return tree
 

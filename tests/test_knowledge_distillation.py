@@ -3,6 +3,7 @@ from a finished run, charged to the run that learns from it."""
 import copy
 import json
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -256,6 +257,18 @@ def test_a_teacher_of_another_model_is_refused(teacher_run):
     train.check(config)
 
 
+@pytest.mark.e2e
+def test_a_teacher_recorded_before_a_model_field_existed_is_this_model(teacher_run, tmp_path):
+  # A committed teacher's config may predate a field (model.stage_sizes): as on resume,
+  # a field its record lacks is not compared.
+  shutil.copytree(teacher_run[0], tmp_path / "teacher")
+  path = tmp_path / "teacher" / "results.json"
+  results = json.loads(path.read_text())
+  del results["config"]["model"]["stage_sizes"]
+  path.write_text(json.dumps(results))
+  train.check(_student("tiny", str(tmp_path / "teacher")))
+
+
 @pytest.mark.unit
 def test_config_lib_lists_the_kd_fields_with_no_teacher_by_default():
   d = config_lib.base_config().distill
@@ -285,6 +298,8 @@ def test_the_kd_grid_is_the_ensemble_curve_taught_by_a_full_grid_run(tmp_path):
     plain = cost_vs_time._point_config(module, *full["ensemble"][name], 0, str(tmp_path))
     changed = {k for k, v in config_lib.flat(taught.to_dict())
                if v != config_lib.get(plain, k)}
-    assert changed == {"distill.teacher", "distill.kd_weight", "distill.kd_temperature"}
+    assert changed == {"distill.teacher", "distill.kd_weight", "distill.kd_temperature",
+                       "cost.price_like"}
+    assert taught.cost.price_like == f"../pydocs_gpt2/ensemble/{name}"  # priced as its twin
     assert taught.model.to_dict() == teacher.model.to_dict()
     assert taught.data.context == teacher.data.context

@@ -206,6 +206,27 @@ def test_a_point_priced_like_another_takes_its_seed_runs_step(tmp_path, monkeypa
 
 
 @pytest.mark.unit
+def test_a_taught_point_is_priced_like_its_untaught_twin_plus_the_teachers_forward(
+    tmp_path, monkeypatch):
+  from experiments.configs import fashion_mnist
+
+  # XLA's FLOPs of a device program, faked: 4 with the teacher's forward, 3 without
+  monkeypatch.setattr(cost_vs_time.train, "compile_step", lambda c: bool(c.distill.teacher))
+  monkeypatch.setattr(cost_vs_time.costs, "flops", lambda taught: 4.0 if taught else 3.0)
+  monkeypatch.setattr(cost_vs_time, "calibrate", lambda c, d: pytest.fail("calibrated"))
+  config = fashion_mnist.get_config("ensemble,sweep")
+  config.cost.price_like = "../full/ensemble/N8_L235"  # another study's, beside this one's
+  for seed in (1, 2):
+    path = tmp_path / "full" / "ensemble" / "N8_L235" / f"seed{seed}" / run.RESULTS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"cost": {"modelled": {"device_step_time_s": 0.15}}}))
+  workdir = str(tmp_path / "kd")  # not made yet: '..' resolves lexically
+  assert cost_vs_time.device_step_time(config, "cal", workdir) == 0.15
+  config.distill.teacher, config.distill.kd_weight = "/a/teacher", 0.5
+  assert cost_vs_time.device_step_time(config, "cal", workdir) == pytest.approx(0.2)
+
+
+@pytest.mark.unit
 def test_the_full_grids_distilled_curves_are_priced_like_their_ensembles():
   from experiments import sweeps
 

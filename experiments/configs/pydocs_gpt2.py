@@ -189,8 +189,12 @@ def sweep_grid(name: str = "full") -> dict:
   if name == "kd":  # each worker's loss takes the teacher's soft targets too
     kd = {"distill.teacher": KD_TEACHER, "distill.kd_weight": KD_WEIGHT,
           "distill.kd_temperature": KD_TEMPERATURE}
-    return {"ensemble_kd": {f"N{n}_L{budget_steps(16 * n)}": tuned_schedule(ensemble(n, **kd))
-                            for n in (2, 4, 8)}}
+    # priced like the full grid's untaught point (its workdir beside this one's), the
+    # teacher's forward added by FLOPs (cost_vs_time.teacher_factor)
+    points = {f"N{n}_L{budget_steps(16 * n)}": n for n in (2, 4, 8)}
+    return {"ensemble_kd": {point: tuned_schedule(ensemble(
+        n, **kd, **{"cost.price_like": f"../pydocs_gpt2/ensemble/{point}"}))
+        for point, n in points.items()}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke, "
                      "many_workers or kd")

@@ -193,11 +193,12 @@ def calibrate(config, calibration_dir: str) -> float:
 def device_step_time(config, calibration_dir: str, workdir: str) -> float:
   """A point's device step: the one its config gives (`cost.device_step_time_s` > 0), the
   one the seed runs of the point it is priced like were priced at (`cost.price_like`,
-  once they have run), else `calibrate`'s."""
+  once they have run; times `teacher_factor`), else `calibrate`'s."""
   if config.cost.device_step_time_s > 0:
     return config.cost.device_step_time_s
-  like = sorted(glob.glob(os.path.join(workdir, config.cost.price_like, "seed*",
-                                       run_lib.RESULTS_FILE))) if config.cost.price_like else []
+  like_dir = os.path.normpath(os.path.join(workdir, config.cost.price_like))  # '..' lexically
+  like = sorted(glob.glob(os.path.join(like_dir, "seed*", run_lib.RESULTS_FILE))
+                ) if config.cost.price_like else []
   steps = set()
   for path in like:
     with open(path) as f:
@@ -205,7 +206,19 @@ def device_step_time(config, calibration_dir: str, workdir: str) -> float:
   if len(steps) > 1:
     raise SystemExit(f"error: cost.price_like={config.cost.price_like!r}: its seed runs were "
                      f"priced at {sorted(steps)}; recost them at one calibration first")
-  return steps.pop() if steps else calibrate(config, calibration_dir)
+  return steps.pop() * teacher_factor(config) if steps else calibrate(config, calibration_dir)
+
+
+def teacher_factor(config) -> float:
+  """A taught step over the same step untaught (1 without a teacher), by XLA's FLOP counts
+  of the two device programs: the point a taught one is priced like trained untaught, and
+  the teacher's forward adds to each step (a modelled time: FLOPs at one device's rate)."""
+  if not config.distill.teacher:
+    return 1.0
+  taught = device_config(config)
+  untaught = copy.deepcopy(taught)
+  untaught.distill.teacher, untaught.distill.kd_weight = "", 0.0
+  return costs.flops(train.compile_step(taught)) / costs.flops(train.compile_step(untaught))
 
 
 def _check_finished(workdir: str, keys) -> None:
