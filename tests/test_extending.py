@@ -138,6 +138,42 @@ def test_the_committed_pools_keep_their_cache_keys():
   assert not changed
 
 
+# Keys of the built-in builders' pools for tiny configs over `StubData`, as ae27db4 computed
+# them: the proxy-trained, PCA, coreset, LiPT, synthetic and text pools a config names keep
+# their caches. Regenerate only when a key is meant to change (its cached pools then rebuilt).
+PINNED_KEYS = {
+    "el2n": ("fashion_mnist", {"distill.method": "el2n"}, "783f0a6e32a8e7e8"),
+    "kmeans_pca_routed": ("fashion_mnist", {"distill.method": "kmeans",
+                                            "distill.embedding": "pca",
+                                            "method.aggregation": "routed,logits,probs"},
+                          "81967a170c7989af"),
+    "craig": ("fashion_mnist", {"distill.method": "craig"}, "942bb68b6545cc3c"),
+    "gradmatch_lipt": ("fashion_mnist", {"distill.method": "gradmatch", "distill.proxy": "lipt"},
+                       "a2128036fca66617"),
+    "distribution_matching": ("fashion_mnist", {"distill.method": "distribution_matching"},
+                              "87443ffb9ddb4ea3"),
+    "gradient_matching": ("fashion_mnist", {"distill.method": "gradient_matching",
+                                            "distill.images_per_class": 1}, "176b06b04f0016d6"),
+    "lm_kmeans_routed": ("pydocs_gpt2", {"distill.method": "kmeans",
+                                         "method.aggregation": "routed,probs,logits"},
+                         "da3b0f770b1c2ba1"),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", list(PINNED_KEYS))
+def test_a_configs_pool_keeps_its_cache_key(name):
+  import importlib
+
+  workload, fields, key = PINNED_KEYS[name]
+  config = importlib.import_module(f"experiments.configs.{workload}").get_config("ensemble,tiny")
+  config.method.num_workers = 4
+  for field, value in fields.items():
+    config_lib.set_dotted(config, field, value)
+  data = pool_keys_lib.StubData({"dataset": config.data.dataset})
+  assert pools.cache_key(config, data, 4) == key
+
+
 @pytest.mark.unit
 def test_an_unregistered_mode_or_builder_is_a_config_error_with_the_closest_name(registered):
   with pytest.raises(config_lib.ConfigError, match=r"Did you mean 'first_worker'\?"):
