@@ -12,7 +12,7 @@ import os
 import ml_collections
 from absl import logging
 
-from ensemble_jax import config_lib, record, sharding, validation
+from ensemble_jax import config_lib, record, sharding, stored, validation
 
 # What a resumed run may change: fields that alter neither the trained trajectory nor what
 # results.json measures ('x.' covers a group). Everything else must match the checkpoints.
@@ -26,15 +26,16 @@ FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_s
 EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
 
 
-def config_changes(stored: dict, config) -> dict[str, tuple]:
-  """{field: (stored, now)} for each field whose value differs between a run's saved config
-  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared."""
-  stored = dict(config_lib.flat(stored))
+def config_changes(saved: dict, config) -> dict[str, tuple]:
+  """{field: (saved, now)} for each field whose value differs between a run's saved config
+  (`config.to_dict()` as JSON, read under today's names) and `config`; fields the saved one
+  lacks are not compared."""
+  saved = dict(config_lib.flat(stored.migrate_config(saved)))
   changes = {}
   for key, now in config_lib.flat(json.loads(json.dumps(config.to_dict()))):
-    if key not in stored:
+    if key not in saved:
       continue
-    before = stored[key]
+    before = saved[key]
     if key == "mesh":  # the string and the list form of one mesh are the same mesh
       before, now = sharding.mesh_string(before), sharding.mesh_string(now)
     if before != now:

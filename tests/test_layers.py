@@ -38,7 +38,7 @@ LAYERS = {
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
     "eval_schedule": 1, "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1,
-    "registry": 1, "report": 1, "sharding": 1, "writers": 1,
+    "registry": 1, "report": 1, "sharding": 1, "stored": 1, "writers": 1,
 }
 
 
