@@ -32,6 +32,8 @@ LAYERS = {
     "validation": 3,
     # What validation reads of the pool builders: their declarations, not their code.
     "distill.registry": 1,
+    # A built pool as the loop reads it: its samplers (data.samplers' Sampler) and `Pool`.
+    "distill.pool": 2,
     # The siamese augmentation (DSA), in JAX alone: the distillers' and the step's, which
     # augments a distilled pool's examples as they were matched.
     "distill.augment": 1,

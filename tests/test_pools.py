@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from ensemble_jax import aggregate, config_lib, optim, run, validation
-from ensemble_jax.data import samplers
+from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
@@ -292,7 +292,7 @@ def test_weights_enter_the_loss():
 
 def test_pool_sampler_weights_are_checked():
   with pytest.raises(ValueError, match="non-negative"):
-    samplers.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
+    pool_lib.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
 
 
 def _stacked_states(n, tx=optax.sgd(0.0)):

@@ -21,16 +21,17 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from ensemble_jax import config_lib, costs, stored, train
 from ensemble_jax import data as data_lib
-from ensemble_jax.data import images, pipeline, samplers
+from ensemble_jax.data import images, pipeline
 from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.distill import synthetic  # noqa: F401  (registers the distillers)
 from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
                                           register_builder)
 from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
 
-def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | None:
+def create(config, data, num_consumers: int, workdir: str) -> pool_lib.Pool | None:
   """The run's distilled pool, built or read from cache, split for `num_consumers` workers
   (the method's `num_workers`); None when config.distill.builder is 'none'."""
   if BUILDERS[config.distill.builder].build is None:
@@ -52,7 +53,7 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
 
 
 def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0,
-            synthetic_augment: str = "dsa") -> samplers.Pool:
+            synthetic_augment: str = "dsa") -> pool_lib.Pool:
   """The loop's view of a built pool: its sampler over what its indices refer to (the
   training split, or the pool's own data after it). A pool with data of its own and
   `then` pools reads its own for `switch_fraction` of a run, then `then` (0: only its own);
@@ -68,18 +69,18 @@ def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0,
     else:
       source = SyntheticSource(source)
     num_examples = len(source)
-  sampler = samplers.PoolSampler(pools, num_examples, seed, built.weights)
+  sampler = pool_lib.PoolSampler(pools, num_examples, seed, built.weights)
   info = built.info
   if switch_fraction:
     if built.then is None:
       raise ValueError("a staged pool needs the builder's `then` pools (what follows its own)")
-    sampler = samplers.StagedSampler(
-        sampler, samplers.PoolSampler(built.then, num_examples, seed), switch_fraction)
+    sampler = pool_lib.StagedSampler(
+        sampler, pool_lib.PoolSampler(built.then, num_examples, seed), switch_fraction)
   if built.source is not None:
     info = {**info, "distillation": {**info.get("distillation", {}),
                                      "synthetic_fraction": switch_fraction,
                                      "train_augmentation": synthetic_augment}}
-  return samplers.Pool(sampler, info, built.route, source)
+  return pool_lib.Pool(sampler, info, built.route, source)
 
 
 class SyntheticSource:
@@ -611,7 +612,7 @@ def merged_proxy(proxy, seed: int):
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:
   if how == "shared":
     return [np.asarray(selected)] * num_consumers
-  return samplers.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
+  return pool_lib.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
 
 
 def forward(stacked_state, step_config, source, transform, batch_size: int):
