@@ -224,9 +224,10 @@ def _distributed() -> ml_collections.ConfigDict:
 def _distill() -> ml_collections.ConfigDict:
   """Distilled pools: what each worker draws from (ensemble_jax/distill/pools.py)."""
   g = ml_collections.ConfigDict()
-  # none (method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch |
+  # How each worker's pool is built (distill.registry.BUILDERS): none (the method's own
+  # sampler, method.sampler) | el2n | grand | loss | kmeans | craig | gradmatch |
   # distribution_matching | gradient_matching (synthetic sets, not indices)
-  g.method = "none"
+  g.builder = "none"
   g.fraction = 0.3  # pool size / training set (scores, craig, gradmatch)
   g.keep = "hardest"  # scores: hardest | easiest (Sorscher et al.: small fractions)
   g.per_class = True  # select within each class, so classes stay balanced

@@ -16,7 +16,7 @@ from ml_collections import config_flags
 
 from ensemble_jax import aggregate, checkpoint, distributed, logs, methods, models
 from ensemble_jax import run as run_lib
-from ensemble_jax import sharding, validation
+from ensemble_jax import sharding, stored, validation
 from ensemble_jax.data import samplers
 from ensemble_jax.distill.registry import BUILDERS
 
@@ -157,6 +157,10 @@ def unknown_field_error(e: Exception, overrides: list[str]) -> str:
     path = override.split("=", 1)[0].split(".")[1:]  # --config.optim.x -> ["optim", "x"]
     if unknown in path:
       i = path.index(unknown)
+      if (field := ".".join(path[:i + 1])) in stored.RENAMED:
+        new = stored.RENAMED[field]
+        fixed = f"--config.{new}{override[len(f'--config.{field}'):]}"
+        return f"error: {override}: config.{field} was renamed config.{new}; use {fixed}."
       group = ".".join(["config", *path[:i]])
       hint = ""
       if suggestion:

@@ -14,7 +14,7 @@ import numpy as np
 from absl import logging
 from clu import parameter_overview
 
-from ensemble_jax import communication, costs, sharding
+from ensemble_jax import communication, costs, sharding, stored
 from ensemble_jax import teacher as teacher_lib
 
 RESULTS_FILE = "results.json"
@@ -115,11 +115,11 @@ def host_info() -> dict:
 
 
 def read(workdir: str, steps: int | None = None) -> dict | None:
-  """The workdir's results.json (only if it covers `steps` steps, when given), else None."""
+  """The workdir's results.json under today's names (only if it covers `steps` steps, when
+  given), else None."""
   path = os.path.join(workdir, RESULTS_FILE)
   try:
-    with open(path) as f:
-      results = json.load(f)
+    results = stored.load(path)
   except FileNotFoundError:
     return None
   except (OSError, ValueError) as e:  # unreadable: the checkpoints decide what happens

@@ -33,7 +33,7 @@ import os
 import re
 import statistics
 
-from ensemble_jax import config_lib, costs
+from ensemble_jax import config_lib, costs, stored
 
 BASELINE = "data_parallel"
 PRESETS = tuple(costs.INTERCONNECTS)
@@ -44,8 +44,7 @@ CHARGED = f"time {EVALUATION_PRESET}, evaluations charged (s)"  # the column's h
 def load_runs(results_dir: str) -> list[dict]:
   runs = []
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
-    with open(path) as f:
-      r = json.load(f)
+    r = stored.load(path)
     curve, point, _ = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
     t, cost = r["target"], r["cost"]
     runs.append({
@@ -375,8 +374,7 @@ def calibrations(results_dir: str, calibration_dir: str) -> list[dict]:
   points it prices; then each calibration run that prices none of them."""
   steps: dict[float, dict] = {}
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
-    with open(path) as f:
-      r = json.load(f)
+    r = stored.load(path)
     modelled = r["cost"]["modelled"]
     curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
     per_device = r["config"]["train"]["batch_size"] // (
@@ -389,8 +387,7 @@ def calibrations(results_dir: str, calibration_dir: str) -> list[dict]:
     row["runs"] += 1
   timed = {}
   for path in sorted(glob.glob(os.path.join(calibration_dir, "*", "results.json"))):
-    with open(path) as f:
-      r = json.load(f)
+    r = stored.load(path)
     timed[r["step_time_s"]] = (os.path.basename(os.path.dirname(path)), r.get("num_params"))
   rows = []
   for step, row in sorted(steps.items(), key=lambda kv: -kv[0]):
@@ -806,8 +803,7 @@ def _whole_budget_seeds(point_dir: str, tuning_seed: int) -> list[int | None]:
   steps = []
   for path in sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json"))
                      + glob.glob(os.path.join(point_dir, "superseded", "seed*", "results.json"))):
-    with open(path) as f:
-      r = json.load(f)
+    r = stored.load(path)
     fraction = r["config"].get("train", {}).get("schedule_fraction", 1.0)
     if r["config"]["seed"] != tuning_seed and fraction == 1.0:
       steps.append(r["target"]["reached_step"] if r["target"]["reached"] else None)
@@ -903,8 +899,7 @@ def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
   told apart, since their final metrics are not comparable."""
   rows = []
   for workdir in find_runs(folder):
-    with open(os.path.join(workdir, "results.json")) as f:
-      r = json.load(f)
+    r = stored.load(os.path.join(workdir, "results.json"))
     t, cost, method = r["target"], r["cost"], r["config"]["method"]
     who = (f"N={method['num_workers']}" if r["method"] in ("ensemble", "diloco")
            else f"D={cost['modelled']['devices']}")
@@ -959,8 +954,7 @@ def main(argv=None) -> int:
   one_run = os.path.join(args.results_dir, "results.json")
   try:
     if os.path.isfile(one_run):
-      with open(one_run) as f:
-        print(run_summary(json.load(f)))
+      print(run_summary(stored.load(one_run)))
       return 0
     if load_runs(args.results_dir):
       print(write(args.results_dir, args.out or args.results_dir))

@@ -12,7 +12,7 @@ import os
 import ml_collections
 from absl import logging
 
-from ensemble_jax import config_lib, record, sharding, validation
+from ensemble_jax import config_lib, record, sharding, stored, validation
 
 # What a resumed run may change: fields that alter neither the trained trajectory nor what
 # results.json measures ('x.' covers a group). Everything else must match the checkpoints.
@@ -28,18 +28,19 @@ EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
 UNREAD_DURATIONS = ("train.num_steps", "train.num_epochs")
 
 
-def config_changes(stored: dict, config) -> dict[str, tuple]:
-  """{field: (stored, now)} for each field whose value differs between a run's saved config
-  (`config.to_dict()` as JSON) and `config`; fields the saved one lacks are not compared,
-  nor train.num_steps / num_epochs where both budgets are method.steps_per_worker (unread)."""
+def config_changes(saved: dict, config) -> dict[str, tuple]:
+  """{field: (saved, now)} for each field whose value differs between a run's saved config
+  (`config.to_dict()` as JSON, read under today's names) and `config`; fields the saved one
+  lacks are not compared, nor train.num_steps / num_epochs where both budgets are
+  method.steps_per_worker (unread)."""
+  saved = dict(config_lib.flat(stored.migrate_config(saved)))
   current = dict(config_lib.flat(json.loads(json.dumps(config.to_dict()))))
-  stored = dict(config_lib.flat(stored))
-  unread = UNREAD_DURATIONS if _per_worker_budget(stored) and _per_worker_budget(current) else ()
+  unread = UNREAD_DURATIONS if _per_worker_budget(saved) and _per_worker_budget(current) else ()
   changes = {}
   for key, now in current.items():
-    if key not in stored or key in unread:
+    if key not in saved or key in unread:
       continue
-    before = stored[key]
+    before = saved[key]
     if key == "mesh":  # the string and the list form of one mesh are the same mesh
       before, now = sharding.mesh_string(before), sharding.mesh_string(now)
     if before != now:

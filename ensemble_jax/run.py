@@ -54,7 +54,7 @@ def build_pool(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   """Builds (or reads from its cache) the distilled pool `config` asks for, training
   nothing; its `info` (build time and FLOPs), or None without one. The sweeps build every
   pool before any point trains, so the build is timed on a host doing nothing else."""
-  if config.distill.method == "none":
+  if config.distill.builder == "none":
     return None
   return _set_up_with_pool(config, workdir)[1].info
 

@@ -31,7 +31,8 @@ from ensemble_jax import sharding as sharding_lib
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
-from ensemble_jax.data import pipeline, samplers
+from ensemble_jax.data import pipeline
+from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.eval_schedule import TargetTracker
 from ensemble_jax.methods import Method
 from ensemble_jax.methods import step as step_lib
@@ -140,7 +141,7 @@ def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *,
-        pool: samplers.Pool | None = None, setup: Setup | None = None) -> Fit:
+        pool: pool_lib.Pool | None = None, setup: Setup | None = None) -> Fit:
   """Trains `config.method` on `config.data`; writes checkpoints, metrics and results.json.
 
   `pool`: what the workers read (a distilled pool from `run.py`); None: the method's own
@@ -216,18 +217,18 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
   return state, meta
 
 
-def _pool_or_own(config, s: Setup, pool: samplers.Pool | None) -> samplers.Pool:
+def _pool_or_own(config, s: Setup, pool: pool_lib.Pool | None) -> pool_lib.Pool:
   """`pool`, or without a distilled sequence the method's own sampler."""
   if pool is None:
-    return samplers.Pool(s.method.sampler(len(s.data.train), config.seed), None)
+    return pool_lib.Pool(s.method.sampler(len(s.data.train), config.seed), None)
   return pool
 
 
-def _streams(config, s: Setup, pool: samplers.Pool):
+def _streams(config, s: Setup, pool: pool_lib.Pool):
   """(train batches, eval batches): what each worker reads, in the method's layouts."""
   source = s.data.train if pool.source is None else pool.source
   sampler = pool.sampler
-  if isinstance(sampler, samplers.StagedSampler):  # its switch: a fraction of this run
+  if isinstance(sampler, pool_lib.StagedSampler):  # its switch: a fraction of this run
     sampler = sampler.for_run(s.num_steps)
   train_batches = pipeline.TrainBatches(source, sampler, s.data.train_transform,
                                         s.method.train_layout, config.seed)
@@ -405,7 +406,7 @@ def _evaluate(method: Method, eval_batches, p: Progress, writer, state, batch,
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})  # logs it once
 
 
-def _score_rest(config, s: Setup, pool: samplers.Pool, state, step: int) -> dict:
+def _score_rest(config, s: Setup, pool: pool_lib.Pool, state, step: int) -> dict:
   """The final model's metrics on the eval split's examples past eval.num_examples, which
   no evaluation, stop or tuning choice saw (untimed: no part of the run's cost)."""
   first = config.eval.num_examples
@@ -430,7 +431,7 @@ def _eval(method: Method, state, eval_batches) -> dict:
 
 
 def read_communication(config: ml_collections.ConfigDict, s: Setup,
-                       pool: samplers.Pool | None) -> costs.Communication:
+                       pool: pool_lib.Pool | None) -> costs.Communication:
   """The communication a run of `config` on `pool` reads at its end, read again without
   training: for a finished run whose own reading failed (its results.json then carries
   the legacy model, labelled so)."""

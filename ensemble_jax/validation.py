@@ -18,6 +18,7 @@ from ensemble_jax.data.samplers import SAMPLERS
 from ensemble_jax.distill.registry import BUILDERS
 from ensemble_jax.methods import METHODS
 from ensemble_jax.models.gpt2 import SIZES as GPT2_SIZES
+from ensemble_jax.stored import RENAMED
 
 
 def _need(ok: bool, field: str, value, fix: str):
@@ -45,6 +46,8 @@ def _validate_keys_and_types(config) -> None:
   """Every key known to base_config(), present, and of its default's type."""
   known = dict(flat(base_config()))
   for key, _ in flat(config):
+    if key in RENAMED:
+      raise ConfigError(f"config.{key} was renamed config.{RENAMED[key]}; set that instead.")
     if key not in known:
       close = difflib.get_close_matches(key, list(known), n=1)
       hint = f" Did you mean config.{close[0]}?" if close else ""
@@ -92,13 +95,13 @@ def _validate_method(config) -> None:
   _need(entries[0].mixture, "method.aggregation", config.method.aggregation,
         "the first mode is evaluated during training: put one that mixes the workers' "
         f"predictions first ({', '.join(mixtures)}).")
-  builder = BUILDERS[config.distill.method]
+  builder = BUILDERS[config.distill.builder]
   for mode in entries:
     fix = mode.requires(config) if mode.requires else None
     _need(fix is None, "method.aggregation", config.method.aggregation, fix)
     _need(not mode.routed or builder.routes, "method.aggregation", config.method.aggregation,
           f"{mode.name!r} weights each worker by the pool's routing of each example: set "
-          f"config.distill.method to one that routes ("
+          f"config.distill.builder to one that routes ("
           f"{', '.join(b for b in BUILDERS if BUILDERS[b].routes)}) or drop {mode.name!r}.")
 
 
@@ -279,15 +282,15 @@ def _validate_distill(config) -> None:
   d = config.distill
   _need(d.synthetic_augment in SYNTHETIC_AUGMENTS, "distill.synthetic_augment",
         d.synthetic_augment, f"use one of {SYNTHETIC_AUGMENTS}.")
-  builder = BUILDERS[d.method]
+  builder = BUILDERS[d.builder]
   if builder.build is None:
     return
-  _need(builder.methods is None or config.method.name in builder.methods, "distill.method",
-        d.method, f"it gives each worker its own pool: use one of {builder.methods}, not "
+  _need(builder.methods is None or config.method.name in builder.methods, "distill.builder",
+        d.builder, f"it gives each worker its own pool: use one of {builder.methods}, not "
         f"{config.method.name!r}.")
   serves = tuple(b for b in BUILDERS if BUILDERS[b].tasks is None
                  or config.task in BUILDERS[b].tasks)
-  _need(builder.tasks is None or config.task in builder.tasks, "distill.method", d.method,
+  _need(builder.tasks is None or config.task in builder.tasks, "distill.builder", d.builder,
         f"use {' or '.join(map(repr, serves))} for task {config.task!r}.")
   for name in builder.reads(config):
     group, _, field = name.partition(".")

@@ -25,7 +25,7 @@ import statistics
 import textwrap
 from typing import Callable
 
-from ensemble_jax import costs, report
+from ensemble_jax import costs, report, stored
 from experiments import projection, rerun_plan
 from experiments.sweeps import critical_batch as critical_batch_sweep
 
@@ -144,11 +144,7 @@ def row(name: str, **match) -> dict:
 
 
 def _results(pattern: str) -> list[dict]:
-  out = []
-  for path in sorted(glob.glob(os.path.join(RESULTS, pattern))):
-    with open(path) as f:
-      out.append(json.load(f))
-  return out
+  return [stored.load(path) for path in sorted(glob.glob(os.path.join(RESULTS, pattern)))]
 
 
 @functools.lru_cache(maxsize=None)

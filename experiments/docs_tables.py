@@ -24,7 +24,7 @@ from typing import Callable
 
 from absl import flags
 
-from ensemble_jax import record, report
+from ensemble_jax import record, report, stored
 from experiments import cli, distillation_check, docs_prose, lipt_pipeline, many_workers_table
 from experiments.bench import throughput
 from experiments.configs import WORKLOAD_CONFIGS
@@ -215,8 +215,7 @@ def sampler_table(workload: str) -> list[str]:
   for sampler in known:
     for path in sorted(glob.glob(os.path.join(RESULTS, os.path.relpath(
         workdir, "experiments/results"), sampler, "seed*", record.RESULTS_FILE))):
-      with open(path) as f:
-        runs.setdefault(sampler, []).append(samplers._row(json.load(f)))
+      runs.setdefault(sampler, []).append(samplers._row(stored.load(path)))
   [generated] = _tables(samplers.summarize(runs)[1])
   return generated
 

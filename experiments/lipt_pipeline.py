@@ -25,6 +25,7 @@ import statistics
 from absl import flags
 
 from ensemble_jax import run as run_lib
+from ensemble_jax import stored
 from experiments import cli
 from experiments.configs import fashion_mnist
 
@@ -43,7 +44,7 @@ def _config(seed: int, phase: str, workdir: str):
   c.eval.target_value = TARGET if phase in ("full", "finetune") else WARM_ACCURACY
   if phase == "coreset":
     d = c.distill
-    d.method, d.proxy, d.fraction, d.split = "gradmatch", "lipt", 0.1, "shared"
+    d.builder, d.proxy, d.fraction, d.split = "gradmatch", "lipt", 0.1, "shared"
     d.proxy_models, d.proxy_steps, d.proxy_width, d.lipt_sparsity = 4, 100, 4, 0.5
     d.cache_dir = os.path.join(workdir, "pools")
   if phase == "finetune":
@@ -55,8 +56,7 @@ def _run(seed: int, phase: str, workdir: str) -> dict:
   run_dir = os.path.join(workdir, f"seed{seed}", phase)
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if os.path.exists(path):
-    with open(path) as f:
-      return json.load(f)
+    return stored.load(path)
   return run_lib.train_and_evaluate(_config(seed, phase, workdir), run_dir)
 
 

@@ -69,7 +69,7 @@ import statistics
 
 from absl import flags
 
-from ensemble_jax import costs, report
+from ensemble_jax import costs, report, stored
 from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
@@ -140,8 +140,7 @@ def load_points(results_dir: str) -> list[Point]:
   groups: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
     curve, name = os.path.relpath(path, results_dir).split(os.sep)[:2]
-    with open(path) as f:
-      groups.setdefault((curve, name), []).append(json.load(f))
+    groups.setdefault((curve, name), []).append(stored.load(path))
   points = []
   for (curve, name), every in sorted(groups.items()):
     runs = report.reported(every, report.result_seeds)

@@ -22,7 +22,7 @@ import glob
 import json
 import os
 
-from ensemble_jax import config_lib
+from ensemble_jax import config_lib, stored
 from experiments.sweeps import tuning
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,8 +67,7 @@ def moves(record: dict, margin: float = DEFAULTS.schedule_margin,
 def _wall(paths) -> float:
   total = 0.0
   for path in paths:
-    with open(path) as f:
-      total += json.load(f).get("wall_time_s") or 0.0
+    total += stored.load(path).get("wall_time_s") or 0.0
   return total
 
 
@@ -117,8 +116,7 @@ def batch_norm_plan(results: str = RESULTS) -> list[dict]:
     seeds = sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json")))
     if not seeds:
       continue
-    with open(seeds[0]) as f:
-      r = json.load(f)
+    r = stored.load(seeds[0])
     modelled = r.get("cost", {}).get("modelled", {})
     per_step = sum(c["count"] for c in modelled.get("collectives", [])
                    if c["per"] == "step" and c["kind"] == "all-reduce")

@@ -177,7 +177,7 @@ def pca_routed_config(**distill):
   c.method.aggregation = "routed,logits"
   c.data.train_examples = 3000
   c.eval.num_examples = 300
-  c.distill.method, c.distill.embedding, c.distill.pca_dim = "kmeans", "pca", 16
+  c.distill.builder, c.distill.embedding, c.distill.pca_dim = "kmeans", "pca", 16
   for k, v in distill.items():
     c.distill[k] = v
   return c

@@ -21,6 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def committed_pool_runs() -> list[str]:
   """The committed results.json files whose run read a pool of a builder that keeps the
   keys of 75ab1a7 (`Builder.legacy_key`: the builders that existed then)."""
+  from ensemble_jax import stored
   from ensemble_jax.distill.registry import BUILDERS
 
   out = subprocess.check_output(["git", "ls-files", "experiments/results"], cwd=REPO,
@@ -29,23 +30,21 @@ def committed_pool_runs() -> list[str]:
   for path in out.split():
     if not path.endswith("results.json"):
       continue
-    with open(os.path.join(REPO, path)) as f:
-      try:
-        config = json.load(f).get("config") or {}
-      except json.JSONDecodeError:
-        continue
-    method = config.get("distill", {}).get("method", "none")
-    if method != "none" and BUILDERS[method].legacy_key:
+    try:
+      config = stored.load(os.path.join(REPO, path)).get("config") or {}
+    except json.JSONDecodeError:
+      continue
+    builder = config.get("distill", {}).get("builder", "none")
+    if builder != "none" and BUILDERS[builder].legacy_key:
       runs.append(path)
   return runs
 
 
 def pool_config(path: str):
   """The run's recorded config on today's schema (fields it predates at their defaults)."""
-  from ensemble_jax import config_lib
+  from ensemble_jax import config_lib, stored
 
-  with open(os.path.join(REPO, path)) as f:
-    recorded = json.load(f)["config"]
+  recorded = stored.load(os.path.join(REPO, path))["config"]
   config = config_lib.base_config()
   known = dict(config_lib.flat(config))
   for key, value in config_lib.flat(recorded):

@@ -30,7 +30,7 @@ def config(case: str):
     c.distill.pca_covariance = case.split("_")[1]
   c.method.num_workers = WORKERS
   c.data.train_examples = TRAIN_EXAMPLES
-  c.distill.method = "kmeans"
+  c.distill.builder = "kmeans"
   c.method.aggregation = "routed,probs"
   c.eval.num_examples = 300
   return c

@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from ensemble_jax import communication, costs, train
-from ensemble_jax.data import samplers
+from ensemble_jax.distill import pool as pool_lib
 
 pytestmark = pytest.mark.integration
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def test_a_child_process_reads_the_same_collectives_as_this_one(tiny_config, tmp_path):
   tiny_config.cost.devices = 2  # trained on 8 devices, priced as a 2-device cluster
   s = train.set_up(tiny_config, str(tmp_path))
-  pool = samplers.Pool(s.method.sampler(len(s.data.train), 0), None)
+  pool = pool_lib.Pool(s.method.sampler(len(s.data.train), 0), None)
   train_batches, eval_batches = train._streams(tiny_config, s, pool)
   req = communication.request(tiny_config, s.method, num_classes=s.data.num_classes,
                               init_input=s.data.init_input, num_steps=s.num_steps,
@@ -45,7 +45,7 @@ def test_a_request_keeps_the_mesh_in_the_form_the_config_holds(tiny_config, tmp_
   """Config files may hold the mesh as a list, the command line as a string: both are
   requests (a list-form config once fell back to the legacy model: type-safe field)."""
   s = train.set_up(tiny_config, str(tmp_path))
-  pool = samplers.Pool(s.method.sampler(len(s.data.train), 0), None)
+  pool = pool_lib.Pool(s.method.sampler(len(s.data.train), 0), None)
   train_batches, eval_batches = train._streams(tiny_config, s, pool)
   for mesh in ("data:-1", [("data", -1)]):
     tiny_config.mesh = mesh

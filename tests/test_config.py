@@ -103,6 +103,8 @@ MALFORMED = [  # (what, config edit, message)
     ("negative steps", lambda c: _set(c, "train.num_steps", -5), "train.num_steps"),
     ("wrong type", lambda c: _set(c, "optim.learning_rate", "fast"), "optim.learning_rate"),
     ("unknown key", lambda c: _set(c, "optim.lr", 0.1), "config.optim.lr: unknown key"),
+    ("renamed field", lambda c: _set(c, "distill.method", "kmeans"),  # a config file's
+     "config.distill.method was renamed config.distill.builder; set that instead."),
     ("unknown method", lambda c: _set(c, "method.name", "diloko"), "method.name='diloko'"),
     ("mesh too large", lambda c: _set(c, "mesh", [("data", 64)]), "needs 64 devices"),
     ("batch vs data axis", lambda c: _set(c, "train.batch_size", 12), "not divisible by"),
@@ -159,6 +161,9 @@ OVERRIDES = [
     ("--config.train.batchsize=3", "error: --config.train.batchsize=3: config.train has no "
      "field 'batchsize'; did you mean --config.train.batch_size? Known fields: "),
     ("--config.train.batch_size=0", "config.train.batch_size=0: must be > 0."),
+    ("--config.distill.method=kmeans", "error: --config.distill.method=kmeans: "
+     "config.distill.method was renamed config.distill.builder; use "
+     "--config.distill.builder=kmeans."),
     ("--config.mesh=model:2", "config.mesh='model:2': axis names must be 'data' or 'worker'"),
     ("--config.mesh=data:16", "config.mesh='data:16' needs 16 devices but only 8 are present"),
     ("surplus_positional", "unexpected arguments ['surplus_positional']"),
@@ -251,7 +256,7 @@ def test_choice_lists_are_the_registries():
 
 @pytest.mark.parametrize("field,value,close", [
     ("method.name", "ensembel", "ensemble"), ("method.sampler", "disjont", "disjoint"),
-    ("method.aggregation", "logits,prob", "probs"), ("distill.method", "kmean", "kmeans"),
+    ("method.aggregation", "logits,prob", "probs"), ("distill.builder", "kmean", "kmeans"),
     ("model.name", "resnet19", "resnet18")])
 def test_a_name_not_registered_is_one_line_naming_the_closest(tiny_config, field, value,
                                                                close):

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ensemble_jax.data import samplers
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.distill import pool as pool_lib
 
 pytestmark = pytest.mark.unit
 
@@ -188,19 +188,19 @@ def test_tfidf_clusters_separate_topics_and_route_unseen_windows():
 
 
 def test_pool_sampler_and_split_pool():
-  pools = samplers.split_pool(np.arange(10, 70), 4, seed=0)
+  pools = pool_lib.split_pool(np.arange(10, 70), 4, seed=0)
   flat = np.concatenate(pools)
   assert len(flat) == 60 and len(np.unique(flat)) == 60  # disjoint, and covering
-  a = samplers.PoolSampler(pools, num_examples=100, seed=5)
-  b = samplers.PoolSampler(pools, num_examples=100, seed=5)
+  a = pool_lib.PoolSampler(pools, num_examples=100, seed=5)
+  b = pool_lib.PoolSampler(pools, num_examples=100, seed=5)
   for i in range(4):
     np.testing.assert_array_equal(a.batch_indices(i, 3, 8), b.batch_indices(i, 3, 8))
     assert np.isin(a.batch_indices(i, 7, 8), pools[i]).all()
   assert not np.array_equal(a.batch_indices(0, 0, 15),
-                            samplers.PoolSampler(pools, 100, seed=6).batch_indices(0, 0, 15))
-  shared = samplers.split_pool(np.arange(20), 3, seed=0, disjoint=False)
+                            pool_lib.PoolSampler(pools, 100, seed=6).batch_indices(0, 0, 15))
+  shared = pool_lib.split_pool(np.arange(20), 3, seed=0, disjoint=False)
   assert all(len(p) == 7 and len(np.unique(p)) == 7 for p in shared)
   with pytest.raises(ValueError, match="outside"):
-    samplers.PoolSampler([np.array([0, 100])], num_examples=100)
+    pool_lib.PoolSampler([np.array([0, 100])], num_examples=100)
   with pytest.raises(ValueError, match="non-empty"):
-    samplers.PoolSampler([np.array([1]), np.array([], np.int64)], num_examples=100)
+    pool_lib.PoolSampler([np.array([1]), np.array([], np.int64)], num_examples=100)

@@ -32,13 +32,15 @@ LAYERS = {
     "validation": 3,
     # What validation reads of the pool builders: their declarations, not their code.
     "distill.registry": 1,
+    # A built pool as the loop reads it: its samplers (data.samplers' Sampler) and `Pool`.
+    "distill.pool": 2,
     # The siamese augmentation (DSA), in JAX alone: the distillers' and the step's, which
     # augments a distilled pool's examples as they were matched.
     "distill.augment": 1,
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
     "eval_schedule": 1, "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1,
-    "registry": 1, "report": 1, "sharding": 1, "writers": 1,
+    "registry": 1, "report": 1, "sharding": 1, "stored": 1, "writers": 1,
 }
 
 

@@ -9,7 +9,7 @@ import optax
 import pytest
 
 from ensemble_jax import aggregate, config_lib, optim, run, validation
-from ensemble_jax.data import samplers
+from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.distill import pools
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.models import resnet
@@ -17,14 +17,14 @@ from ensemble_jax.models import resnet
 pytestmark = pytest.mark.unit
 
 
-def _config(method, cache_dir, **distill):
+def _config(builder, cache_dir, **distill):
   from experiments.configs import fashion_mnist
 
   c = fashion_mnist.get_config("ensemble,tiny")
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers = 2
   c.data.train_examples = 256
-  c.distill.method = method
+  c.distill.builder = builder
   c.distill.proxy_steps, c.distill.proxy_width, c.distill.fraction = 2, 2, 0.25
   c.distill.cache_dir = str(cache_dir)
   for k, v in distill.items():
@@ -144,7 +144,7 @@ def text_pool_run(tmp_path_factory):
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers, c.method.aggregation = 2, "routed,probs"
   c.data.train_examples = 256
-  c.distill.method, c.distill.tfidf_dim = "kmeans", 8
+  c.distill.builder, c.distill.tfidf_dim = "kmeans", 8
   c.distill.cache_dir = str(tmp_path / "pools")
   built = run.build_pool(c, str(tmp_path / "pools"))
   faster = copy.deepcopy(c)
@@ -163,7 +163,7 @@ def test_text_pools_are_tfidf_clusters_routed_at_eval(text_pool_run):
   assert np.isfinite(routed["perplexity"]) and routed["num_tokens"] == r["ensemble"][
       "probs"]["num_tokens"]
   c = config.copy_and_resolve_references()
-  c.distill.method, c.method.aggregation = "el2n", "probs"
+  c.distill.builder, c.method.aggregation = "el2n", "probs"
   with pytest.raises(config_lib.ConfigError, match="use 'none' or 'kmeans' for task 'lm'"):
     validation.validate(c)
 
@@ -240,7 +240,7 @@ def test_routed_combine_uses_per_example_weights():
 
 def test_distill_config_errors():
   c = _config("coreset", "/tmp/x")
-  with pytest.raises(config_lib.ConfigError, match="distill.method='coreset'"):
+  with pytest.raises(config_lib.ConfigError, match="distill.builder='coreset'"):
     validation.validate(c)
   c = _config("el2n", "/tmp/x")
   c.method.aggregation = "logits,routed"
@@ -292,7 +292,7 @@ def test_weights_enter_the_loss():
 
 def test_pool_sampler_weights_are_checked():
   with pytest.raises(ValueError, match="non-negative"):
-    samplers.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
+    pool_lib.PoolSampler([np.arange(4)], 4, weights=-np.ones(4))
 
 
 def _stacked_states(n, tx=optax.sgd(0.0)):

@@ -277,6 +277,43 @@ def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config
   assert _files(tmp_path) == before
 
 
+def _stored_under_the_old_name(workdir, builder: str) -> None:
+  """The run's results.json and checkpoint records as a run that read a `builder` pool wrote
+  them before `distill.builder` was `distill.method`."""
+  for path in [workdir / "results.json",
+               *glob.glob(str(workdir / "checkpoints" / "*" / "meta" / "metadata"))]:
+    if os.path.exists(path):
+      with open(path) as f:
+        record = json.load(f)
+      record["config"]["distill"].pop("builder")
+      record["config"]["distill"]["method"] = builder
+      with open(path, "w") as f:
+        json.dump(record, f)
+
+
+@pytest.mark.parametrize("killed", [False, True], ids=["finished", "killed"])
+def test_a_run_stored_under_the_old_name_refuses_another_builder(tiny_config, two_steps,
+                                                                 tmp_path, capsys, monkeypatch,
+                                                                 killed):
+  """Read without `stored.migrate_config`, the stored config lacks `distill.builder`, which
+  `resume.config_changes` then never compares: the run would go on with another pool."""
+  from ensemble_jax import main, train
+
+  tiny_config.train.num_steps = 2
+  _copy_of(two_steps, tmp_path)
+  if killed:
+    os.remove(tmp_path / "results.json")
+  _stored_under_the_old_name(tmp_path, "kmeans")
+  before = _files(tmp_path)
+  tiny_config.distill.builder = "el2n"  # a data-parallel run's pool (kmeans: a worker's)
+  monkeypatch.setattr(train.data_lib, "load", lambda config: pytest.fail("data was loaded"))
+  capsys.readouterr()
+  assert main.run(tiny_config, str(tmp_path)) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "distill.builder 'kmeans' -> 'el2n'" in err[0], err
+  assert _files(tmp_path) == before
+
+
 def test_every_entry_point_refuses_a_finished_run_of_another_config_alike(tiny_config, two_steps,
                                                                           tmp_path, capsys):
   """One function decides what a finished run is (`resume.finished_results`). Its results

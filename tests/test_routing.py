@@ -40,7 +40,7 @@ def _route(eval_tokens_MxT1):
   """pools' c-BTM routing of the eval windows (3 topic clusters, top 2 of 3 experts)."""
   config = types.SimpleNamespace(
       seed=0, method=types.SimpleNamespace(aggregation="probs,routed"),
-      distill=types.SimpleNamespace(method="kmeans", tfidf_dim=8, balanced=True,
+      distill=types.SimpleNamespace(builder="kmeans", tfidf_dim=8, balanced=True,
                                     kmeans_balance="greedy", route_temperature=0.1,
                                     route_top_k=2))
   data = types.SimpleNamespace(train=_Windows(_topic_windows(np.repeat(np.arange(3), 30), 0)),

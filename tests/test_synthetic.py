@@ -218,7 +218,7 @@ def _dm_config(cache_dir, **distill):
   c.mesh = [("worker", 2), ("data", -1)]
   c.method.num_workers = 2
   c.data.train_examples = 120
-  c.distill.method = "distribution_matching"
+  c.distill.builder = "distribution_matching"
   c.distill.cache_dir = str(cache_dir)
   c.distill.images_per_class, c.distill.iterations, c.distill.real_per_class = 2, 3, 4
   c.distill.embed_width = 8
@@ -237,7 +237,8 @@ def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
   info = r["distill"]
   assert info["pool_sizes"] == [20, 20] and info["proxy"] is None
   d = info["distillation"]
-  assert (d["method"], d["images_per_class"], d["iterations"]) == ("distribution_matching", 2, 3)
+  assert (info["builder"], d["images_per_class"], d["iterations"]) == ("distribution_matching",
+                                                                       2, 3)
   assert d["embedding"] == "ConvNet-3 width 8"
   assert info["build_flops"] == pytest.approx(2 * 3 * d["flops_per_iteration"])
   # Charged: one set's iterations on one device, timed apart (the host ran both sets).
@@ -297,13 +298,14 @@ def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
   from ensemble_jax.config_lib import ConfigError
   from ensemble_jax.distill import pools
 
-  config = _dm_config(tmp_path / "pools", method="gradient_matching", images_per_class=1,
+  config = _dm_config(tmp_path / "pools", builder="gradient_matching", images_per_class=1,
                       iterations=2, gm_image_lr=1.0)
   validation.validate(config)
   data = _loaded(config)
   pool = pools.create(config, data, 2, str(tmp_path / "run"))
   d = pool.info["distillation"]
-  assert (d["method"], d["images_per_class"], d["iterations"]) == ("gradient_matching", 1, 2)
+  assert (pool.info["builder"], d["images_per_class"], d["iterations"]) == ("gradient_matching",
+                                                                            1, 2)
   assert (d["image_lr"], d["net_lr"], d["outer_loop"], d["inner_loop"]) == (1.0, 0.01, 1, 1)
   assert pool.info["build_flops"] == pytest.approx(2 * 2 * d["flops_per_iteration"])
   assert len(pool.source) == 20 and pool.source.get(0)["image"].dtype == np.float32
@@ -311,14 +313,14 @@ def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
   dm = _dm_config(tmp_path / "pools", images_per_class=1, iterations=2)
   key = pools.cache_key(config, data, 2)
   assert key != pools.cache_key(dm, data, 2)
-  assert key == pools.cache_key(_dm_config(tmp_path / "pools", method="gradient_matching",
+  assert key == pools.cache_key(_dm_config(tmp_path / "pools", builder="gradient_matching",
                                            images_per_class=1, iterations=2, gm_image_lr=1.0,
                                            image_lr=0.5), data, 2)
-  assert key != pools.cache_key(_dm_config(tmp_path / "pools", method="gradient_matching",
+  assert key != pools.cache_key(_dm_config(tmp_path / "pools", builder="gradient_matching",
                                            images_per_class=1, iterations=2, gm_net_lr=0.1),
                                 data, 2)
   with pytest.raises(ConfigError, match="images_per_class=2"):  # no loops in the table
-    validation.validate(_dm_config(tmp_path / "pools", method="gradient_matching"))
+    validation.validate(_dm_config(tmp_path / "pools", builder="gradient_matching"))
 
 
 def test_the_step_augments_the_examples_marked_synthetic_alone():
@@ -344,7 +346,7 @@ def test_a_warm_start_pool_marks_its_real_examples_unsynthetic(tmp_path):
   config = _dm_config(tmp_path / "pools")
   data = _loaded(config)
   source = {"image": np.zeros((4, 28, 28, 1), np.float32), "label": np.arange(4) % 2}
-  built = registry.Built([np.arange(2), np.arange(2, 4)], {"method": "x"}, source=source,
+  built = registry.Built([np.arange(2), np.arange(2, 4)], {"builder": "x"}, source=source,
                          then=[np.arange(3), np.arange(3, 6)])
   pool = pools.pool_of(built, data, 0, switch_fraction=0.5)
   n = len(data.train)

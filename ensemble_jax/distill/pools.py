@@ -1,6 +1,6 @@
 """Pools: the data each worker's distilled sequence draws from, built above the loop.
 
-`create` builds the pool `config.distill.method` names, or reads it from its cache, and
+`create` builds the pool `config.distill.builder` names, or reads it from its cache, and
 hands it to the loop; the builders, the cache key and the cost: docs/design.md.
 """
 from __future__ import annotations
@@ -19,30 +19,31 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import config_lib, costs, train
+from ensemble_jax import config_lib, costs, stored, train
 from ensemble_jax import data as data_lib
-from ensemble_jax.data import images, pipeline, samplers
+from ensemble_jax.data import images, pipeline
 from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
+from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.distill import synthetic  # noqa: F401  (registers the distillers)
 from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
                                           register_builder)
 from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
 
-def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | None:
+def create(config, data, num_consumers: int, workdir: str) -> pool_lib.Pool | None:
   """The run's distilled pool, built or read from cache, split for `num_consumers` workers
-  (the method's `num_workers`); None when config.distill.method is 'none'."""
-  if BUILDERS[config.distill.method].build is None:
+  (the method's `num_workers`); None when config.distill.builder is 'none'."""
+  if BUILDERS[config.distill.builder].build is None:
     return None
   path = cache_path(config, data, num_consumers, workdir)
   if os.path.exists(path):
-    logging.info("distill: the %s pool read from %s", config.distill.method, path)
+    logging.info("distill: the %s pool read from %s", config.distill.builder, path)
     built = _read(path)
     built.info["cached"] = path
   else:
     logging.info("distill: building the %s pool for %d workers (cached in %s)",
-                 config.distill.method, num_consumers, path)
+                 config.distill.builder, num_consumers, path)
     built = build(config, data, num_consumers, _proxy_dir(path))
     logging.info("distill: pool built in %.1f s", built.info["build_time_s"])
     _write(path, built)
@@ -52,7 +53,7 @@ def create(config, data, num_consumers: int, workdir: str) -> samplers.Pool | No
 
 
 def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0,
-            synthetic_augment: str = "dsa") -> samplers.Pool:
+            synthetic_augment: str = "dsa") -> pool_lib.Pool:
   """The loop's view of a built pool: its sampler over what its indices refer to (the
   training split, or the pool's own data after it). A pool with data of its own and
   `then` pools reads its own for `switch_fraction` of a run, then `then` (0: only its own);
@@ -68,18 +69,18 @@ def pool_of(built: Built, data, seed: int, switch_fraction: float = 0.0,
     else:
       source = SyntheticSource(source)
     num_examples = len(source)
-  sampler = samplers.PoolSampler(pools, num_examples, seed, built.weights)
+  sampler = pool_lib.PoolSampler(pools, num_examples, seed, built.weights)
   info = built.info
   if switch_fraction:
     if built.then is None:
       raise ValueError("a staged pool needs the builder's `then` pools (what follows its own)")
-    sampler = samplers.StagedSampler(
-        sampler, samplers.PoolSampler(built.then, num_examples, seed), switch_fraction)
+    sampler = pool_lib.StagedSampler(
+        sampler, pool_lib.PoolSampler(built.then, num_examples, seed), switch_fraction)
   if built.source is not None:
     info = {**info, "distillation": {**info.get("distillation", {}),
                                      "synthetic_fraction": switch_fraction,
                                      "train_augmentation": synthetic_augment}}
-  return samplers.Pool(sampler, info, built.route, source)
+  return pool_lib.Pool(sampler, info, built.route, source)
 
 
 class SyntheticSource:
@@ -123,7 +124,7 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
   replace. `path`, not `config`'s cache key, names the pool: keys grow with the config's
   fields. The new info's `retimed` says which check it passed."""
   if not proxy_free(config):
-    raise ValueError(f"distill.method={config.distill.method!r} trains a proxy: only the "
+    raise ValueError(f"distill.builder={config.distill.builder!r} trains a proxy: only the "
                      "proxy-free pools (PCA of pixels, tf-idf of text) are re-timed here")
   built = build(config, data, num_consumers, _proxy_dir(path))
   if os.path.exists(path):
@@ -150,7 +151,7 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
 
 def proxy_free(config) -> bool:
   """Whether `config`'s pool is built without training a proxy."""
-  return not BUILDERS[config.distill.method].uses_proxy(config)
+  return not BUILDERS[config.distill.builder].uses_proxy(config)
 
 
 def _proxy_dir(path: str) -> str:
@@ -158,10 +159,10 @@ def _proxy_dir(path: str) -> str:
 
 
 def _read(path: str) -> Built:
-  """A cached pool."""
+  """A cached pool, its info under today's keys."""
   with np.load(path) as f:
     built = Built(pools=np.split(f["indices"], f["offsets"][1:-1]),
-                  info=json.loads(str(f["info"])),
+                  info=stored.migrate_info(json.loads(str(f["info"]))),
                   weights=f["weights"] if f["weights"].size else None,
                   route=f["route"] if f["route"].size else None)
     if "source_image" in f:  # a pool carrying data of its own
@@ -220,11 +221,11 @@ class _Head:
     return data_lib.get_range(self.source, begin, end)
 
 
-# The distill fields every pool built before the builder registry hashed, read or not:
-# `legacy_key` builders hash them so that those pools keep their keys. A field of theirs
-# added to the schema since enters their key only away from its default (the value every
-# earlier pool was built with); others never do.
-LEGACY_KEY_FIELDS = ("method", "fraction", "keep", "per_class", "split", "gradient",
+# The distill fields every pool built before the builder registry hashed, read or not, and
+# `distill.builder` hashed as "method": `legacy_key` builders hash them so that those pools
+# keep their keys. A field of theirs added to the schema since enters their key only away
+# from its default (the value every earlier pool was built with); others never do.
+LEGACY_KEY_FIELDS = ("fraction", "keep", "per_class", "split", "gradient",
                      "gradmatch_lambda", "balanced", "tfidf_dim", "embedding", "pca_dim",
                      "route_temperature", "route_top_k", "proxy_models", "proxy_steps",
                      "proxy_width", "proxy", "lipt_sparsity")
@@ -233,7 +234,7 @@ LEGACY_KEY_FIELDS = ("method", "fraction", "keep", "per_class", "split", "gradie
 def cache_key(config, data, num_consumers: int) -> str:
   """A hash of everything `config`'s pool depends on: the fields its builder reads, the
   workers, the data's fingerprint and, for a routed pool, the eval examples it routes."""
-  builder = BUILDERS[config.distill.method]
+  builder = BUILDERS[config.distill.builder]
   fields = {"consumers": num_consumers, "fingerprint": fingerprint(data)}
   if builder.legacy_key:
     fields.update(_legacy_key_fields(config, builder))
@@ -261,7 +262,7 @@ def _legacy_key_fields(config, builder) -> dict:
   """The key's fields as every pool built before the registry was cached under."""
   d = config.distill
   default = config_lib.base_config().distill
-  distill = {k: d[k] for k in LEGACY_KEY_FIELDS}
+  distill = {"method": d.builder, **{k: d[k] for k in LEGACY_KEY_FIELDS}}
   for name in builder.fields:
     group, _, field = name.partition(".")
     if group == "distill" and field not in distill:
@@ -313,14 +314,14 @@ def proxy_config(config):
   p.eval.every_steps, p.eval.num_examples = d.proxy_steps, min(config.eval.num_examples or 1000,
                                                                1000)
   p.checkpoint.every_steps = 0
-  p.distill.method = "none"
+  p.distill.builder = "none"
   return p
 
 
 def build(config, data, num_consumers: int, proxy_dir: str) -> Built:
   """`config`'s pool, built by its registered builder (not cached); a proxy, if any, runs
   in `proxy_dir`."""
-  return BUILDERS[config.distill.method].build(
+  return BUILDERS[config.distill.builder].build(
       BuildInputs(config, data, num_consumers, proxy_dir))
 
 
@@ -611,7 +612,7 @@ def merged_proxy(proxy, seed: int):
 def split(selected, num_consumers: int, seed: int, how: str) -> list[np.ndarray]:
   if how == "shared":
     return [np.asarray(selected)] * num_consumers
-  return samplers.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
+  return pool_lib.split_pool(selected, num_consumers, seed, disjoint=how == "disjoint")
 
 
 def forward(stacked_state, step_config, source, transform, batch_size: int):

@@ -1,4 +1,4 @@
-"""Pool builders: `config.distill.method` -> `Builder`, and what a builder returns.
+"""Pool builders: `config.distill.builder` -> `Builder`, and what a builder returns.
 
 A builder is one function and one registration (docs/design.md, "Adding a builder"):
 
@@ -90,11 +90,11 @@ class Builder:
     return self.fields + (PROXY_FIELDS if self.uses_proxy(config) else ())
 
 
-BUILDERS: Registry[Builder] = Registry("distill.method", builtins="ensemble_jax.distill.pools")
+BUILDERS: Registry[Builder] = Registry("distill.builder", builtins="ensemble_jax.distill.pools")
 
 
 def register_builder(name: str, **declaration):
-  """Decorator: registers `build(inputs: BuildInputs) -> Built` as `distill.method=name`;
+  """Decorator: registers `build(inputs: BuildInputs) -> Built` as `distill.builder=name`;
   `declaration` holds the other `Builder` fields."""
   def register(build):
     BUILDERS.register(name, Builder(name, build, **declaration))
@@ -112,7 +112,7 @@ def pool_info(inputs: BuildInputs, pools, *, pool_size: int, build_flops: float,
   build_time_s: the wall clock of the build, by default from `inputs.start` until now;
   selection_time_s: of the selection alone, by default the whole build."""
   build_time_s = time.perf_counter() - inputs.start if build_time_s is None else build_time_s
-  info = {"method": inputs.config.distill.method}
+  info = {"builder": inputs.config.distill.builder}
   if features is not None:
     info["features"] = features
   info.update({

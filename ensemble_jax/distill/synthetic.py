@@ -612,7 +612,7 @@ def _check_gradient_matching(config) -> None:
         f" loops from the paper's table, which sets them for {sorted(PAPER_LOOPS)} only.")
 
 
-# The config each distiller builds from (`config.distill.method` -> its dataclass).
+# The config each distiller builds from (`config.distill.builder` -> its dataclass).
 _CONFIGS = {"distribution_matching": _distribution_matching,
             "gradient_matching": _gradient_matching}
 _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.real_per_class",
@@ -625,7 +625,7 @@ _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.rea
 @registry.register_builder("distribution_matching", methods=("ensemble",), timed_apart=True,
                            fields=_SHARED_FIELDS + ("distill.image_lr",))
 def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
-  """Each worker's synthetic set, distilled (by `config.distill.method`) from its own
+  """Each worker's synthetic set, distilled (by `config.distill.builder`) from its own
   class-stratified share, and that share (`then`: what a distilled warm start,
   `distill.synthetic_fraction`, reads next)."""
   from ensemble_jax import data as data_lib
@@ -635,12 +635,12 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   train = data_lib.get_range(data.train, 0, len(data.train))
   if train is None:
     from ensemble_jax.config_lib import ConfigError
-    raise ConfigError(f"config.distill.method={d.method!r} reads the training "
+    raise ConfigError(f"config.distill.builder={d.builder!r} reads the training "
                       "images into memory: use a source with arrays (Fashion-MNIST idx, "
                       "image folders), not TFDS records.")
   labels = np.asarray(train["label"])
   pool, counts, shares = worker_pools(train["image"], labels, n, data.num_classes, config.seed)
-  cfg = _CONFIGS[d.method](config)
+  cfg = _CONFIGS[d.builder](config)
   devices = math.gcd(n, jax.device_count())
   mesh = jax.make_mesh((devices,), ("worker",), devices=jax.devices()[:devices])
   seeds = np.asarray([config.seed * 1000 + i for i in range(n)], np.int32)
@@ -662,7 +662,7 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
       build_flops=n * out["iterations"] * out["flops_per_iteration"],
       features="synthetic", build_time_s=out["iterations"] * per_iteration_s)
   info["distillation"] = {
-      "method": d.method, "images_per_class": d.images_per_class,
+      "images_per_class": d.images_per_class,
       "iterations": out["iterations"], "real_per_class": d.real_per_class,
       "image_lr": cfg.lr, "embedding": f"ConvNet-{cfg.depth} width {cfg.width}",
       "augmentation": "dsa (siamese)",

@@ -169,12 +169,12 @@ def sweep_grid(name: str = "full") -> dict:
 
   # Cheap routed experts (no proxy): worker i trains on k-means cluster i of the pixels' top
   # principal components; each test image is routed by its own projection.
-  pca_routed = {"distill.method": "kmeans", "distill.embedding": "pca",
+  pca_routed = {"distill.builder": "kmeans", "distill.embedding": "pca",
                 "method.aggregation": "routed,logits,probs"}
 
   # 200 iterations: the reduced protocol's matching loss is within 12% of its 500-iteration
   # value there (experiments/results/distillation/cpu_reduced), at 2/5 of the cost.
-  distilled = {"distill.method": "distribution_matching", "distill.images_per_class": 10,
+  distilled = {"distill.builder": "distribution_matching", "distill.images_per_class": 10,
                "distill.iterations": 200, "distill.real_per_class": 64}
 
   def distilled_ensemble(n, **extra):  # priced at the ensemble curve's step (same program)

@@ -158,7 +158,7 @@ def sweep_grid(name: str = "full") -> dict:
     return (variant, {"method.num_workers": n, "method.steps_per_worker": steps,
                       **cadence(steps), **extra})
 
-  routed = {"distill.method": "kmeans", "distill.embedding": "proxy",
+  routed = {"distill.builder": "kmeans", "distill.embedding": "proxy",
             "method.aggregation": "routed,logits,probs"}
 
   if name == "smoke":  # mock data, seconds: one rate, no extension

@@ -158,7 +158,7 @@ def sweep_grid(name: str = "full") -> dict:
                       **cadence(steps), **extra})
 
   # c-BTM: worker i trains on tf-idf cluster i, each validation window routed by its tf-idf
-  routed = {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"}
+  routed = {"distill.builder": "kmeans", "method.aggregation": "routed,probs,logits"}
 
   if name == "smoke":  # generated shards, seconds: one rate, no extension
     fixed = {"tune.factors": (1.0,), "tune.max_extensions": 0}

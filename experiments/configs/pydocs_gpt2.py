@@ -159,7 +159,7 @@ def sweep_grid(name: str = "full") -> dict:
                                "method.steps_per_worker": budget_steps(16 * n), **extra})
 
   # c-BTM: worker i trains on tf-idf cluster i, each validation window routed by its tf-idf
-  routed = {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"}
+  routed = {"distill.builder": "kmeans", "method.aggregation": "routed,probs,logits"}
 
   if name == "smoke":  # two rates, no extension
     tune = {"tune.factors": (1.0, 2.0), "tune.max_extensions": 0}

@@ -47,7 +47,8 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from ensemble_jax import checkpoint, config_lib, costs, distributed, report, resume, sharding, train
+from ensemble_jax import (checkpoint, config_lib, costs, distributed, report, resume, sharding,
+                          stored, train)
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from ensemble_jax.distill.registry import BUILDERS
@@ -117,7 +118,7 @@ def device_config(config):
     c.train.batch_size //= max(c.cost.devices, 1)
   one_device = [("data", 1 if jax.process_count() == 1 else -1)]
   c.method.name, c.mesh, c.cost.devices = "data_parallel", one_device, 1
-  c.method.aggregation, c.distill.method = "logits", "none"  # the step, not the pool
+  c.method.aggregation, c.distill.builder = "logits", "none"  # the step, not the pool
   steps = c.cost.calibration_steps
   c.train.num_steps, c.train.num_epochs, c.train.schedule_fraction = steps, 0.0, 1.0
   c.train.stop_at_target, c.train.timing_warmup_steps = False, steps // 3
@@ -186,8 +187,7 @@ def calibrate(config, calibration_dir: str) -> float:
   sweeps.sync(f"calibrate {run_dir}")
   if not os.path.exists(path):
     return run_lib.train_and_evaluate(c, run_dir)["step_time_s"]  # process 0 writes it
-  with open(path) as f:
-    return json.load(f)["step_time_s"]
+  return stored.load(path)["step_time_s"]
 
 
 def device_step_time(config, calibration_dir: str, workdir: str) -> float:
@@ -201,8 +201,7 @@ def device_step_time(config, calibration_dir: str, workdir: str) -> float:
                 ) if config.cost.price_like else []
   steps = set()
   for path in like:
-    with open(path) as f:
-      steps.add(json.load(f)["cost"]["modelled"]["device_step_time_s"])
+    steps.add(stored.load(path)["cost"]["modelled"]["device_step_time_s"])
   if len(steps) > 1:
     raise SystemExit(f"error: cost.price_like={config.cost.price_like!r}: its seed runs were "
                      f"priced at {sorted(steps)}; recost them at one calibration first")
@@ -228,9 +227,8 @@ def _check_finished(workdir: str, keys) -> None:
   stale = []
   for key in keys:
     for path in sorted(glob.glob(os.path.join(workdir, *key, "seed*", run_lib.RESULTS_FILE))):
-      with open(path) as f:
-        if "tune" not in json.load(f)["config"]:
-          stale.append(os.path.dirname(path))
+      if "tune" not in stored.load(path)["config"]:
+        stale.append(os.path.dirname(path))
   if stale:
     raise SystemExit("error: finished runs from before the tuning rule; delete them to rerun "
                      "them under it:\n  " + "\n  ".join(stale))
@@ -325,7 +323,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     checkpoint.PreemptionWatch.stop_before(f"{os.path.join(*key)}'s calibration and pools")
     device_step[key] = (device_step_time(config, calibration_dir, workdir) if simulated()
                          else 0.0)
-    if BUILDERS[config.distill.method].timed_apart:
+    if BUILDERS[config.distill.builder].timed_apart:
       continue
     for seed in sorted({*tuning.tuning_seeds(config), *seeds}):
       run_lib.build_pool(point_config(key, seed), os.path.join(workdir, "pools"))
@@ -417,8 +415,7 @@ def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
       point_dir = os.path.join(workdir, curve, point)
       for path in sorted(glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE))
                          + glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE))):
-        with open(path) as f:
-          results = json.load(f)
+        results = stored.load(path)
         cached = os.path.basename((results.get("distill") or {}).get("cached") or "")
         if not cached or cached in retimed:
           continue
@@ -458,7 +455,8 @@ def _recost_file(path: str, step_time: float | None, point_config=None,
   """`path`'s cost block at `step_time` (None: the device step it records), with the
   collectives the run recorded; with the run's `point_config`, those of a run whose own
   reading failed, or that was priced on another cluster than the point's, are read now.
-  `retimed` ({pool file name: info}): a run that read one of those pools takes its info."""
+  `retimed` ({pool file name: info}): a run that read one of those pools takes its info.
+  The file is read as written, not through `stored.load`: rewritten, it keeps its names."""
   with open(path) as f:
     results = json.load(f)
   cached = (results.get("distill") or {}).get("cached")

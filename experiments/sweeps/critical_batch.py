@@ -33,7 +33,7 @@ import types
 import ml_collections
 from absl import flags
 
-from ensemble_jax import config_lib, report, validation
+from ensemble_jax import config_lib, report, stored, validation
 from ensemble_jax import optim as optim_lib
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
@@ -247,12 +247,12 @@ def summarize(workdir: str, w: Workload) -> dict:
     runs = {}
     for path in sorted(glob.glob(os.path.join(_point_dir(workdir, batch), "seed*",
                                               run_lib.RESULTS_FILE))):
-      runs[int(os.path.basename(os.path.dirname(path)).removeprefix("seed"))] = _load(path)
+      runs[int(os.path.basename(os.path.dirname(path)).removeprefix("seed"))] = stored.load(path)
     if record["seed"] not in runs:  # seeds not started yet: the tuning seed is the chosen run
-      chosen = _load(os.path.join(_point_dir(workdir, batch), record["chosen_run"],
-                                  run_lib.RESULTS_FILE))
-      if chosen is not None:
-        runs[record["seed"]] = chosen
+      chosen = os.path.join(_point_dir(workdir, batch), record["chosen_run"],
+                            run_lib.RESULTS_FILE)
+      if os.path.exists(chosen):
+        runs[record["seed"]] = stored.load(chosen)
     if not runs:
       continue
     every_seed = {s: _steps_to_target(r) for s, r in runs.items()}

@@ -10,7 +10,7 @@ The committed runs took ~4.5 h (Fashion-MNIST, pool builds included) and ~1 h (t
 docs) on 2 CPU cores; `smoke`, seconds.
 
 A "sampler" here is a row's name: `random` and `disjoint` set `method.sampler`, the others
-`distill.method` (the pool builder).
+`distill.builder` (the pool builder).
 
 The rules every point follows: docs/methodology.md.
 """
@@ -24,7 +24,7 @@ import statistics
 
 from absl import flags
 
-from ensemble_jax import config_lib
+from ensemble_jax import config_lib, stored
 from ensemble_jax import run as run_lib
 from experiments import cli, sweeps
 from experiments.configs import fashion_mnist, pydocs_gpt2
@@ -35,28 +35,28 @@ SAMPLERS = {
     "random": {"method.sampler": "random"},
     "disjoint": {"method.sampler": "disjoint"},
     # pools of FRACTION, the hardest examples per class by a proxy's scores
-    "el2n": {"distill.method": "el2n"},
-    "grand": {"distill.method": "grand"},
+    "el2n": {"distill.builder": "el2n"},
+    "grand": {"distill.builder": "grand"},
     # the whole set in balanced clusters of proxy embeddings, one per worker
-    "kmeans": {"distill.method": "kmeans"},
+    "kmeans": {"distill.builder": "kmeans"},
     # weighted coresets of FRACTION per class on closed-form bias gradients
-    "craig": {"distill.method": "craig"},
-    "gradmatch": {"distill.method": "gradmatch"},
+    "craig": {"distill.builder": "craig"},
+    "gradmatch": {"distill.builder": "gradmatch"},
     # the same k-means pools, each test example's logits weighted by its cluster distances
     # (softmax(-d^2/T) over its nearest clusters)
-    "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,logits,probs"},
+    "kmeans_routed": {"distill.builder": "kmeans", "method.aggregation": "routed,logits,probs"},
     # the same routing, clusters of the pixels' top principal components: no proxy to train
-    "pca_routed": {"distill.method": "kmeans", "distill.embedding": "pca",
+    "pca_routed": {"distill.builder": "kmeans", "distill.embedding": "pca",
                    "method.aggregation": "routed,logits,probs"},
     # Ro et al.'s proxy (shared init, disjoint shards, crop+flip, SNIP-sparse, souped)
-    "lipt_gradmatch": {"distill.method": "gradmatch", "distill.proxy": "lipt"},
+    "lipt_gradmatch": {"distill.builder": "gradmatch", "distill.proxy": "lipt"},
     # Sorscher et al.: at small kept fractions the easiest examples beat the hardest
-    "el2n_easiest": {"distill.method": "el2n", "distill.keep": "easiest"},
+    "el2n_easiest": {"distill.builder": "el2n", "distill.keep": "easiest"},
 }
 TEXT_SAMPLERS = {  # c-BTM: balanced k-means of the windows' tf-idf, one cluster per worker
     "random": {"method.sampler": "random"},
-    "kmeans": {"distill.method": "kmeans"},
-    "kmeans_routed": {"distill.method": "kmeans", "method.aggregation": "routed,probs,logits"},
+    "kmeans": {"distill.builder": "kmeans"},
+    "kmeans_routed": {"distill.builder": "kmeans", "method.aggregation": "routed,probs,logits"},
 }
 WORKLOADS = {  # workload: (its samplers, default workdir, table caption)
     "fashion": (SAMPLERS, "experiments/results/samplers",
@@ -172,8 +172,7 @@ def run(workdir: str, seeds: list[int], grid: str = "full",
     for seed_dir in sorted(glob.glob(os.path.join(workdir, sampler, "seed*"))):
       path = os.path.join(seed_dir, run_lib.RESULTS_FILE)
       if os.path.exists(path):
-        with open(path) as f:
-          runs.setdefault(sampler, []).append(_row(json.load(f)))
+        runs.setdefault(sampler, []).append(_row(stored.load(path)))
   summary, text = summarize(runs)
   with open(os.path.join(workdir, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)

@@ -24,7 +24,7 @@ from typing import Callable
 
 import ml_collections
 
-from ensemble_jax import checkpoint, config_lib, resume, train
+from ensemble_jax import checkpoint, config_lib, resume, stored, train
 from ensemble_jax import run as run_lib
 from experiments import sweeps
 from experiments.sweeps import tuning
@@ -81,11 +81,14 @@ def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
 
 
 def read(workdir: str) -> dict | None:
+  """The workdir's study record, its points' configs under today's names."""
   path = os.path.join(workdir, STUDY_FILE)
   if not os.path.exists(path):
     return None
   with open(path) as f:
-    return json.load(f)
+    study = json.load(f)
+  return {**study, "points": {name: stored.migrate_config(c)
+                              for name, c in study["points"].items()}}
 
 
 def _write(workdir: str, study: dict) -> None:
@@ -153,8 +156,7 @@ def legacy_changes(workdir: str, study: dict) -> dict[str, tuple]:
     if name is None:
       changes[run_dir] = ("a run", "not a point of this grid")
       continue
-    with open(path) as f:
-      results = json.load(f)
+    results = stored.load(path)
     if not isinstance(results.get("config"), dict):
       continue
     for field, change in run_changes(results, points[name]).items():

@@ -44,7 +44,7 @@ from typing import Callable
 import ml_collections
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, optim
+from ensemble_jax import config_lib, costs, optim, stored
 from ensemble_jax import run as run_lib
 from ensemble_jax import train as train_lib
 from experiments import sweeps
@@ -331,8 +331,7 @@ def read_run(run_dir: str) -> tuple[bool, dict | None]:
   """(finished, results): a finished run's results.json, or None for one that diverged."""
   path = os.path.join(run_dir, run_lib.RESULTS_FILE)
   if os.path.exists(path):
-    with open(path) as f:
-      return True, json.load(f)
+    return True, stored.load(path)
   return os.path.exists(os.path.join(run_dir, DIVERGED_FILE)), None
 
 
@@ -455,7 +454,8 @@ def trained_value(trained, key: str) -> float:
 
 
 def attach(path: str, record: dict) -> None:
-  """Writes the point's tuning record into a run's results.json (if it differs)."""
+  """Writes the point's tuning record into a run's results.json (if it differs), its other
+  fields as written (read without `stored.load`, which would rename them)."""
   with open(path) as f:
     results = json.load(f)
   record = json.loads(json.dumps(record))

@@ -2,7 +2,8 @@
 import json
 import ml_collections
 from ensemble_jax import run as run_lib
-src = json.load(open("experiments/results/fashion_mnist/data_parallel/D8/seed1/results.json"))
+from ensemble_jax import stored
+src = stored.load("experiments/results/fashion_mnist/data_parallel/D8/seed1/results.json")
 for seed in (1, 2, 3):
   c = ml_collections.ConfigDict(src["config"])
   c.seed, c.train.schedule_fraction = seed, 1.0

@@ -1,0 +1,59 @@
+"""Stored records read under today's names.
+
+results.json, a checkpoint's record, a study's points and a cached pool's info keep the
+names of the code that wrote them, and are never rewritten for a rename: they are read
+through `load` (a results.json) or `migrate*`, which rename what `RENAMED` lists and leave
+a record already under today's names as it is.
+"""
+from __future__ import annotations
+
+import copy
+import json
+
+from ensemble_jax import config_lib
+
+# Config fields renamed since runs were first recorded: {old dotted name: today's}. A
+# config or an override naming an old one is a ConfigError naming today's.
+RENAMED = {"distill.method": "distill.builder"}
+# The keys of a pool's info (results.json `distill`) renamed with them.
+INFO_RENAMED = {"method": "builder"}
+
+
+def load(path: str) -> dict:
+  """A results.json under today's names."""
+  with open(path) as f:
+    return migrate(json.load(f))
+
+
+def migrate(record: dict) -> dict:
+  """results.json or a checkpoint's record under today's names: its `config` and its pool's
+  info (`distill`)."""
+  record = dict(record)
+  if isinstance(record.get("config"), dict):
+    record["config"] = migrate_config(record["config"])
+  if isinstance(record.get("distill"), dict):
+    record["distill"] = migrate_info(record["distill"])
+  return record
+
+
+def migrate_config(config: dict) -> dict:
+  """A stored config (`config.to_dict()` as JSON) under today's field names."""
+  return _renamed(config, RENAMED)
+
+
+def migrate_info(info: dict) -> dict:
+  """A pool's info (`distill.registry.pool_info`) under today's keys."""
+  return _renamed(info, INFO_RENAMED)
+
+
+def _renamed(tree: dict, renames: dict[str, str]) -> dict:
+  """A copy of `tree` with each dotted field of `renames` it holds under its new name."""
+  tree = copy.deepcopy(tree)
+  for old, new in renames.items():
+    *path, leaf = old.split(".")
+    node = tree
+    for key in path:
+      node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and leaf in node:
+      config_lib.set_dotted(tree, new, node.pop(leaf))
+  return tree
