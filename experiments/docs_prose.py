@@ -1513,3 +1513,41 @@ def what_this_says() -> str:
       "charged). The claim's ~4x less time and ~3x less compute are not reproduced anywhere "
       "this codebase can measure or model.")
   return measured + "\n\n" + modelled
+
+
+# ---- samplers.md ---------------------------------------------------------------------------
+
+SAMPLERS = "docs/results/samplers.md"
+SWEEPS = ("samplers", "samplers_pydocs")  # the samplers sweep's results, per workload
+
+
+@functools.lru_cache(maxsize=None)
+def sampler_summary(sweep: str) -> dict:
+  """A samplers sweep's `summary.json`: per sampler, each column's mean, min and max over its
+  seeds (what its table shows)."""
+  with open(os.path.join(RESULTS, sweep, "summary.json")) as f:
+    return json.load(f)
+
+
+def sampler_runs(sweep: str, sampler: str) -> list[dict]:
+  """A sampler's runs, seed by seed."""
+  return _results(f"{sweep}/{sampler}/seed*/results.json")
+
+
+@template(SAMPLERS, "samplers_setup")
+def samplers_setup() -> str:
+  """The sweeps' machine and seeds: the same seeds for every sampler of both workloads."""
+  seeds = {tuple(sorted(r["config"]["seed"] for r in sampler_runs(sweep, sampler)))
+           for sweep in SWEEPS for sampler in sampler_summary(sweep)}
+  if len(seeds) != 1:
+    raise Contradicted(f"samplers_setup: the samplers ran on different seeds {sorted(seeds)}")
+  [seeds] = seeds
+  clock = [sampler_summary(sweep)[sampler]["wall_time_s"]
+           for sweep in SWEEPS for sampler in sampler_summary(sweep)]
+  if all(c["max"] < 1.1 * c["min"] for c in clock):
+    raise Contradicted("samplers_setup: the host seconds no longer vary between seeds")
+  return paragraph(
+      "Machine: a 2-core CPU machine, shared with other runs while these ran (so the host "
+      "seconds vary between seeds; the accuracies and step counts do not depend on it). "
+      f"Seeds: {len(seeds)} per sampler ({', '.join(map(str, seeds))}); mean [min, max] "
+      "over seeds.")
