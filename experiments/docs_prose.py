@@ -25,7 +25,7 @@ import statistics
 import textwrap
 from typing import Callable
 
-from ensemble_jax import costs, report
+from ensemble_jax import config_lib, costs, report
 from experiments import projection, rerun_plan
 from experiments.sweeps import critical_batch as critical_batch_sweep
 
@@ -1519,6 +1519,13 @@ def what_this_says() -> str:
 
 SAMPLERS = "docs/results/samplers.md"
 SWEEPS = ("samplers", "samplers_pydocs")  # the samplers sweep's results, per workload
+WHOLE = ("random", "disjoint")  # the streams over the whole training set
+
+
+def pool_builder(run: dict) -> str:
+  """The pool builder a run's config names ('none': a stream over the whole set). The one
+  place that reads the config field."""
+  return run["config"]["distill"]["method"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -1532,6 +1539,31 @@ def sampler_summary(sweep: str) -> dict:
 def sampler_runs(sweep: str, sampler: str) -> list[dict]:
   """A sampler's runs, seed by seed."""
   return _results(f"{sweep}/{sampler}/seed*/results.json")
+
+
+def mean(sweep: str, sampler: str, column: str = "accuracy") -> float:
+  """A sampler's mean over its seeds, as its table row shows it."""
+  return sampler_summary(sweep)[sampler][column]["mean"]
+
+
+def _setting(sweep: str, sampler: str, group: str, key: str):
+  """A config value every run of a sampler shares."""
+  [value] = {r["config"][group][key] for r in sampler_runs(sweep, sampler)}
+  return value
+
+
+def _headline(run: dict) -> str:
+  """A run's headline aggregation (its table row's)."""
+  return config_lib.aggregation_modes(run["config"])[0]
+
+
+def _points(v: float, digits: int = 0) -> str:
+  """An accuracy difference in points: 0.0048 -> '0.5' (one digit)."""
+  return f"{100 * v:.{digits}f}"
+
+
+def _percent(v: float, digits: int = 0) -> str:
+  return f"{_points(v, digits)}%"
 
 
 @template(SAMPLERS, "samplers_setup")
@@ -1551,3 +1583,84 @@ def samplers_setup() -> str:
       "seconds vary between seeds; the accuracies and step counts do not depend on it). "
       f"Seeds: {len(seeds)} per sampler ({', '.join(map(str, seeds))}); mean [min, max] "
       "over seeds.")
+
+
+def _proxy_kind(run: dict) -> str:
+  """The proxy a pool was chosen with (runs that predate the LiPT proxy name none: the
+  standard proxies)."""
+  return run["distill"]["proxy"].get("kind", "standard")
+
+
+def _averaged_pools(sweep: str) -> list[str]:
+  """The samplers that build a pool and average their workers' logits (no routing)."""
+  return [s for s in sampler_summary(sweep)
+          if all(pool_builder(r) != "none" and _headline(r) != "routed"
+                 for r in sampler_runs(sweep, s))]
+
+
+@template(SAMPLERS, "samplers_fashion")
+def samplers_fashion() -> str:
+  """The Fashion-MNIST readings: no averaged pool beats the whole set, what the hardest and
+  easiest pools and the coresets lose, routing's win, and what a pool costs to build."""
+  sweep = "samplers"
+  acc = {s: mean(sweep, s) for s in sampler_summary(sweep)}
+  pools = _averaged_pools(sweep)
+  closest = max(pools, key=acc.get)
+  lost = {s: acc["random"] - acc[s] for s in pools}
+  fraction = _setting(sweep, "craig", "distill", "fraction")
+  proxies = {kind: sorted({r["distill"]["proxy"]["accuracy"] for s in pools
+                           for r in sampler_runs(sweep, s) if _proxy_kind(r) == kind})
+             for kind in ("standard", "lipt")}
+  workers = {s: [r["final"]["worker/accuracy_mean"] for r in sampler_runs(sweep, s)]
+             for s in ("kmeans", "kmeans_routed")}
+  pca = [r["distill"] for r in sampler_runs(sweep, "pca_routed")]
+  proxied = [r for s in sampler_summary(sweep) for r in sampler_runs(sweep, s)
+             if (r.get("distill") or {}).get("proxy")]
+  builds = [r["distill"]["build_time_s"] for r in proxied]
+  longer = sum(r["distill"]["build_time_s"] > r["train_time_s"] for r in proxied)
+  [examples] = {r["data"]["train_examples"] for r in proxied}
+  [workers_n] = {r["config"]["method"]["num_workers"] for s in WHOLE
+                 for r in sampler_runs(sweep, s)}
+  if (max(acc[s] for s in pools) >= min(acc[s] for s in WHOLE) or closest != "craig"
+      or acc["el2n_easiest"] <= acc["el2n"] or abs(lost["gradmatch"] - lost["lipt_gradmatch"]) > 0.03
+      or max(proxies["lipt"]) >= min(proxies["standard"]) or acc["kmeans"] >= acc["random"]
+      or max(acc, key=acc.get) != "kmeans_routed" or workers["kmeans"] != workers["kmeans_routed"]
+      or not acc["random"] < acc["pca_routed"] < acc["kmeans_routed"]
+      or any(d["proxy"] for d in pca) or 2 * longer <= len(proxied) or workers_n != 4):
+    raise Contradicted("samplers_fashion: a sampler's place in the table moved")
+  return "\n".join((
+      bullet("With logit averaging **no pool beats drawing from the whole training set** "
+             "(`random`, and `disjoint` quarters)."),
+      bullet(f"CRAIG's weighted {_percent(fraction)} coreset comes closest. Keeping the "
+             f"*hardest* {_percent(fraction)} by EL2N or GraNd (per class) costs "
+             f"{span([lost['el2n'], lost['grand']], _points)} points; keeping the *easiest* "
+             f"{_percent(fraction)} instead (`el2n_easiest`, Sorscher et al.'s advice for small "
+             f"kept fractions) recovers {_points(acc['el2n_easiest'] - acc['el2n'])} of "
+             f"EL2N's {_points(lost['el2n'])} points."),
+      bullet("GradMatch's coreset loses "
+             f"{span([lost['gradmatch'], lost['lipt_gradmatch']], _points)} points, from the "
+             "standard proxies and from Ro et al.'s souped, sparse, augmented proxy "
+             "(`lipt_gradmatch`) alike. The sparse proxy scores "
+             f"{span(proxies['lipt'], lambda v: _points(v, 1))}% in the "
+             f"{WORDS[len(proxies['lipt'])]} seeds, against "
+             f"{span(proxies['standard'], lambda v: _points(v, 1))}% for the standard proxies."),
+      bullet("**Routing is what makes clustered pools work.** Each worker trained on one "
+             "k-means cluster of proxy embeddings is a specialist "
+             f"({_percent(mean(sweep, 'kmeans', 'worker_accuracy'))} alone), and logit "
+             "averaging cannot combine them; routing each test image to the workers of its "
+             "nearest clusters (c-BTM's softmax(-d^2/T) over the top "
+             f"{_setting(sweep, 'kmeans_routed', 'distill', 'route_top_k')}) gives the best "
+             "ensemble in the table. The workers are the same; only the aggregation differs."),
+      bullet("The proxy is not what makes it work: `pca_routed` clusters the top "
+             f"{_setting(sweep, 'pca_routed', 'distill', 'pca_dim')} principal components of "
+             "the standardised pixels (no proxy trained) and routes the same way. It is "
+             f"{_points(acc['kmeans_routed'] - acc['pca_routed'], 1)} points below the proxy's "
+             f"routed experts and {_points(acc['pca_routed'] - acc['random'], 1)} points above "
+             f"random streams, for a pool built in "
+             f"{span([d['build_time_s'] for d in pca], lambda v: f'{v:.0f}')} s of host time "
+             f"and {span([d['build_flops'] / 1e12 for d in pca], _two)} TFLOPs (the pixel "
+             "covariance)."),
+      bullet("Building a proxy-based pool costs "
+             f"{span([b / 60 for b in builds], lambda v: f'{v:.0f}')} minutes of host time "
+             f"(proxy training, scoring {examples:,} examples, selection): more than the "
+             f"ensemble's own training in {longer} of its {len(proxied)} runs.")))

@@ -329,3 +329,50 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
         assert "| ensemble_distilled | N8_L235 | 1, 2, 3 | 3/3 |" in table, table
     finally:
       docs_prose.grid.cache_clear()
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+  """plant(relpath, change): docs_prose reads a copy of experiments/results/ whose JSON at
+  `relpath` is `change(json) -> json`; every other file is the committed one (linked, not
+  copied). docs_prose's caches are cleared before and after."""
+  def caches():
+    return [f for f in vars(docs_prose).values() if hasattr(f, "cache_clear")]
+
+  def plant(relpath: str, change) -> None:
+    src, dst = os.path.join(REPO, "experiments", "results"), tmp_path / "results"
+    parts = relpath.split("/")
+    for depth, part in enumerate(parts):  # each folder on the path a copy, linking the rest
+      folder = os.path.join("", *parts[:depth])
+      (dst / folder).mkdir()
+      for entry in os.listdir(os.path.join(src, folder)):
+        if entry != part:
+          (dst / folder / entry).symlink_to(os.path.join(src, folder, entry))
+    with open(os.path.join(src, relpath)) as f:
+      (dst / relpath).write_text(json.dumps(change(json.load(f))))
+    monkeypatch.setattr(docs_prose, "RESULTS", str(dst))
+    for f in caches():
+      f.cache_clear()
+
+  yield plant
+  for f in caches():
+    f.cache_clear()
+
+
+def _set(record: dict, path: str, value) -> dict:
+  """`record` with the value at the dotted `path` replaced."""
+  *keys, last = path.split(".")
+  here = record
+  for key in keys:
+    here = here[key]
+  here[last] = value
+  return record
+
+
+def test_the_samplers_prose_cannot_call_a_win_a_loss(planted):
+  """samplers.md says no averaged pool beats the whole training set: a CRAIG pool planted
+  above random streams contradicts it instead of being printed."""
+  assert "no pool beats" in docs_prose.samplers_fashion()
+  planted("samplers/summary.json", lambda s: _set(s, "craig.accuracy.mean", 0.83))
+  with pytest.raises(docs_prose.Contradicted, match="samplers_fashion"):
+    docs_prose.samplers_fashion()
