@@ -1664,3 +1664,46 @@ def samplers_fashion() -> str:
              f"{span([b / 60 for b in builds], lambda v: f'{v:.0f}')} minutes of host time "
              f"(proxy training, scoring {examples:,} examples, selection): more than the "
              f"ensemble's own training in {longer} of its {len(proxied)} runs.")))
+
+
+@template(SAMPLERS, "samplers_pydocs")
+def samplers_pydocs() -> str:
+  """The Python docs' readings: the clustered workers alone and mixed uniformly, routing's
+  win and its pool's cost, and the two k-means rows' workers trained alike."""
+  sweep = "samplers_pydocs"
+  ppl = {s: mean(sweep, s, "perplexity") for s in sampler_summary(sweep)}
+  alone = {s: mean(sweep, s, "worker_perplexity") for s in ("random", "kmeans")}
+  routed = sampler_runs(sweep, "kmeans_routed")
+  pairs = list(zip(sampler_runs(sweep, "kmeans"), routed))
+  apart = max(abs(math.exp(a["final"]["worker/nll_mean"]) - math.exp(b["final"]["worker/nll_mean"]))
+              for a, b in pairs)
+  [workers] = {r["config"]["method"]["num_workers"] for r in routed}
+  [windows] = {r["distill"]["pool_size"] for r in routed}
+  if (alone["kmeans"] <= alone["random"] or ppl["kmeans"] < ppl["random"]
+      or min(ppl, key=ppl.get) != "kmeans_routed" or any(r["distill"]["proxy"] for r in routed)
+      or {_headline(a) for a, _ in pairs} != {"probs"} or apart > 0.1
+      or any(a["config"]["seed"] != b["config"]["seed"]
+             or a["distill"]["pool_sizes"] != b["distill"]["pool_sizes"] for a, b in pairs)):
+    raise Contradicted("samplers_pydocs: a sampler's place in the table moved")
+  return "\n".join((
+      bullet("The c-BTM pools work as c-BTM says only with routing. Each worker trained on one "
+             "tf-idf cluster of the byte-level windows is worse alone than a worker on random "
+             f"windows (perplexity {_two(alone['kmeans'])} against {_two(alone['random'])}), "
+             f"and mixing the {WORDS[workers]} experts uniformly is no better than random "
+             f"streams ({_two(ppl['kmeans'])} against {_two(ppl['random'])})."),
+      bullet("Routing each position to the experts of its prefix's "
+             f"{WORDS[_setting(sweep, 'kmeans_routed', 'distill', 'route_top_k')]} nearest "
+             "clusters (softmax(-d^2/T), T = "
+             f"{_setting(sweep, 'kmeans_routed', 'distill', 'route_temperature'):g}) gives the "
+             f"lowest perplexity ({_two(ppl['kmeans_routed'])}), for a pool the two k-means rows "
+             "build in "
+             f"{span([r['distill']['build_time_s'] for pair in pairs for r in pair], lambda v: f'{v:.0f}')} s "
+             "(tf-idf, a sparse SVD to "
+             f"{_setting(sweep, 'kmeans_routed', 'distill', 'tfidf_dim')} dimensions, "
+             f"balanced k-means of {windows / 1000:.0f}k windows; no proxy)."),
+      bullet("`kmeans` and `kmeans_routed` build their pools and train their workers alike "
+             "(same config, same seeds, clusters of the same sizes); the runs are not "
+             "bit-identical, their workers' perplexities differ by up to "
+             f"{_two(apart)} within a seed, and the two rows differ in the aggregation. The "
+             "same pools on the cost-vs-time grid are the `ensemble_tfidf_routed` curve "
+             "([cost_vs_time.md](cost_vs_time.md)).")))
