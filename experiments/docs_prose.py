@@ -1707,3 +1707,29 @@ def samplers_pydocs() -> str:
              f"{_two(apart)} within a seed, and the two rows differ in the aggregation. The "
              "same pools on the cost-vs-time grid are the `ensemble_tfidf_routed` curve "
              "([cost_vs_time.md](cost_vs_time.md)).")))
+
+
+# ---- lipt.md -------------------------------------------------------------------------------
+
+LIPT = "docs/results/lipt.md"
+
+
+def lipt_runs(phase: str) -> list[dict]:
+  """The LiPT pipeline's runs of one phase (full, coreset, finetune), seed by seed."""
+  return _results(f"lipt/seed*/{phase}/results.json")
+
+
+@template(LIPT, "lipt_setup")
+def lipt_setup() -> str:
+  """The pipeline's machine and seeds: every run on one device, with the same warm-up and
+  evaluation cadence."""
+  runs = [r for phase in ("full", "coreset", "finetune") for r in lipt_runs(phase)]
+  seeds = sorted({r["config"]["seed"] for r in runs})
+  shared = {(r["num_devices"], r["config"]["optim"]["warmup_epochs"],
+             r["config"]["eval"]["every_steps"]) for r in runs}
+  if len(shared) != 1 or {devices for devices, _, _ in shared} != {1}:
+    raise Contradicted(f"lipt_setup: the runs' devices, warm-up or evaluations {shared}")
+  [(_, warmup, every)] = shared
+  return paragraph(
+      f"Machine: a 2-core CPU machine, one device. Seeds: {', '.join(map(str, seeds))}, every "
+      f"seed with the same {warmup:g}-epoch warm-up and evaluations every {every} steps.")
