@@ -1733,3 +1733,56 @@ def lipt_setup() -> str:
   return paragraph(
       f"Machine: a 2-core CPU machine, one device. Seeds: {', '.join(map(str, seeds))}, every "
       f"seed with the same {warmup:g}-epoch warm-up and evaluations every {every} steps.")
+
+
+@functools.lru_cache(maxsize=None)
+def lipt_summary() -> tuple[dict, ...]:
+  """The pipeline's `summary.json`: one row per seed, as its table shows it."""
+  with open(os.path.join(RESULTS, "lipt", "summary.json")) as f:
+    return tuple(json.load(f))
+
+
+@template(LIPT, "lipt_readings")
+def lipt_readings() -> str:
+  """The pipeline's readings: the proxy's accuracy, the coreset's miss of the warm-up
+  target, the fine-tuning's steps, and no speedup measured."""
+  from experiments import lipt_pipeline
+
+  rows, coreset = lipt_summary(), lipt_runs("coreset")
+  runs = [r for phase in ("full", "coreset", "finetune") for r in lipt_runs(phase)]
+  [(fraction, warm, budget)] = {(r["config"]["distill"]["fraction"], r["target"]["value"],
+                                 r["step_budget"]) for r in coreset}
+  [flops] = {r["flops_per_step"] for r in runs}
+  [target] = {r["target"]["value"] for r in lipt_runs("finetune")}
+  steps = [r["step_time_s"] for r in runs]
+  speedups = [k for r in rows for k in r if "speedup" in k]
+  if (any(r["target"]["reached"] or not r["distill"]["weighted"] for r in coreset)
+      or None in [r[k] for r in rows for k in ("full_steps_to_warm", "finetune_steps")]
+      or speedups or max(steps) < 1.5 * min(steps)):
+    raise Contradicted("lipt_readings: a phase's outcome moved")
+  published = lipt_pipeline.PUBLISHED
+  return "\n".join((
+      bullet("The merged sparse proxy reaches "
+             f"{listing([_percent(r['distill']['proxy']['accuracy']) for r in coreset])} "
+             "accuracy."),
+      bullet(f"The model trained on its {_percent(fraction)} GradMatch coreset "
+             f"({span([r['distill']['pool_size'] for r in coreset], lambda v: f'{v:,}')} "
+             f"weighted examples) never reaches the {_percent(warm)} warm-up target in the "
+             f"{budget:,}-step budget in any seed "
+             f"({listing([_percent(r['final']['accuracy'], 1) for r in coreset])} at the "
+             f"end). Full data reaches {_percent(warm)} in "
+             f"{span([r['full_steps_to_warm'] for r in rows], str)} steps."),
+      bullet(f"Fine-tuning the coreset model on full data reaches {_percent(target)} after "
+             f"{span([r['finetune_steps'] for r in rows], str)} more steps (full data from "
+             f"scratch: {span([r['full_steps_to_target'] for r in rows], str)})."),
+      bullet("So **no speedup is measured**: the pre-training and end-to-end speedups are "
+             "\"not reached\" in every seed, against Ro et al.'s "
+             f"{published['pretraining_speedup']:g}x / {published['end_to_end_speedup']:g}x "
+             "on CIFAR-10. On this small problem a "
+             f"full-data step is as cheap as a coreset step ({flops / 1e9:.2f} GFLOPs each), "
+             "and the build "
+             f"({span([r['build_tflops'] for r in rows], _two)} TFLOPs) is never paid back."),
+      bullet("The seconds are host time on a machine shared with other jobs for part of "
+             f"these runs, and not comparable across seeds: the same step took "
+             f"{span(steps, _two)} s across the {WORDS[len(steps)]} runs. The step counts do "
+             "not depend on that.")))

@@ -372,7 +372,16 @@ def _set(record: dict, path: str, value) -> dict:
 def test_the_samplers_prose_cannot_call_a_win_a_loss(planted):
   """samplers.md says no averaged pool beats the whole training set: a CRAIG pool planted
   above random streams contradicts it instead of being printed."""
-  assert "no pool beats" in docs_prose.samplers_fashion()
+  assert "no pool beats" in " ".join(docs_prose.samplers_fashion().split())
   planted("samplers/summary.json", lambda s: _set(s, "craig.accuracy.mean", 0.83))
   with pytest.raises(docs_prose.Contradicted, match="samplers_fashion"):
     docs_prose.samplers_fashion()
+
+
+def test_the_lipt_prose_cannot_print_a_reached_warm_up_as_a_miss(planted):
+  """lipt.md says the coreset model never reaches the warm-up target: a seed planted as
+  reaching it contradicts that instead of being printed."""
+  assert "never reaches" in " ".join(docs_prose.lipt_readings().split())
+  planted("lipt/seed1/coreset/results.json", lambda r: _set(r, "target.reached", True))
+  with pytest.raises(docs_prose.Contradicted, match="lipt_readings"):
+    docs_prose.lipt_readings()
