@@ -528,12 +528,17 @@ def readme_regime() -> str:
 LENGTHS = {0.25: "quarter", 0.5: "half", 1.0: "whole"}
 
 
+@functools.lru_cache(maxsize=None)
+def tuning(sub: str, curve: str, name: str) -> dict:
+  """A grid point's `tuning.json`: its tuning seeds, axes and runs."""
+  with open(os.path.join(RESULTS, sub, curve, name, "tuning.json")) as f:
+    return json.load(f)
+
+
 def _tuning_schedule(sub: str, curve: str, name: str) -> dict:
   """A point's chosen schedule length and its tuning seeds' steps to target ('step 54 and
   48 of 59')."""
-  with open(os.path.join(RESULTS, sub, curve, name, "tuning.json")) as f:
-    record = json.load(f)
-  axis = next(a for a in record["axes"] if a["key"] == rerun_plan.SCHEDULE)
+  axis = next(a for a in tuning(sub, curve, name)["axes"] if a["key"] == rerun_plan.SCHEDULE)
   chosen = next(r for r in axis["runs"] if r["value"] == axis["chosen"])
   runs = rerun_plan._seeds(chosen)
   if not all(r["reached"] for r in runs):
@@ -546,6 +551,39 @@ def _tuning_schedule(sub: str, curve: str, name: str) -> dict:
 # ---- cost_vs_time.md -----------------------------------------------------------------------
 
 SENSITIVITY = "sensitivity/dp_D8_whole_schedule"
+GRIDS = ("fashion_mnist", "pydocs_gpt2")  # the cost-vs-time grids
+
+
+def _tunings(sub: str) -> dict[tuple[str, str], dict]:
+  """Every point of a grid's `tuning.json`, by (curve, point)."""
+  return {(p["curve"], p["point"]): tuning(sub, p["curve"], p["point"]) for p in grid(sub)}
+
+
+def _tunes_schedule(record: dict) -> bool:
+  return any(a["key"] == rerun_plan.SCHEDULE for a in record["axes"])
+
+
+@template(COST_VS_TIME, "cost_vs_time_setup")
+def cost_vs_time_setup() -> str:
+  """The grids' machine and seeds: one tuning seed for the rates, a second for the
+  schedule's length on every curve but the fixed short schedules, the same reported seeds."""
+  records = {(sub, *key): r for sub in GRIDS for key, r in _tunings(sub).items()}
+  [seed] = {r["seed"] for r in records.values()}
+  [second] = {tuple(r["schedule_seeds"]) for r in records.values() if _tunes_schedule(r)}
+  fixed = {curve for (_, curve, _), r in records.items() if not _tunes_schedule(r)}
+  reported = sorted({tuple(p["seed_list"]) for sub in GRIDS for p in grid(sub)})
+  if fixed != {"dp_short_schedule"} or len(reported) != 1 or {seed, *second} & {*reported[0]}:
+    raise Contradicted("cost_vs_time_setup: the grids' tuning or reported seeds moved")
+  [reported] = reported
+  return paragraph(
+      "Machine: a 2-core CPU machine simulating "
+      f"{max(p['devices'] for sub in GRIDS for p in grid(sub))} devices. Seeds: each point's "
+      "learning rate (and, on every curve but the fixed short schedules, its schedule's "
+      f"length, on a second tuning seed, {listing([str(v) for v in second])}, too) is tuned on "
+      f"seed {seed}; the tables report seeds {listing([str(v) for v in reported])}, run at the "
+      "chosen values, which played no part in the choice. Every point is run by the rules in "
+      "[methodology.md](../methodology.md), which also says which numbers are measured and "
+      "which are modelled (the time axis is modelled).")
 
 
 DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
