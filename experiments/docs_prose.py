@@ -725,6 +725,40 @@ def distillation_study() -> str:
           + (f"\n\nNot run yet: {', '.join(waiting)}." if waiting else ""))
 
 
+def _calibrated(sub: str) -> dict:
+  """A grid's calibrated device steps: `main` prices every point of the full-size model,
+  `small` every point of the small model's curves, `unused` lists those that price none."""
+  results = os.path.join(RESULTS, sub)
+  rows = report.calibrations(results, os.path.join(results, "calibration"))
+  used = sorted((r for r in rows if r["runs"]), key=lambda r: -r["params"])
+  small = sum("small" in p["curve"] for p in grid(sub))
+  if len(used) != 2 or [r["points"] for r in used] != [len(grid(sub)) - small, small]:
+    raise Contradicted(f"{sub}: its points are no longer priced at one step per model")
+  return {"main": used[0], "small": used[1], "unused": [r for r in rows if not r["runs"]]}
+
+
+def _grid_seed(sub: str) -> int:
+  """The one seed a grid's points were tuned on."""
+  [seed] = {r["seed"] for r in _tunings(sub).values()}
+  return seed
+
+
+@template(COST_VS_TIME, "fashion_grid_intro")
+def fashion_grid_intro() -> str:
+  """The Fashion-MNIST grid's size and the device steps that price it."""
+  sub = "fashion_mnist"
+  cal = _calibrated(sub)
+  return paragraph(
+      f"{len(grid(sub))} points, tuned on seed {_grid_seed(sub)} (table 5 counts the runs), all "
+      f"under `experiments/results/{sub}/`. The device step comes from the calibration, timed "
+      "quietly on one 2-core machine, one simulated device: "
+      f"{cal['main']['device_step_s']:.3f} s for the ResNet at "
+      f"{cal['main']['per_device_batch']} examples (every data-parallel, ensemble and DiLoCo "
+      f"point runs this one program) and {cal['small']['device_step_s']:.3f} s for the small "
+      "model ([which calibration run prices which "
+      "results](#which-calibration-prices-which-results)).")
+
+
 @template(COST_VS_TIME, "dp_d8_whole_schedule")
 def dp_d8_whole_schedule() -> str:
   """Data-parallel D = 8 off the frontier, and its whole-schedule sensitivity runs priced at
