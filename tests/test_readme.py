@@ -385,3 +385,17 @@ def test_the_lipt_prose_cannot_print_a_reached_warm_up_as_a_miss(planted):
   planted("lipt/seed1/coreset/results.json", lambda r: _set(r, "target.reached", True))
   with pytest.raises(docs_prose.Contradicted, match="lipt_readings"):
     docs_prose.lipt_readings()
+
+
+def test_the_cost_vs_time_reading_cannot_miss_a_seed_that_reached(planted):
+  """cost_vs_time.md says one seed of three misses the target at DiLoCo H = 300: that seed
+  planted as reaching it contradicts the reading instead of being printed."""
+  assert "one seed of three misses" in " ".join(docs_prose.fashion_readings().split())
+  def reached(run):  # at its last step, as if the target had been met there
+    return _set(run, "target", {**run["target"], "reached": True, "reached_step": run["steps"],
+                                "reached_time_s": run["train_time_s"],
+                                "reached_wall_time_s": run["wall_time_s"]})
+
+  planted("fashion_mnist/diloco/H300/seed3/results.json", reached)
+  with pytest.raises(docs_prose.Contradicted, match="fashion_readings"):
+    docs_prose.fashion_readings()
