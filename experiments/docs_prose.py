@@ -541,10 +541,15 @@ def tuning(sub: str, curve: str, name: str) -> dict:
     return json.load(f)
 
 
+def schedule_axis(sub: str, curve: str, name: str) -> dict:
+  """A point's tuning of its schedule's length: the chosen fraction and the runs per fraction."""
+  return next(a for a in tuning(sub, curve, name)["axes"] if a["key"] == rerun_plan.SCHEDULE)
+
+
 def _tuning_schedule(sub: str, curve: str, name: str) -> dict:
   """A point's chosen schedule length and its tuning seeds' steps to target ('step 54 and
   48 of 59')."""
-  axis = next(a for a in tuning(sub, curve, name)["axes"] if a["key"] == rerun_plan.SCHEDULE)
+  axis = schedule_axis(sub, curve, name)
   chosen = next(r for r in axis["runs"] if r["value"] == axis["chosen"])
   runs = rerun_plan._seeds(chosen)
   if not all(r["reached"] for r in runs):
@@ -907,6 +912,36 @@ def fashion_readings() -> str:
              "compute at fixed time) is not reproduced here. Where data-parallel stops scaling "
              "is the question of [regime.md](regime.md); on one real GPU one model reaches the "
              "target first as well ([one_device.md](one_device.md)).")))
+
+
+def _fraction_name(f: float) -> str:
+  """'1', '1/2', '1/4': a schedule's fraction of its budget."""
+  return f"1/{1 / f:g}" if f < 1 else f"{f:g}"
+
+
+@template(COST_VS_TIME, "fashion_schedule_intro")
+def fashion_schedule_intro() -> str:
+  """Why the schedule's length is tuned: the budget rule's schedules, and the fractions and
+  seeds it is tuned at."""
+  sub = "fashion_mnist"
+  whole = {d: {r["value"]: r for r in schedule_axis(sub, "data_parallel", f"D{d}")["runs"]}[1.0]
+           for d in (1, 8)}
+  fractions = sorted({r["value"] for (c, n), record in _tunings(sub).items()
+                      if _tunes_schedule(record) for r in schedule_axis(sub, c, n)["runs"]},
+                     reverse=True)
+  [seeds] = {(record["seed"], *record["schedule_seeds"]) for record in _tunings(sub).values()
+             if _tunes_schedule(record)}
+  if whole[1]["step_budget"] <= whole[8]["step_budget"]:
+    raise Contradicted("fashion_schedule_intro: D = 8's schedule is no longer the shorter")
+  return paragraph(
+      f"The budget rule gives data-parallel at D = 1 a {whole[1]['step_budget']:,}-step cosine "
+      f"schedule and at D = 8 a {whole[8]['step_budget']:,}-step one, and a shorter schedule "
+      "decays sooner. So each point's schedule length was tuned after its rates, at "
+      f"{listing([_fraction_name(f) for f in fractions])} of its budget "
+      f"(`train.schedule_fraction`, tuning seeds {listing([str(v) for v in seeds])}, stopping "
+      "runs that could no longer be chosen). The table holds those tuning runs and, beside "
+      "them, the other seeds' runs over the whole budget (`python -m ensemble_jax.report "
+      f"experiments/results/{sub}` writes it at the end of `table.md`):")
 
 
 # ---- regime.md -----------------------------------------------------------------------------
