@@ -115,6 +115,11 @@ def listing(items: list[str]) -> str:
   return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def listed(values) -> str:
+  """'1, 2 and 3'."""
+  return listing([str(v) for v in values])
+
+
 # ---- the committed results -----------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -574,27 +579,39 @@ def _tunes_schedule(record: dict) -> bool:
   return any(a["key"] == rerun_plan.SCHEDULE for a in record["axes"])
 
 
+@functools.lru_cache(maxsize=None)
+def grid_seeds(sub: str) -> dict:
+  """A grid's seeds: the one it tunes on, the second its schedule lengths are tuned on, the
+  reported ones (none a tuning seed), and the curves that do not tune their length."""
+  records = _tunings(sub)
+  tuned = {r["seed"] for r in records.values()}
+  second = {tuple(r["schedule_seeds"]) for r in records.values() if _tunes_schedule(r)}
+  reported = {tuple(p["seed_list"]) for p in grid(sub)}
+  if len(tuned) != 1 or len(second) != 1 or len(reported) != 1 or (
+      {*tuned, *next(iter(second))} & {*next(iter(reported))}):
+    raise Contradicted(f"{sub}: its points' tuning or reported seeds moved")
+  [tuning_seed], [second], [reported] = tuned, second, reported
+  return {"tuning": tuning_seed, "schedule": second, "reported": reported,
+          "fixed": {c for (c, _), r in records.items() if not _tunes_schedule(r)}}
+
+
 @template(COST_VS_TIME, "cost_vs_time_setup")
 def cost_vs_time_setup() -> str:
   """The grids' machine and seeds: one tuning seed for the rates, a second for the
   schedule's length on every curve but the fixed short schedules, the same reported seeds."""
-  records = {(sub, *key): r for sub in GRIDS for key, r in _tunings(sub).items()}
-  [seed] = {r["seed"] for r in records.values()}
-  [second] = {tuple(r["schedule_seeds"]) for r in records.values() if _tunes_schedule(r)}
-  fixed = {curve for (_, curve, _), r in records.items() if not _tunes_schedule(r)}
-  reported = sorted({tuple(p["seed_list"]) for sub in GRIDS for p in grid(sub)})
-  if fixed != {"dp_short_schedule"} or len(reported) != 1 or {seed, *second} & {*reported[0]}:
-    raise Contradicted("cost_vs_time_setup: the grids' tuning or reported seeds moved")
-  [reported] = reported
+  seeds = [grid_seeds(sub) for sub in GRIDS]
+  if any(s != seeds[0] for s in seeds) or seeds[0]["fixed"] != {"dp_short_schedule"}:
+    raise Contradicted("cost_vs_time_setup: the grids' tuning or reported seeds differ")
+  seeds = seeds[0]
   return paragraph(
       "Machine: a 2-core CPU machine simulating "
       f"{max(p['devices'] for sub in GRIDS for p in grid(sub))} devices. Seeds: each point's "
       "learning rate (and, on every curve but the fixed short schedules, its schedule's "
-      f"length, on a second tuning seed, {listing([str(v) for v in second])}, too) is tuned on "
-      f"seed {seed}; the tables report seeds {listing([str(v) for v in reported])}, run at the "
-      "chosen values, which played no part in the choice. Every point is run by the rules in "
-      "[methodology.md](../methodology.md), which also says which numbers are measured and "
-      "which are modelled (the time axis is modelled).")
+      f"length, on a second tuning seed, {listed(seeds['schedule'])}, too) is tuned on "
+      f"seed {seeds['tuning']}; the tables report seeds {listed(seeds['reported'])}, run at "
+      "the chosen values, which played no part in the choice. Every point is run by the "
+      "rules in [methodology.md](../methodology.md), which also says which numbers are "
+      "measured and which are modelled (the time axis is modelled).")
 
 
 DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
@@ -748,19 +765,13 @@ def _calibrated(sub: str) -> dict:
   return {"main": used[0], "small": used[1], "unused": [r for r in rows if not r["runs"]]}
 
 
-def _grid_seed(sub: str) -> int:
-  """The one seed a grid's points were tuned on."""
-  [seed] = {r["seed"] for r in _tunings(sub).values()}
-  return seed
-
-
 @template(COST_VS_TIME, "fashion_grid_intro")
 def fashion_grid_intro() -> str:
   """The Fashion-MNIST grid's size and the device steps that price it."""
   sub = "fashion_mnist"
   cal = _calibrated(sub)
   return paragraph(
-      f"{len(grid(sub))} points, tuned on seed {_grid_seed(sub)} (table 5 counts the runs), all "
+      f"{len(grid(sub))} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the runs), all "
       f"under `experiments/results/{sub}/`. The device step comes from the calibration, timed "
       "quietly on one 2-core machine, one simulated device: "
       f"{cal['main']['device_step_s']:.3f} s for the ResNet at "
@@ -768,6 +779,63 @@ def fashion_grid_intro() -> str:
       f"point runs this one program) and {cal['small']['device_step_s']:.3f} s for the small "
       "model ([which calibration run prices which "
       "results](#which-calibration-prices-which-results)).")
+
+
+def _point_runs(sub: str, curve: str, name: str) -> list[dict]:
+  """A grid point's results.json, seed by seed (the tuning seed's among them)."""
+  return _results(f"{sub}/{curve}/{name}/seed*/results.json")
+
+
+def _budget(run: dict) -> float:
+  """A run's whole budget in examples (windows): its steps at the whole schedule's length."""
+  return run["step_budget"] / run["config"]["train"].get("schedule_fraction", 1.0) * run[
+      "examples_per_step"]
+
+
+@template(COST_VS_TIME, "pydocs_grid_intro")
+def pydocs_grid_intro() -> str:
+  """The Python docs grid's size, batch and budget, the device steps that price it, and the
+  attention benchmark the calibration predates."""
+  sub = "pydocs_gpt2"
+  cal, pts = _calibrated(sub), list(grid(sub))
+  runs = {(p["curve"], p["point"]): _point_runs(sub, p["curve"], p["point"]) for p in pts}
+  short = [(rs[0]["step_budget"], p["devices"]) for p, rs in zip(pts, runs.values())
+           if p["curve"] == "dp_short_schedule"]
+  budgets = {round(_budget(r)) for (c, _), rs in runs.items() if c != "dp_short_schedule"
+             for r in rs}
+  small = {c for c, n in runs if device_step(sub, c, n) == cal["small"]["device_step_s"]}
+  [context] = {r["config"]["data"]["context"] for rs in runs.values() for r in rs}
+  [size] = {r["config"]["model"]["size"] for (c, _), rs in runs.items() if c in small for r in rs}
+  with open(os.path.join(RESULTS, "bench", "vs_torch_docs_sizes.json")) as f:
+    [bench] = [b for b in json.load(f) if b["size"] == "tiny"]
+  faster = bench["median_wall_s"]["jax_before"] / bench["median_wall_s"]["jax"]
+  [devices] = {d for _, d in short}
+  seeds = grid_seeds(sub)
+  if (len(budgets) != 1 or small != {"dp_small_model", "ensemble_tfidf_routed_small"}
+      or faster <= 1 or len(cal["unused"]) != 2):
+    raise Contradicted("pydocs_grid_intro: the grid's budget, models or calibrations moved")
+  [budget] = budgets
+  unused = sorted(r["device_step_s"] for r in cal["unused"])[::-1]
+  return paragraph(
+      f"{len(pts)} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the runs), all under "
+      f"`experiments/results/{sub}/`, every run on one machine. "
+      f"{cal['main']['per_device_batch']} windows of {context} bytes per device or worker; "
+      f"every point's budget is {budget:,} windows (the short schedules: "
+      f"{span([b for b, _ in short], str)} steps at D = {devices}). The device step comes "
+      "from the calibration, timed quietly on one simulated device: "
+      f"{cal['main']['device_step_s']:.4f} s for GPT-2 tiny at "
+      f"{cal['main']['per_device_batch']} windows (every data-parallel, ensemble and DiLoCo "
+      f"point), {cal['small']['device_step_s']:.4f} s for the small model (`dp_small_model` "
+      f"and `ensemble_tfidf_routed_small`: GPT-2 `{size}`, {cal['small']['params']:,} "
+      "params), with the attention the runs trained with (the calibration runs each prices, "
+      f"and the earlier {listing([f'{v:.4f} s' for v in unused])} timings that price none: "
+      "[the table below](#which-calibration-prices-which-results)); GPT-2's blocked causal "
+      "attention on CPU, which these runs predate, makes GPT-2 tiny's step "
+      f"{x(faster)} faster at {bench['batch']} x {bench['context']} "
+      "([benchmarks](../benchmarks.md)), and a `--recost --recalibrate` would price every "
+      "point of this grid with it. Every point's learning rate and schedule length were "
+      f"chosen on two tuning seeds ({listed([seeds['tuning'], *seeds['schedule']])}, never "
+      f"reported); the tables hold seeds {listed(seeds['reported'])} at those choices.")
 
 
 @template(COST_VS_TIME, "dp_d8_whole_schedule")
@@ -929,8 +997,7 @@ def fashion_schedule_intro() -> str:
   fractions = sorted({r["value"] for (c, n), record in _tunings(sub).items()
                       if _tunes_schedule(record) for r in schedule_axis(sub, c, n)["runs"]},
                      reverse=True)
-  [seeds] = {(record["seed"], *record["schedule_seeds"]) for record in _tunings(sub).values()
-             if _tunes_schedule(record)}
+  seeds = grid_seeds(sub)
   if whole[1]["step_budget"] <= whole[8]["step_budget"]:
     raise Contradicted("fashion_schedule_intro: D = 8's schedule is no longer the shorter")
   return paragraph(
@@ -938,7 +1005,7 @@ def fashion_schedule_intro() -> str:
       f"schedule and at D = 8 a {whole[8]['step_budget']:,}-step one, and a shorter schedule "
       "decays sooner. So each point's schedule length was tuned after its rates, at "
       f"{listing([_fraction_name(f) for f in fractions])} of its budget "
-      f"(`train.schedule_fraction`, tuning seeds {listing([str(v) for v in seeds])}, stopping "
+      f"(`train.schedule_fraction`, tuning seeds {listed([seeds['tuning'], *seeds['schedule']])}, stopping "
       "runs that could no longer be chosen). The table holds those tuning runs and, beside "
       "them, the other seeds' runs over the whole budget (`python -m ensemble_jax.report "
       f"experiments/results/{sub}` writes it at the end of `table.md`):")
@@ -984,13 +1051,12 @@ def fashion_schedule_readings() -> str:
              if r["config"]["train"].get("schedule_fraction") == first
              and r["config"]["seed"] in kept["seed_list"]]
   chosen = schedule_axis(sub, *experts)["chosen"]
-  fixed = {c for (c, _), record in _tunings(sub).items() if not _tunes_schedule(record)}
   methods = set(report.baseline_curves(list(grid(sub))))
   shorter = {}
   for (curve, name), record in _tunings(sub).items():
     if curve not in methods and _tunes_schedule(record) and schedule_axis(sub, curve, name)["chosen"] < 1:
       shorter.setdefault(curve, []).append(_n(name))
-  if (len(halves) != 1 or fixed != {"dp_short_schedule"} or first == chosen
+  if (len(halves) != 1 or grid_seeds(sub)["fixed"] != {"dp_short_schedule"} or first == chosen
       or None not in _tuned_steps(sub, *experts, first) or not dropped
       or any(r["target"]["reached"] for r in dropped) or kept["reached"] < kept["seeds"]
       or missed["reached"] or any(best_matched(sub, k)[1][0] > 1 for k in ("time", "compute"))):
@@ -1232,7 +1298,7 @@ def critical_batch_small_model() -> str:
       bullet(
           "**The small model keeps scaling past the big model's knee, then stops**: from "
           f"{at['median_steps']} steps at B = {at['batch']} (D = {at['devices']}, where the "
-          f"cost-vs-time grid stops) to {listing([str(v) for v in steps])} at "
+          f"cost-vs-time grid stops) to {listed(steps)} at "
           f"B = {listing([_b(r['batch']) for r in past])}, where the big model wandered "
           f"between {min(wander)} and {max(wander)} past B = {grid_edge['batch']}. Doubling "
           f"again to B = {_b(last['batch'])} (D = {last['devices']}) takes "
@@ -1432,7 +1498,7 @@ def many_workers_fashion() -> str:
           f"**Routed experts do improve with N**: from {four['steps']['median']:g} steps at "
           f"N = 4 to {n64['steps']['median']:g} at N = 64 and {n128['steps']['median']:g} at "
           f"N = 128 ({listing([str(r['steps']) for r in _reported_runs(sub, routed, n128['point'])])}); "
-          f"N = 2 misses on seeds {listing([str(v) for v in missed])} and takes "
+          f"N = 2 misses on seeds {listed(missed)} and takes "
           f"{hit['steps']} of its {hit['step_budget']} steps on seed {hit['seed']}. Each "
           f"expert is a specialist (about {round(100 * alone, -1):.0f}% accuracy alone on all "
           f"{hit['eval_examples']:,} images at N = 16)."),
