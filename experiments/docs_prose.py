@@ -76,7 +76,7 @@ KEEP = "\u00a0"  # joins "N = 8" and "6.3 s" while wrapping (textwrap splits on 
 
 def _fill(text: str, **indent) -> str:
   text = re.sub(r"(\w) = (\w)", rf"\1{KEEP}={KEEP}\2", " ".join(text.split()))
-  text = re.sub(r"(\d) (s|steps)\b", rf"\1{KEEP}\2", text)  # a number keeps its unit
+  text = re.sub(r"(\d) (s|ms|steps)\b", rf"\1{KEEP}\2", text)  # a number keeps its unit
   return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False,
                        **indent).replace(KEEP, " ")
 
@@ -1240,6 +1240,112 @@ def pydocs_schedule_readings() -> str:
       + (f" or, at D = {listed(slower)}, take more steps" if slower else "")
       + ", so the whole budget stays. The frontier (the small model at "
       f"{_devices(frontier)}) and every method's best point keep their places.")
+
+
+ETH = costs.INTERCONNECTS["eth10g"]
+
+
+def _programs(sub: str, curve: str, name: str, program: str) -> list[list[dict]]:
+  """A point's compiled collectives of one program (results.json `cost.modelled.collectives`),
+  one list per reported seed."""
+  seeds = point(sub, curve, name)["seed_list"]
+  return [[c for c in r["cost"]["modelled"]["collectives"] if c["program"] == program]
+          for r in _point_runs(sub, curve, name) if r["config"]["seed"] in seeds]
+
+
+def _count(cs: list[dict]) -> int:
+  return sum(c["count"] for c in cs)
+
+
+def _eth_s(cs: list[dict], latency_only: bool = False) -> float:
+  """Their time on 10 GbE, each as often as it runs (with no bytes: its latencies alone)."""
+  return sum(c["count"] * (costs.collective_time(c["kind"], 0, c["group_size"], ETH)
+                           if latency_only else c["seconds"]["eth10g"]) for c in cs)
+
+
+def _shape(cs: list[dict]) -> list[tuple]:
+  """What collectives communicate, whichever program holds them."""
+  return [(c["kind"], c["bytes"], c["group_size"], c["count"]) for c in cs]
+
+
+def _ms(values) -> str:
+  return span([1e3 * v for v in values], lambda v: f"{v:.1f}") + " ms"
+
+
+def _each(per_seed: list[list[dict]], value, fmt=str) -> str:
+  """A value of each seed's collectives, spanned over the seeds."""
+  return span([value(cs) for cs in per_seed], fmt)
+
+
+@template(COST_VS_TIME, "compiled_collectives")
+def compiled_collectives() -> str:
+  """What each compiled program communicates, read from the runs' recorded collectives."""
+  fashion, docs = "fashion_mnist", "pydocs_gpt2"
+  dp = _programs(fashion, "data_parallel", "D8", "train_step")
+  grads = [max(cs, key=lambda c: c["bytes"]) for cs in dp]
+  rest = [[c for c in cs if c is not g] for cs, g in zip(dp, grads)]
+  docs_dp = _programs(docs, "data_parallel", "D8", "train_step")
+  ens = _programs(fashion, "ensemble", "N8_L235", "eval")
+  ens_train = [c for n in ("train_step", "sync", "deployable")
+               for cs in _programs(fashion, "ensemble", "N8_L235", n) for c in cs]
+  docs_eval = _programs(docs, "ensemble", "N8_L300", "eval")
+  final = _programs(docs, "ensemble", "N8_L300", "final_eval")
+  docs_run = _point_runs(docs, "ensemble", "N8_L300")[0]
+  windows, context = docs_run["config"]["eval"]["num_examples"], docs_run["config"]["data"]["context"]
+  vocab = docs_run["data"]["vocab_size"]
+  logits = windows * context * vocab * 4
+  sync = _programs(fashion, "diloco", "H10", "sync")
+  between = _programs(fashion, "diloco", "H10", "deployable")
+  [weights] = {4 * r["num_params_per_worker"] for r in _point_runs(fashion, "diloco", "H10")}
+  [groups] = {c["group_size"] for cs in dp + docs_dp + ens + docs_eval for c in cs}
+  [examples] = {r["config"]["eval"]["num_examples"] for r in _point_runs(fashion, "ensemble", "N8_L235")}
+  if (any(c["kind"] != "all-reduce" for cs in dp for c in cs) or ens_train
+      or any(_eth_s(cs, True) < 0.5 * _eth_s(cs) for cs in dp)
+      or {_count(cs) for cs in docs_dp} != {1}
+      or {max(c["bytes"] for c in cs) for cs in docs_eval} != {windows * context * 4}
+      or any(min(c["bytes"] for c in cs if c["bytes"] >= logits) != logits for cs in final)
+      or [_shape(cs) for cs in sync] != [_shape(cs) for cs in between]
+      or any(max(c["bytes"] for c in cs) != weights for cs in sync)):
+    raise Contradicted("compiled_collectives: a program's collectives moved")
+  differ = len({_count(cs) for cs in ens}) > 1
+  step = device_step(fashion, "data_parallel", "D8")
+  [batch] = {r["examples_per_step"] for r in _point_runs(fashion, "data_parallel", "D8")}
+  intro = paragraph(
+      "The collectives below are read from the optimized HLO of each compiled program, on "
+      f"{groups} simulated devices (how they are priced: "
+      "[methodology.md](../methodology.md#communication)).")
+  return intro + "\n\n" + "\n".join((
+      bullet(f"Fashion-MNIST's data-parallel step at D = 8 (ResNet-18 width 8, batch {batch}) "
+             f"holds {_each(dp, _count)} all-reduces: the gradients in one of "
+             f"{_each(grads, lambda g: g['bytes'], lambda v: f'{v:,}')} bytes, and "
+             f"{_each(rest, _count)} small ones (BatchNorm statistics and the loss, "
+             f"{_each(rest, lambda cs: sum(c['bytes'] * c['count'] for c in cs), lambda v: f'{v:,}')} "
+             f"bytes together). On `eth10g` their {_each(dp, _count)} latencies alone cost "
+             f"{_ms([_eth_s(cs, True) for cs in dp])} a step ({_ms([_eth_s(cs) for cs in dp])} "
+             f"with the bytes), next to the calibrated {step:.3f} s device step; the gradient "
+             f"all-reduce alone would cost {_ms([g['seconds']['eth10g'] for g in grads])}."),
+      bullet("The docs' GPT-2 tiny uses LayerNorm, so no statistics cross devices: its step "
+             "compiles to the one gradient all-reduce "
+             f"({_each(docs_dp, lambda cs: cs[0]['bytes'], lambda v: f'{v:,}')} bytes, "
+             f"{_ms([_eth_s(cs) for cs in docs_dp])} on `eth10g`)."),
+      bullet("The ensemble (N = 8) communicates only when it evaluates: "
+             f"{_each(ens, _count)} collectives per evaluation of {examples:,} images (the "
+             "logits reduction and the per-worker metrics"
+             + ("; the seeds' compiled programs record them differently" if differ else "")
+             + f"), {_ms([_eth_s(cs) for cs in ens])} on `eth10g`."),
+      bullet(f"The docs' ensemble (N = 8) evaluates {windows} windows of {context} tokens. Its "
+             "evaluations reduce each worker's log-probability of every target token: "
+             f"{_each(docs_eval, _count)} collectives per evaluation, the largest an "
+             f"all-reduce of {windows * context * 4:,} bytes, "
+             f"{_ms([_eth_s(cs) for cs in docs_eval])} on `eth10g`. Its full logits "
+             f"({logits:,} bytes, the byte vocabulary's {vocab} per token) are reduced only "
+             f"at the end, in {_each(final, lambda cs: WORDS[sum(c['count'] for c in cs if c['bytes'] >= logits)])} "
+             "all-reduces of that size for the `logits` mode and the mixture's accuracy: "
+             f"{span([_eth_s(cs) for cs in final], _two)} s on `eth10g`."),
+      bullet(f"DiLoCo (N = {point(fashion, 'diloco', 'H10')['devices']}): "
+             f"{_each(sync, _count)} all-reduces (the weights, {weights:,} bytes, and the "
+             "re-estimated BatchNorm statistics) per outer step, and again per evaluation "
+             f"between outer steps, {_ms([_eth_s(cs) for cs in sync])} on `eth10g`.")))
 
 
 # ---- regime.md -----------------------------------------------------------------------------
