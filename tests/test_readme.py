@@ -399,3 +399,20 @@ def test_the_cost_vs_time_reading_cannot_miss_a_seed_that_reached(planted):
   planted("fashion_mnist/diloco/H300/seed3/results.json", reached)
   with pytest.raises(docs_prose.Contradicted, match="fashion_readings"):
     docs_prose.fashion_readings()
+
+
+def test_the_projection_prose_cannot_print_a_win_as_none(planted):
+  """regime.md says no Fashion-MNIST method point beats the strongest baseline at any D: the
+  small-model experts at D = 8 planted above 1x on 10 GbE contradict it instead of being
+  printed."""
+  assert "no method point beats" in " ".join(docs_prose.fashion_projection().split())
+
+  def win(record):
+    for r in record["rows"]:
+      if (r["method"], r["preset"], r["devices"]) == (docs_prose.SMALL_ROUTED, "eth10g", 8):
+        r["time_ratio"], r["time_range"] = 1.2, [1.05, 1.4]
+    return record
+
+  planted("projection/fashion_mnist.json", win)
+  with pytest.raises(docs_prose.Contradicted, match="fashion_projection"):
+    docs_prose.fashion_projection()
