@@ -111,8 +111,17 @@ def _two(v: float) -> str:
   return f"{v:.2f}"
 
 
+def _whole(v: float) -> str:
+  return f"{v:.0f}"
+
+
 def listing(items: list[str]) -> str:
   return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def as_fraction(f: float) -> str:
+  """'1/4', '1', '2'."""
+  return f"1/{1 / f:g}" if f < 1 else f"{f:g}"
 
 
 def listed(values) -> str:
@@ -195,8 +204,8 @@ def matched_rows(sub: str, preset: str) -> list[tuple[str, dict]]:
   """Every method point of a grid against the strongest baseline at its own budget on
   `preset` (`report.matched`'s rows): (curve, row)."""
   pts = list(grid(sub))
-  return [(curve, m) for curve in sorted({p["curve"] for p in pts} - set(report.baseline_curves(pts)))
-          for m in report.matched(pts, curve, preset)]
+  methods = sorted({p["curve"] for p in pts} - set(report.baseline_curves(pts)))
+  return [(curve, m) for curve in methods for m in report.matched(pts, curve, preset)]
 
 
 def best_matched(sub: str, kind: str, preset: str | None = None) -> tuple:
@@ -422,7 +431,8 @@ def _trained(p: dict) -> str:
   return s(p["host_time_s"]["median"])
 
 
-WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 7: "seven", 8: "eight", 9: "nine", 16: "sixteen"}
+WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 7: "seven", 8: "eight", 9: "nine",
+         16: "sixteen"}
 
 
 def _one_gpu_bullet() -> str:
@@ -771,9 +781,9 @@ def fashion_grid_intro() -> str:
   sub = "fashion_mnist"
   cal = _calibrated(sub)
   return paragraph(
-      f"{len(grid(sub))} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the runs), all "
-      f"under `experiments/results/{sub}/`. The device step comes from the calibration, timed "
-      "quietly on one 2-core machine, one simulated device: "
+      f"{len(grid(sub))} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the "
+      f"runs), all under `experiments/results/{sub}/`. The device step comes from the "
+      "calibration, timed quietly on one 2-core machine, one simulated device: "
       f"{cal['main']['device_step_s']:.3f} s for the ResNet at "
       f"{cal['main']['per_device_batch']} examples (every data-parallel, ensemble and DiLoCo "
       f"point runs this one program) and {cal['small']['device_step_s']:.3f} s for the small "
@@ -817,8 +827,8 @@ def pydocs_grid_intro() -> str:
   [budget] = budgets
   unused = sorted(r["device_step_s"] for r in cal["unused"])[::-1]
   return paragraph(
-      f"{len(pts)} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the runs), all under "
-      f"`experiments/results/{sub}/`, every run on one machine. "
+      f"{len(pts)} points, tuned on seed {grid_seeds(sub)['tuning']} (table 5 counts the runs), "
+      f"all under `experiments/results/{sub}/`, every run on one machine. "
       f"{cal['main']['per_device_batch']} windows of {context} bytes per device or worker; "
       f"every point's budget is {budget:,} windows (the short schedules: "
       f"{span([b for b, _ in short], str)} steps at D = {devices}). The device step comes "
@@ -928,7 +938,8 @@ def fashion_readings() -> str:
   dp = {d: point(sub, "data_parallel", f"D{d}") for d in (1, 2, 4, 8)}
   streams = {n: _workers(sub, "ensemble", n) for n in (2, 4, 8)}
   gaps = [streams[n]["steps"]["median"] / dp[n]["steps"]["median"] for n in streams]
-  routed = {c: {n: _workers(sub, c, n) for n in streams} for c in ("ensemble_pca_routed", SMALL_ROUTED)}
+  routed = {c: {n: _workers(sub, c, n) for n in streams}
+            for c in ("ensemble_pca_routed", SMALL_ROUTED)}
   faster = {n: all(r[n]["steps"]["median"] < streams[n]["steps"]["median"] for r in routed.values())
             for n in streams}
   builds = [statistics.median(r["pool_build_s"] for r in _reported_runs(sub, c, "N8_L235"))
@@ -990,11 +1001,6 @@ def fashion_readings() -> str:
              "target first as well ([one_device.md](one_device.md)).")))
 
 
-def _fraction_name(f: float) -> str:
-  """'1', '1/2', '1/4': a schedule's fraction of its budget."""
-  return f"1/{1 / f:g}" if f < 1 else f"{f:g}"
-
-
 @template(COST_VS_TIME, "fashion_schedule_intro")
 def fashion_schedule_intro() -> str:
   """Why the schedule's length is tuned: the budget rule's schedules, and the fractions and
@@ -1012,10 +1018,11 @@ def fashion_schedule_intro() -> str:
       f"The budget rule gives data-parallel at D = 1 a {whole[1]['step_budget']:,}-step cosine "
       f"schedule and at D = 8 a {whole[8]['step_budget']:,}-step one, and a shorter schedule "
       "decays sooner. So each point's schedule length was tuned after its rates, at "
-      f"{listing([_fraction_name(f) for f in fractions])} of its budget "
-      f"(`train.schedule_fraction`, tuning seeds {listed([seeds['tuning'], *seeds['schedule']])}, stopping "
-      "runs that could no longer be chosen). The table holds those tuning runs and, beside "
-      "them, the other seeds' runs over the whole budget (`python -m ensemble_jax.report "
+      f"{listing([as_fraction(f) for f in fractions])} of its budget "
+      f"(`train.schedule_fraction`, tuning seeds "
+      f"{listed([seeds['tuning'], *seeds['schedule']])}, stopping runs that could no longer "
+      "be chosen). The table holds those tuning runs and, beside them, the other seeds' runs "
+      "over the whole budget (`python -m ensemble_jax.report "
       f"experiments/results/{sub}` writes it at the end of `table.md`):")
 
 
@@ -1059,10 +1066,11 @@ def fashion_schedule_readings() -> str:
              if r["config"]["train"].get("schedule_fraction") == first
              and r["config"]["seed"] in kept["seed_list"]]
   chosen = schedule_axis(sub, *experts)["chosen"]
-  methods = set(report.baseline_curves(list(grid(sub))))
+  baselines = set(report.baseline_curves(list(grid(sub))))
   shorter = {}
   for (curve, name), record in _tunings(sub).items():
-    if curve not in methods and _tunes_schedule(record) and schedule_axis(sub, curve, name)["chosen"] < 1:
+    if (curve not in baselines and _tunes_schedule(record)
+        and schedule_axis(sub, curve, name)["chosen"] < 1):
       shorter.setdefault(curve, []).append(_n(name))
   if (len(halves) != 1 or grid_seeds(sub)["fixed"] != {"dp_short_schedule"} or first == chosen
       or None not in _tuned_steps(sub, *experts, first) or not dropped
@@ -1093,7 +1101,8 @@ def fashion_schedule_readings() -> str:
              f"{missed['seed_list'][0]}-{missed['seed_list'][-1]}: two seeds narrow the "
              "winner's curse, they do not remove it."),
       bullet("Method points gain too ("
-             + ", ".join(f"{CURVE_NAMES.get(c, c)} at N = {listing(ns)}" for c, ns in shorter.items())
+             + ", ".join(f"{CURVE_NAMES.get(c, c)} at N = {listing(ns)}"
+                         for c, ns in shorter.items())
              + "), but none enough to reach the frontier.")))
 
 
@@ -1131,7 +1140,8 @@ def pydocs_readings() -> str:
                 for r in a["runs"]]
   per_device = _calibrated(sub)["main"]["per_device_batch"]
   if (any(best_matched(sub, k)[1][0] > 1 for k in ("time", "compute"))
-      or {b.split()[0] for k in ("time", "compute") for b in _baselines(rows, k)} != {"dp_small_model"}
+      or {b.split()[0] for k in ("time", "compute") for b in _baselines(rows, k)}
+      != {"dp_small_model"}
       or base["curve"] != "dp_small_model" or cheapest["curve"] != "dp_small_model"
       or curve != "ensemble_tfidf_routed_small" or close["point"] != "N2_L1200"
       or min(r[k][0] for r in experts.values()
@@ -1253,8 +1263,18 @@ def _programs(sub: str, curve: str, name: str, program: str) -> list[list[dict]]
           for r in _point_runs(sub, curve, name) if r["config"]["seed"] in seeds]
 
 
-def _count(cs: list[dict]) -> int:
+def _count(cs) -> int:
+  """How many collectives run, each as often as it does."""
   return sum(c["count"] for c in cs)
+
+
+def _at_least(cs, size: int) -> list[dict]:
+  return [c for c in cs if c["bytes"] >= size]
+
+
+def _bytes(cs) -> int:
+  """The bytes they carry together."""
+  return sum(c["bytes"] * c["count"] for c in cs)
 
 
 def _eth_s(cs: list[dict], latency_only: bool = False) -> float:
@@ -1291,19 +1311,21 @@ def compiled_collectives() -> str:
   docs_eval = _programs(docs, "ensemble", "N8_L300", "eval")
   final = _programs(docs, "ensemble", "N8_L300", "final_eval")
   docs_run = _point_runs(docs, "ensemble", "N8_L300")[0]
-  windows, context = docs_run["config"]["eval"]["num_examples"], docs_run["config"]["data"]["context"]
+  windows = docs_run["config"]["eval"]["num_examples"]
+  context = docs_run["config"]["data"]["context"]
   vocab = docs_run["data"]["vocab_size"]
   logits = windows * context * vocab * 4
   sync = _programs(fashion, "diloco", "H10", "sync")
   between = _programs(fashion, "diloco", "H10", "deployable")
   [weights] = {4 * r["num_params_per_worker"] for r in _point_runs(fashion, "diloco", "H10")}
   [groups] = {c["group_size"] for cs in dp + docs_dp + ens + docs_eval for c in cs}
-  [examples] = {r["config"]["eval"]["num_examples"] for r in _point_runs(fashion, "ensemble", "N8_L235")}
+  [examples] = {r["config"]["eval"]["num_examples"]
+                for r in _point_runs(fashion, "ensemble", "N8_L235")}
   if (any(c["kind"] != "all-reduce" for cs in dp for c in cs) or ens_train
       or any(_eth_s(cs, True) < 0.5 * _eth_s(cs) for cs in dp)
       or {_count(cs) for cs in docs_dp} != {1}
       or {max(c["bytes"] for c in cs) for cs in docs_eval} != {windows * context * 4}
-      or any(min(c["bytes"] for c in cs if c["bytes"] >= logits) != logits for cs in final)
+      or any(min(c["bytes"] for c in _at_least(cs, logits)) != logits for cs in final)
       or [_shape(cs) for cs in sync] != [_shape(cs) for cs in between]
       or any(max(c["bytes"] for c in cs) != weights for cs in sync)):
     raise Contradicted("compiled_collectives: a program's collectives moved")
@@ -1319,7 +1341,7 @@ def compiled_collectives() -> str:
              f"holds {_each(dp, _count)} all-reduces: the gradients in one of "
              f"{_each(grads, lambda g: g['bytes'], lambda v: f'{v:,}')} bytes, and "
              f"{_each(rest, _count)} small ones (BatchNorm statistics and the loss, "
-             f"{_each(rest, lambda cs: sum(c['bytes'] * c['count'] for c in cs), lambda v: f'{v:,}')} "
+             f"{_each(rest, _bytes, lambda v: f'{v:,}')} "
              f"bytes together). On `eth10g` their {_each(dp, _count)} latencies alone cost "
              f"{_ms([_eth_s(cs, True) for cs in dp])} a step ({_ms([_eth_s(cs) for cs in dp])} "
              f"with the bytes), next to the calibrated {step:.3f} s device step; the gradient "
@@ -1339,7 +1361,7 @@ def compiled_collectives() -> str:
              f"all-reduce of {windows * context * 4:,} bytes, "
              f"{_ms([_eth_s(cs) for cs in docs_eval])} on `eth10g`. Its full logits "
              f"({logits:,} bytes, the byte vocabulary's {vocab} per token) are reduced only "
-             f"at the end, in {_each(final, lambda cs: WORDS[sum(c['count'] for c in cs if c['bytes'] >= logits)])} "
+             f"at the end, in {_each(final, lambda cs: WORDS[_count(_at_least(cs, logits))])} "
              "all-reduces of that size for the `logits` mode and the mixture's accuracy: "
              f"{span([_eth_s(cs) for cs in final], _two)} s on `eth10g`."),
       bullet(f"DiLoCo (N = {point(fashion, 'diloco', 'H10')['devices']}): "
@@ -1520,7 +1542,7 @@ def critical_batch_fashion_tuning() -> str:
              f"{' / '.join(str(r['steps_to_target']) for r in rates)} steps on the tuning "
              f"seed; the quarter-length schedule then {quarter['steps_to_target']}."),
       bullet(f"At B = {_b(last['batch'])} ({last['microbatches']} microbatches of "
-             f"{summary['per_device']}, about {span(clock, lambda v: f'{v:.0f}')} s a step on "
+             f"{summary['per_device']}, about {span(clock, _whole)} s a step on "
              f"a 2-core machine) the rates {listing([_factor(r['factor']) for r in hit])} took "
              f"{whole} steps with the whole schedule on the tuning seed, "
              f"{listing([_factor(r['factor']) for r in missed])} had not reached the target by "
@@ -1640,7 +1662,7 @@ def critical_batch_pydocs() -> str:
           f"{whole_steps // 4} steps), tuned after the learning rate on the tuning seed, miss "
           "perplexity 12 at every B but the largest: the half-length ones end at "
           f"{span(halves, lambda v: f'{v:.1f}')} at B = {cut[0]['batch']} .. "
-          f"{_b(cut[-1]['batch'])}, the quarter-length at {span(quarters, lambda v: f'{v:.0f}')}. "
+          f"{_b(cut[-1]['batch'])}, the quarter-length at {span(quarters, _whole)}. "
           f"At B = {_b(largest['batch'])} the half-length schedule reached it in "
           f"{listing([str(r['steps_to_target']) for r in tune_half])} steps on the two "
           f"tuning seeds, the whole one in {listing([str(r['steps_to_target']) for r in tune_whole])}. "
@@ -1651,7 +1673,7 @@ def critical_batch_pydocs() -> str:
 
 def _ratio_factor(f: float) -> str:
   """'x1/4', 'x1', 'x2': a tuning factor as a fraction."""
-  return f"x1/{1 / f:g}" if f < 1 else f"x{f:g}"
+  return "x" + as_fraction(f)
 
 
 @template(REGIME, "critical_batch_pydocs_runs")
@@ -2323,7 +2345,8 @@ def samplers_fashion() -> str:
   [workers_n] = {r["config"]["method"]["num_workers"] for s in WHOLE
                  for r in sampler_runs(sweep, s)}
   if (max(acc[s] for s in pools) >= min(acc[s] for s in WHOLE) or closest != "craig"
-      or acc["el2n_easiest"] <= acc["el2n"] or abs(lost["gradmatch"] - lost["lipt_gradmatch"]) > 0.03
+      or acc["el2n_easiest"] <= acc["el2n"]
+      or abs(lost["gradmatch"] - lost["lipt_gradmatch"]) > 0.03
       or max(proxies["lipt"]) >= min(proxies["standard"]) or acc["kmeans"] >= acc["random"]
       or max(acc, key=acc.get) != "kmeans_routed" or workers["kmeans"] != workers["kmeans_routed"]
       or not acc["random"] < acc["pca_routed"] < acc["kmeans_routed"]
@@ -2358,11 +2381,11 @@ def samplers_fashion() -> str:
              f"{_points(acc['kmeans_routed'] - acc['pca_routed'], 1)} points below the proxy's "
              f"routed experts and {_points(acc['pca_routed'] - acc['random'], 1)} points above "
              f"random streams, for a pool built in "
-             f"{span([d['build_time_s'] for d in pca], lambda v: f'{v:.0f}')} s of host time "
+             f"{span([d['build_time_s'] for d in pca], _whole)} s of host time "
              f"and {span([d['build_flops'] / 1e12 for d in pca], _two)} TFLOPs (the pixel "
              "covariance)."),
       bullet("Building a proxy-based pool costs "
-             f"{span([b / 60 for b in builds], lambda v: f'{v:.0f}')} minutes of host time "
+             f"{span([b / 60 for b in builds], _whole)} minutes of host time "
              f"(proxy training, scoring {examples:,} examples, selection): more than the "
              f"ensemble's own training in {longer} of its {len(proxied)} runs.")))
 
@@ -2398,7 +2421,7 @@ def samplers_pydocs() -> str:
              f"{_setting(sweep, 'kmeans_routed', 'distill', 'route_temperature'):g}) gives the "
              f"lowest perplexity ({_two(ppl['kmeans_routed'])}), for a pool the two k-means rows "
              "build in "
-             f"{span([r['distill']['build_time_s'] for pair in pairs for r in pair], lambda v: f'{v:.0f}')} s "
+             f"{span([r['distill']['build_time_s'] for pair in pairs for r in pair], _whole)} s "
              "(tf-idf, a sparse SVD to "
              f"{_setting(sweep, 'kmeans_routed', 'distill', 'tfidf_dim')} dimensions, "
              f"balanced k-means of {windows / 1000:.0f}k windows; no proxy)."),
