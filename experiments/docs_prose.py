@@ -9,9 +9,12 @@ A page holds a rendered paragraph between two marker lines,
 and experiments/docs_tables.py checks each region against its template (the `prose`
 family) and `--write` fills it, as it does the tables: a number in such a paragraph cannot
 drift from the results. A template is one function registered under its page and name; it
-reads only committed JSON (results.json, tuning.json, the projection's JSON) and raises
-`Contradicted` where the results no longer bear out its wording (a "no win" that became
-one), so a rerun that changes the answer fails the check instead of rewording it.
+reads only committed JSON (results.json, tuning.json, a sweep's summary.json, the
+projection's and the benchmarks' JSON) and raises `Contradicted` where the results no
+longer bear out its wording (a "no win" that became one), so a rerun that changes the
+answer fails the check instead of rewording it. A what-if that no JSON holds is computed
+from the JSON's own points by the code that wrote it (`held_rows`), and said so in the
+wording.
 """
 from __future__ import annotations
 
