@@ -31,6 +31,8 @@ from experiments.configs import fashion_mnist
 
 WARM_ACCURACY = 0.80
 TARGET = fashion_mnist.SWEEP_TARGET
+# The speedups Ro et al. (ICML 2023) report on CIFAR-10, beside which the docs read ours.
+PUBLISHED = {"pretraining_speedup": 15.4, "end_to_end_speedup": 2.8}
 
 
 def _config(seed: int, phase: str, workdir: str):

@@ -267,7 +267,7 @@ def test_the_device_steps_the_docs_quote_are_the_ones_that_price_the_runs(grid, 
   with open(os.path.join(REPO, "docs", "results", "cost_vs_time.md")) as f:
     text = f.read()
   intro = text[text.index(heading):]
-  intro = intro[:intro.index("\n|")]  # up to its first table
+  intro = " ".join(intro[:intro.index("\n|")].split())  # up to its first table, unwrapped
   quoted = re.findall(r"(\d\.\d+) s for (?:the ResNet|GPT-2 tiny|the small model)", intro)
   assert len(quoted) == 2, quoted
   for q in quoted:

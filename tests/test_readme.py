@@ -329,3 +329,90 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
         assert "| ensemble_distilled | N8_L235 | 1, 2, 3 | 3/3 |" in table, table
     finally:
       docs_prose.grid.cache_clear()
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+  """plant(relpath, change): docs_prose reads a copy of experiments/results/ whose JSON at
+  `relpath` is `change(json) -> json`; every other file is the committed one (linked, not
+  copied). docs_prose's caches are cleared before and after."""
+  def caches():
+    return [f for f in vars(docs_prose).values() if hasattr(f, "cache_clear")]
+
+  def plant(relpath: str, change) -> None:
+    src, dst = os.path.join(REPO, "experiments", "results"), tmp_path / "results"
+    parts = relpath.split("/")
+    for depth, part in enumerate(parts):  # each folder on the path a copy, linking the rest
+      folder = os.path.join("", *parts[:depth])
+      (dst / folder).mkdir()
+      for entry in os.listdir(os.path.join(src, folder)):
+        if entry != part:
+          (dst / folder / entry).symlink_to(os.path.join(src, folder, entry))
+    with open(os.path.join(src, relpath)) as f:
+      (dst / relpath).write_text(json.dumps(change(json.load(f))))
+    monkeypatch.setattr(docs_prose, "RESULTS", str(dst))
+    for f in caches():
+      f.cache_clear()
+
+  yield plant
+  for f in caches():
+    f.cache_clear()
+
+
+def _set(record: dict, path: str, value) -> dict:
+  """`record` with the value at the dotted `path` replaced."""
+  *keys, last = path.split(".")
+  here = record
+  for key in keys:
+    here = here[key]
+  here[last] = value
+  return record
+
+
+def test_the_samplers_prose_cannot_call_a_win_a_loss(planted):
+  """samplers.md says no averaged pool beats the whole training set: a CRAIG pool planted
+  above random streams contradicts it instead of being printed."""
+  assert "no pool beats" in " ".join(docs_prose.samplers_fashion().split())
+  planted("samplers/summary.json", lambda s: _set(s, "craig.accuracy.mean", 0.83))
+  with pytest.raises(docs_prose.Contradicted, match="samplers_fashion"):
+    docs_prose.samplers_fashion()
+
+
+def test_the_lipt_prose_cannot_print_a_reached_warm_up_as_a_miss(planted):
+  """lipt.md says the coreset model never reaches the warm-up target: a seed planted as
+  reaching it contradicts that instead of being printed."""
+  assert "never reaches" in " ".join(docs_prose.lipt_readings().split())
+  planted("lipt/seed1/coreset/results.json", lambda r: _set(r, "target.reached", True))
+  with pytest.raises(docs_prose.Contradicted, match="lipt_readings"):
+    docs_prose.lipt_readings()
+
+
+def test_the_cost_vs_time_reading_cannot_miss_a_seed_that_reached(planted):
+  """cost_vs_time.md says one seed of three misses the target at DiLoCo H = 300: that seed
+  planted as reaching it contradicts the reading instead of being printed."""
+  assert "one seed of three misses" in " ".join(docs_prose.fashion_readings().split())
+  def reached(run):  # at its last step, as if the target had been met there
+    return _set(run, "target", {**run["target"], "reached": True, "reached_step": run["steps"],
+                                "reached_time_s": run["train_time_s"],
+                                "reached_wall_time_s": run["wall_time_s"]})
+
+  planted("fashion_mnist/diloco/H300/seed3/results.json", reached)
+  with pytest.raises(docs_prose.Contradicted, match="fashion_readings"):
+    docs_prose.fashion_readings()
+
+
+def test_the_projection_prose_cannot_print_a_win_as_none(planted):
+  """regime.md says no Fashion-MNIST method point beats the strongest baseline at any D: the
+  small-model experts at D = 8 planted above 1x on 10 GbE contradict it instead of being
+  printed."""
+  assert "no method point beats" in " ".join(docs_prose.fashion_projection().split())
+
+  def win(record):
+    for r in record["rows"]:
+      if (r["method"], r["preset"], r["devices"]) == (docs_prose.SMALL_ROUTED, "eth10g", 8):
+        r["time_ratio"], r["time_range"] = 1.2, [1.05, 1.4]
+    return record
+
+  planted("projection/fashion_mnist.json", win)
+  with pytest.raises(docs_prose.Contradicted, match="fashion_projection"):
+    docs_prose.fashion_projection()
