@@ -716,18 +716,32 @@ def readme_distilled() -> str:
 @template(DISTILLATION, "distillation_study")
 def distillation_study() -> str:
   """The distilled curves' reported points: charged as the study charges them, and the
-  amortised what-if, each against the strongest baseline's frontier (10 GbE and nvlink)."""
+  amortised what-if, each against the strongest baseline's frontier (10 GbE)."""
   study = _distilled()
-  pts, whatif, waiting = study["points"], study["whatif"], study["waiting"]
-  if not pts:
-    return paragraph(f"None of their {len(waiting)} points has a reported seed yet; this "
-                     "page and the README say so until they have.")
+  if not study["points"]:
+    return paragraph(f"None of their {len(study['waiting'])} points has a reported seed yet; "
+                     "this page and the README say so until they have.")
   builds = {}
   for r in study["runs"]:
     if r["curve"] in DISTILLED:
       builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
+  return (paragraph(
+      "Their reported points (seeds 1-3 once they have run, the tuning seed's run until then; "
+      "median [min, max] over the seeds named; steps and times to 85%, or the whole budget "
+      "where a seed missed; the ratios against the strongest-baseline frontier at each "
+      "point's own budget, above 1x the point is better; amortised: the what-if that does "
+      "not charge the distillation):") + "\n\n"
+      + _charged_table(study, list(grid("fashion_mnist")), "final accuracy", "{:.4f}",
+                       "one set's distillation (s)",
+                       lambda p: statistics.median(builds[(p["curve"], p["point"])])))
 
-  def ratio(rows, name, preset, kind):
+
+def _charged_table(study: dict, charged_pts: list[dict], final: str, final_fmt: str,
+                   reused: str, reused_s) -> str:
+  """One row per reported point of `study` (`_distilled`, `_taught`): its steps and final
+  metric, what it reuses (`reused_s(point)` seconds), its time charged and amortised and
+  the matched ratios on 10 GbE, charged (among `charged_pts`) and amortised."""
+  def ratio(rows, name, kind):
     [row] = [r for r in rows if r["point"] == name]
     if row[kind] is None:
       return row["why"] or (report.AHEAD if kind in row["ahead"] else
@@ -735,31 +749,73 @@ def distillation_study() -> str:
     lo, hi = row[f"{kind}_range"]
     return f"{x(row[kind][0])} [{x(lo)}, {x(hi)}]"
 
-  lines = ["| curve | point | seeds | reached | steps to target | final accuracy | one set's "
-           "distillation (s) | time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, "
-           "charged | amortised | compute ratio, amortised |", "|---" * 12 + "|"]
-  for p in pts:
-    charged = report.matched(list(grid("fashion_mnist")), p["curve"], "eth10g")
-    amortised = report.matched(whatif, p["curve"] + report.AMORTISED, "eth10g")
-    [a] = [q for q in whatif if q["curve"] == p["curve"] + report.AMORTISED
+  lines = [f"| curve | point | seeds | reached | steps to target | {final} | {reused} | "
+           "time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, charged | amortised "
+           "| compute ratio, amortised |", "|---" * 12 + "|"]
+  for p in study["points"]:
+    charged = report.matched(charged_pts, p["curve"], "eth10g")
+    amortised = report.matched(study["whatif"], p["curve"] + report.AMORTISED, "eth10g")
+    [a] = [q for q in study["whatif"] if q["curve"] == p["curve"] + report.AMORTISED
            and q["point"] == p["point"]]
     lines.append(
         f"| {p['curve']} | {p['point']} | {', '.join(map(str, p['seed_list']))} | "
         f"{p['reached']}/{p['seeds']} | "
         f"{p['steps']['median']:.0f} [{p['steps']['min']:.0f}, {p['steps']['max']:.0f}] | "
-        f"{p['final']['median']:.4f} | "
-        f"{statistics.median(builds[(p['curve'], p['point'])]):.0f} | "
+        f"{final_fmt.format(p['final']['median'])} | {reused_s(p):.0f} | "
         f"{p['time_s']['eth10g']['median']:.1f} | {a['time_s']['eth10g']['median']:.1f} | "
-        f"{ratio(charged, p['point'], 'eth10g', 'time')} | "
-        f"{ratio(amortised, p['point'], 'eth10g', 'time')} | "
-        f"{ratio(amortised, p['point'], 'eth10g', 'compute')} |")
+        f"{ratio(charged, p['point'], 'time')} | {ratio(amortised, p['point'], 'time')} | "
+        f"{ratio(amortised, p['point'], 'compute')} |")
+  waiting = study["waiting"]
+  return "\n".join(lines) + (f"\n\nNot run yet: {', '.join(waiting)}." if waiting else "")
+
+
+TAUGHT = ("ensemble_kd",)
+
+
+def _taught() -> dict:
+  """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`, run after
+  the full grid, whose seed run teaches it) beside the full grid's baselines: its reported
+  `points`, all points (`grid`), the amortised what-if's (`whatif`), and its grid points
+  with no reported seed yet (`waiting`)."""
+  from experiments.configs import pydocs_gpt2
+
+  full = report.load_runs(os.path.join(RESULTS, "pydocs_gpt2"))
+  base = [r for r in full if r["curve"] in report.baseline_curves(report.points(full))]
+  kd_dir = os.path.join(RESULTS, "pydocs_gpt2_kd")
+  taught = report.load_runs(kd_dir) if os.path.isdir(kd_dir) else []
+  pts = report.points(base + taught)
+  ran = {(p["curve"], p["point"]) for p in pts}
+  waiting = sorted(f"{c} {q}" for c, qs in pydocs_gpt2.sweep_grid("kd").items() for q in qs
+                   if (c, q) not in ran)
+  return {"points": [p for p in pts if p["curve"] in TAUGHT], "grid": pts, "runs": taught,
+          "whatif": report.points(base + report.amortised(taught)), "waiting": waiting}
+
+
+@template(DISTILLATION, "kd_study")
+def kd_study() -> str:
+  """The knowledge-distilled curve's reported points against the Python docs grid's
+  strongest baseline, charged (the teacher's training on its critical path) and amortised;
+  charged, it cannot win (its teacher is a baseline run that reached the target)."""
+  study = _taught()
+  if not study["points"]:
+    return paragraph(f"None of its {len(study['waiting'])} points has a reported seed yet "
+                     f"({', '.join(study['waiting'])}): `make sweep-pydocs-kd` runs them.")
+  for p in study["points"]:
+    for r in report.matched(study["grid"], p["curve"], "eth10g"):
+      if r["ahead"] or r["time"] is not None and r["time_range"][0] > 1:
+        raise Contradicted(f"kd_study: {p['curve']} {r['point']} beats the strongest baseline "
+                           "charged")
+  teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in study["runs"]}
   return (paragraph(
-      "Their reported points (seeds 1-3 once they have run, the tuning seed's run until then; "
-      "median [min, max] over the seeds named; steps and times to 85%, or the whole budget "
-      "where a seed missed; the ratios against the strongest-baseline frontier at each "
-      "point's own budget, above 1x the point is better; amortised: the what-if that does "
-      "not charge the distillation):") + "\n\n" + "\n".join(lines)
-          + (f"\n\nNot run yet: {', '.join(waiting)}." if waiting else ""))
+      "Its reported points (median [min, max] over the seeds named; steps and times to "
+      "perplexity 12, or the whole budget where a seed missed; each taught step priced as "
+      "the full grid's untaught step of the same point times their XLA FLOPs, the teacher's "
+      "forward included; the ratios against the full grid's strongest-baseline frontier at "
+      "each point's own budget, above 1x the point is better; amortised: the what-if that "
+      "does not charge the teacher's training):") + "\n\n"
+      + _charged_table(study, study["grid"], "final perplexity", "{:.2f}",
+                       "teacher's training, 10 GbE (s)",
+                       lambda p: teacher[(p["curve"], p["point"])]))
 
 
 def _calibrated(sub: str) -> dict:

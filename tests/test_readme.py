@@ -308,6 +308,44 @@ def _distilled_study(tmp_path, speedup: float) -> str:
   return str(results)
 
 
+def _taught_study(tmp_path, teacher_s: float, speedup: float) -> str:
+  """A copy of the Python docs grid with its ensemble N = 4 seed runs posing as the
+  knowledge-distilled curve: a teacher of `teacher_s` charged, training `speedup` faster."""
+  results = tmp_path / "results"
+  src = os.path.join(REPO, "experiments", "results", "pydocs_gpt2")
+  shutil.copytree(src, results / "pydocs_gpt2")
+  for path in glob.glob(os.path.join(src, "ensemble", "N4_L600", "seed*", "results.json")):
+    with open(path) as f:
+      r = json.load(f)
+    modelled, measured = r["cost"]["modelled"], r["cost"]["measured"]
+    modelled["critical_path_s"] = {p: t / speedup + teacher_s
+                                   for p, t in modelled["critical_path_s"].items()}
+    modelled["teacher_s"] = dict.fromkeys(modelled["critical_path_s"], teacher_s)
+    measured["teacher_flops"] = 1e12
+    measured["flops_to_target"] += 1e12
+    out = results / "pydocs_gpt2_kd" / "ensemble_kd" / "N4_L600" / os.path.basename(
+        os.path.dirname(path)) / "results.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(r))
+  return str(results)
+
+
+def test_the_kd_table_reads_the_taught_curve_and_cannot_call_a_charged_win_a_loss(
+    tmp_path, monkeypatch):
+  """distillation.md's knowledge-distillation table renders the taught points it finds
+  beside the full grid's baselines; a planted charged win contradicts its wording."""
+  for teacher_s, speedup, wins in ((120.0, 1.0, False), (0.0, 50.0, True)):
+    monkeypatch.setattr(docs_prose, "RESULTS", _taught_study(tmp_path / str(speedup),
+                                                             teacher_s, speedup))
+    if wins:
+      with pytest.raises(docs_prose.Contradicted, match="beats the strongest baseline"):
+        docs_prose.kd_study()
+    else:
+      table = docs_prose.kd_study()
+      assert "| ensemble_kd | N4_L600 | 1, 2, 3 |" in table and "| 120 |" in table, table
+      assert "Not run yet: ensemble_kd N2_L1200, ensemble_kd N8_L300." in table, table
+
+
 def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_path,
                                                                           monkeypatch):
   """The README's distilled-data bullet renders the distilled points it finds, charged and
