@@ -709,8 +709,29 @@ def readme_distilled() -> str:
           if waiting else "")
   return bullet(text + f"On the grid, {done}{rest}: **no distilled point beats the strongest "
                 f"baseline**, charged ({best(charged)}) or with the distillation amortised, a "
-                f"what-if ({best(amortised)}): "
+                f"what-if ({best(amortised)}). " + _taught_sentence() +
                 "[docs/results/distillation.md](docs/results/distillation.md).")
+
+
+def _taught_sentence() -> str:
+  """The README's reading of the Python docs' knowledge-distilled curve, once it has a
+  reported point: charged it cannot win (kd_study checks); amortised, whatever it shows."""
+  study = _taught()
+  if not study["points"]:
+    return ("Knowledge distillation for text (a teacher's soft targets) is built, its curve "
+            "not run yet: ")
+  amortised = _distilled_best(study["whatif"], [c + report.AMORTISED for c in TAUGHT])
+  done = listing([f"N = {_n(p['point'])} ({p['reached']}/{p['seeds']} seeds reached "
+                  f"perplexity 12)" for p in study["points"]])
+  if "ahead" in amortised or "time" in amortised and amortised["time"][1][0] > 1:
+    verdict = "amortised, a what-if, it **beats** the strongest baseline"
+  else:
+    verdict = "amortised, a what-if, it does not beat it either"
+  t = amortised.get("time")
+  ratio = (f" (best matched time ratio {x(t[0])}, {x(t[1][0])}-{x(t[1][1])} over the seeds, "
+           f"{t[3]}, {PRESET_NAMES[t[4]]})" if t else "")
+  return (f"Knowledge distillation on the Python docs (each worker against a teacher's soft "
+          f"targets), {done}: charged with its teacher it cannot win; {verdict}{ratio}: ")
 
 
 @template(DISTILLATION, "distillation_study")

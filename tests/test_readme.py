@@ -337,10 +337,14 @@ def test_the_kd_table_reads_the_taught_curve_and_cannot_call_a_charged_win_a_los
   for teacher_s, speedup, wins in ((120.0, 1.0, False), (0.0, 50.0, True)):
     monkeypatch.setattr(docs_prose, "RESULTS", _taught_study(tmp_path / str(speedup),
                                                              teacher_s, speedup))
+    sentence = " ".join(docs_prose._taught_sentence().split())  # the README's, either way
+    assert "N = 4 (3/3 seeds reached perplexity 12)" in sentence, sentence
     if wins:
+      assert "it **beats** the strongest baseline" in sentence, sentence
       with pytest.raises(docs_prose.Contradicted, match="beats the strongest baseline"):
         docs_prose.kd_study()
     else:
+      assert "it does not beat it either" in sentence, sentence
       table = docs_prose.kd_study()
       assert "| ensemble_kd | N4_L600 | 1, 2, 3 |" in table and "| 120 |" in table, table
       assert "Not run yet: ensemble_kd N2_L1200, ensemble_kd N8_L300." in table, table
