@@ -206,6 +206,27 @@ def test_a_point_priced_like_another_takes_its_seed_runs_step(tmp_path, monkeypa
 
 
 @pytest.mark.unit
+def test_a_point_re_run_keeps_the_step_its_seed_runs_were_priced_at(tmp_path, monkeypatch):
+  """A committed study's point tuned again (a changed rule) keeps the device step its seed
+  runs were priced at: a program that moved since would otherwise be timed on whatever
+  host re-runs it, beside points timed on another. Before any seed has run it is
+  calibrated."""
+  from experiments.configs import fashion_mnist
+
+  calibrated = []
+  monkeypatch.setattr(cost_vs_time, "calibrate", lambda c, d: calibrated.append(d) or 0.05)
+  config = fashion_mnist.get_config("ensemble,sweep")
+  point_dir = tmp_path / "ensemble" / "N8_L235"
+  assert cost_vs_time.device_step_time(config, "cal", str(tmp_path), str(point_dir)) == 0.05
+  for seed in (1, 2, 3):
+    path = point_dir / f"seed{seed}" / run.RESULTS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"cost": {"modelled": {"device_step_time_s": 0.166}}}))
+  assert cost_vs_time.device_step_time(config, "cal", str(tmp_path), str(point_dir)) == 0.166
+  assert calibrated == ["cal"]
+
+
+@pytest.mark.unit
 def test_a_taught_point_is_priced_like_its_untaught_twin_plus_the_teachers_forward(
     tmp_path, monkeypatch):
   from experiments.configs import fashion_mnist

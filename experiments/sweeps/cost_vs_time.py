@@ -190,22 +190,33 @@ def calibrate(config, calibration_dir: str) -> float:
   return stored.load(path)["step_time_s"]
 
 
-def device_step_time(config, calibration_dir: str, workdir: str) -> float:
+def device_step_time(config, calibration_dir: str, workdir: str,
+                     point_dir: str | None = None) -> float:
   """A point's device step: the one its config gives (`cost.device_step_time_s` > 0), the
   one the seed runs of the point it is priced like were priced at (`cost.price_like`,
-  once they have run; times `teacher_factor`), else `calibrate`'s."""
+  once they have run; times `teacher_factor`), the one its own seed runs in `point_dir`
+  were priced at (a point re-run keeps its study's calibration: a program that moved since
+  would otherwise be timed on whatever host re-runs it, beside points timed on another;
+  `--recost --recalibrate` re-times a whole study on one), else `calibrate`'s."""
   if config.cost.device_step_time_s > 0:
     return config.cost.device_step_time_s
-  like_dir = os.path.normpath(os.path.join(workdir, config.cost.price_like))  # '..' lexically
-  like = sorted(glob.glob(os.path.join(like_dir, "seed*", run_lib.RESULTS_FILE))
-                ) if config.cost.price_like else []
-  steps = set()
-  for path in like:
-    steps.add(stored.load(path)["cost"]["modelled"]["device_step_time_s"])
+  if config.cost.price_like:
+    like_dir = os.path.normpath(os.path.join(workdir, config.cost.price_like))  # '..' too
+    if (step := _priced_at(like_dir, f"cost.price_like={config.cost.price_like!r}")):
+      return step * teacher_factor(config)
+  elif point_dir and (step := _priced_at(point_dir, point_dir)):
+    return step
+  return calibrate(config, calibration_dir)
+
+
+def _priced_at(point_dir: str, what: str) -> float | None:
+  """The device step `point_dir`'s seed runs were priced at; None before they have run."""
+  steps = {stored.load(path)["cost"]["modelled"]["device_step_time_s"]
+           for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE))}
   if len(steps) > 1:
-    raise SystemExit(f"error: cost.price_like={config.cost.price_like!r}: its seed runs were "
-                     f"priced at {sorted(steps)}; recost them at one calibration first")
-  return steps.pop() * teacher_factor(config) if steps else calibrate(config, calibration_dir)
+    raise SystemExit(f"error: {what}: its seed runs were priced at {sorted(steps)}; recost "
+                     "them at one calibration first")
+  return steps.pop() if steps else None
 
 
 def teacher_factor(config) -> float:
@@ -321,8 +332,8 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
   for key in points:
     config = point_config(key, 0)
     checkpoint.PreemptionWatch.stop_before(f"{os.path.join(*key)}'s calibration and pools")
-    device_step[key] = (device_step_time(config, calibration_dir, workdir) if simulated()
-                         else 0.0)
+    device_step[key] = (device_step_time(config, calibration_dir, workdir,
+                                         os.path.join(workdir, *key)) if simulated() else 0.0)
     if BUILDERS[config.distill.builder].timed_apart:
       continue
     for seed in sorted({*tuning.tuning_seeds(config), *seeds}):
