@@ -192,6 +192,15 @@ def projected_point(name: str, curve: str, point: str) -> projection.Point:
                                          if p["curve"] == curve and p["name"] == point))
 
 
+def dp_at_batch(name: str, batch: int) -> projection.Point:
+  """The projection's data-parallel point at global batch `batch`: the grid's D point where
+  it reached the target on every seed (it replaces the critical-batch sweep's B point of
+  the same batch there), else the sweep's."""
+  return next(projection.Point.from_json(p) for p in _projection(name)["points"]
+              if p["curve"] == "data_parallel"
+              and p["name"] in (f"B{batch}", f"D{batch // p['batch_per_device']}"))
+
+
 def strongest(sub: str, preset: str) -> dict:
   """The fastest baseline point that reached the target on every reported seed."""
   baselines = report.baseline_curves(list(grid(sub)))
@@ -1818,7 +1827,7 @@ def many_workers_fashion() -> str:
   streams = [p for p in grid(sub) if p["curve"] == "ensemble"]
   experts = [p for p in grid(sub) if p["curve"] == routed]
   fashion = critical_batch("fashion")
-  at_knee = projected_point("fashion_mnist", "data_parallel", f"B{knee(fashion)['batch']}")
+  at_knee = dp_at_batch("fashion_mnist", knee(fashion)["batch"])
   knee_flops = at_knee.steps * at_knee.flops_per_device_step * at_knee.devices
   two = _workers(sub, routed, 2)
   two_runs = _reported_runs(sub, routed, two["point"])
