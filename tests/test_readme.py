@@ -443,6 +443,68 @@ def test_the_cost_vs_time_reading_cannot_miss_a_seed_that_reached(planted):
     docs_prose.fashion_readings()
 
 
+D8 = "fashion_mnist/data_parallel/D8"
+
+
+def _missed(run: dict) -> dict:
+  """`run` as if it had not reached the target within its budget."""
+  return _set(run, "target", {**run["target"], "reached": False})
+
+
+@pytest.mark.parametrize("name", ["fashion_readings", "dp_d8_whole_schedule",
+                                  "fashion_schedule_readings"])
+def test_the_cost_vs_time_prose_cannot_call_data_parallel_d8_reached_where_a_seed_missed(
+    planted, name):
+  """cost_vs_time.md says data-parallel at D = 8 reaches the target in every reported seed
+  at its chosen half-length schedule: a seed planted as missing contradicts each paragraph
+  that says so instead of being printed."""
+  render = getattr(docs_prose, name)
+  assert "half-length" in render()
+  planted(f"{D8}/seed2/results.json", _missed)
+  with pytest.raises(docs_prose.Contradicted, match=name):
+    render()
+
+
+@pytest.mark.parametrize("name", ["dp_d8_whole_schedule", "fashion_schedule_readings"])
+@pytest.mark.parametrize("relpath, change", [
+    # a reported seed of the former quarter-length choice planted as reaching the target
+    ("superseded/seed3-lr0.006_sched0.25/results.json",
+     lambda r: _set(r, "target", {**r["target"], "reached": True})),
+    # a tuning seed planted as reaching it within the margin (80% of 59 steps)
+    ("tune/lr0.006_sched0.25_seed1000/results.json",
+     lambda r: _set(r, "cost.measured.steps_to_target", 40))])
+def test_the_cost_vs_time_prose_cannot_call_d8s_former_schedule_a_late_miss(
+    planted, name, relpath, change):
+  """cost_vs_time.md says D = 8's former quarter-length schedule reached the target only
+  after 80% of its steps on both tuning seeds and missed on seeds 1-3: either planted the
+  other way contradicts the paragraphs instead of being printed."""
+  render = getattr(docs_prose, name)
+  assert "former quarter-length schedule" in " ".join(render().split()).replace(
+      "former choice, a quarter-length", "former quarter-length")
+  planted(f"{D8}/{relpath}", change)
+  with pytest.raises(docs_prose.Contradicted, match="former schedule"):
+    render()
+
+
+def test_the_cost_vs_time_reading_names_the_closest_points_within_their_spread(planted):
+  """cost_vs_time.md gives the closest method point's 10 GbE time ratio with its seed range
+  below 1x: a reported seed of the small-model routed experts at N = 8 planted at a quarter
+  of its modelled time pushes the range across 1x, and the reading then says "within the
+  spread", never a bare range."""
+  reading = " ".join(docs_prose.fashion_readings().split())
+  assert "0.82x on 10 GbE (0.72x-0.94x)" in reading, reading
+  path = f"fashion_mnist/{docs_prose.SMALL_ROUTED}/N8_L235/seed1/results.json"
+
+  def faster(run):
+    for preset, t in run["cost"]["modelled"]["critical_path_s"].items():
+      run["cost"]["modelled"]["critical_path_s"][preset] = t / 4
+    return run
+
+  planted(path, faster)
+  reading = " ".join(docs_prose.fashion_readings().split())
+  assert "on 10 GbE (0.75x-3.58x, within the spread)" in reading, reading
+
+
 def test_the_projection_prose_cannot_print_a_win_as_none(planted):
   """regime.md says no Fashion-MNIST method point beats the strongest baseline at any D: the
   small-model experts at D = 8 planted above 1x on 10 GbE contradict it instead of being
