@@ -354,7 +354,7 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
                                                                           monkeypatch):
   """The README's distilled-data bullet renders the distilled points it finds, charged and
   amortised; a planted amortised win contradicts its wording instead of being printed."""
-  for speedup, wins in ((1.0, False), (3.0, True)):
+  for speedup, wins in ((1.1, False), (3.0, True)):  # 1.1: the re-run N = 8 runs (f5a4a2d)
     monkeypatch.setattr(docs_prose, "RESULTS", _distilled_study(tmp_path / str(speedup),
                                                                 speedup))
     docs_prose.grid.cache_clear()
@@ -366,7 +366,7 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
         text = " ".join(docs_prose.readme_distilled().split())
         assert "distilled N = 8 (3/3 seeds reached 85%, seeds 1, 2, 3)" in text, text
         assert "no distilled point beats the strongest baseline" in text, text
-        assert "within the spread" in text, text  # 1.17x amortised: not a win, not a loss
+        assert "within the spread" in text, text  # 0.96x (0.84x-1.09x) amortised: no win, no loss
         table = docs_prose.distillation_study()
         assert "| ensemble_distilled | N8_L235 | 1, 2, 3 | 3/3 |" in table, table
     finally:
