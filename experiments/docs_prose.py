@@ -1037,8 +1037,10 @@ def fashion_readings() -> str:
   curve, close = max(((c, m) for c, m in rows if m["time"]), key=lambda cm: cm[1]["time"][0])
   cheap_curve, cheap = max(((c, m) for c, m in rows if m["compute"]),
                            key=lambda cm: cm[1]["compute"][0])
-  ties = sorted((m for c, m in rows if m["compute"] and x(m["compute"][0]) == x(cheap["compute"][0])),
-                key=lambda m: -m["compute"][0])  # the closest in compute, alike to two decimals
+  # the closest in compute: every point whose ratio prints alike to two decimals
+  ties = sorted((m for c, m in rows
+                 if m["compute"] and x(m["compute"][0]) == x(cheap["compute"][0])),
+                key=lambda m: -m["compute"][0])
   [eth] = [m for c, m in matched_rows(sub, "eth10g") if (c, m["point"]) == (curve, close["point"])]
   base = strongest(sub, preset)
   fronts = {p: _baseline_front(sub, p) for p in report.PRESETS}
