@@ -339,16 +339,50 @@ def readme_grids() -> str:
     parts.append(f"{label} {x(t[0])} in time ({where}{x(t[1][0])}-{x(t[1][1])} "
                  f"over the seeds{', within the spread' if within(t[1]) else ''}) and "
                  f"{x(c[0])} in compute ({x(c[1][0])}-{x(c[1][1])}; {who})")
-  d8 = _tuning_schedule("fashion_mnist", "data_parallel", "D8")
   return bullet(
       "**No method point beats the strongest baseline** on either embedded workload's grid "
       "(up to 8 devices), at its own budget, on any interconnect. Best matched ratios on any "
       f"preset (above 1x over the seeds' range would be a win): {parts[0]}; {parts[1]}. "
       "Both grids report seeds 1-3 at choices made on two tuning seeds (the schedule's length "
-      "tuned too), never reported: on Fashion-MNIST data-parallel at D = 8, whose "
-      f"{d8['length']}-length schedule reached the target on both ({d8['steps']}), missed it "
-      f"on seeds 1-3, so the fastest baseline is the small model at D = "
-      f"{strongest('fashion_mnist', 'ib_xdr800')['devices']}.")
+      "tuned too, a length chosen only if every tuning seed reaches the target within "
+      f"{100 * rerun_plan.DEFAULTS.schedule_margin:.0f}% of its steps), never reported: "
+      + _fashion_baselines_sentence())
+
+
+def _fashion_baselines_sentence() -> str:
+  """The Fashion-MNIST grid's baselines as tuned: a baseline point that missed the target on
+  every reported seed though its tuning seeds reached it, where one does, and the strongest
+  baseline."""
+  sub = "fashion_mnist"
+  pts = list(grid(sub))
+  baselines = report.baseline_curves(pts)
+  best = strongest(sub, "ib_xdr800")
+  if any(strongest(sub, preset) is not best for preset in report.PRESETS):
+    raise Contradicted("readme_grids: the strongest Fashion-MNIST baseline depends on the preset")
+  name = CURVE_NAMES.get(best["curve"], best["curve"])
+  missed = [p for p in pts if p["curve"] in baselines and p["reached"] == 0
+            and _tunes_schedule(tuning(sub, p["curve"], p["point"]))]
+  if not missed:
+    # data-parallel on the most devices, the point whose seeds once all missed
+    top = max((p for p in pts if p["curve"] == "data_parallel"), key=lambda p: p["devices"])
+    runs = _reported_runs(sub, "data_parallel", top["point"])
+    hit = [r for r in runs if r["reached"]]
+    length = LENGTHS[schedule_axis(sub, "data_parallel", top["point"])["chosen"]]
+    return (f"on Fashion-MNIST every baseline point reaches the target on a reported seed "
+            f"(data-parallel at D = {top['devices']}, at its {length}-length schedule, on "
+            f"seed{'s' if len(hit) > 1 else ''} {listed([r['seed'] for r in hit])}: "
+            f"step{'s' if len(hit) > 1 else ''} {listed([r['steps'] for r in hit])} of "
+            f"{hit[0]['step_budget']}), and the fastest baseline is {name} at "
+            f"D = {best['devices']}.")
+  said = []
+  for p in missed:
+    ts = _tuning_schedule(sub, p["curve"], p["point"])
+    said.append(f"{CURVE_NAMES.get(p['curve'], p['curve'].replace('_', '-'))} at "
+                f"D = {p['devices']}, whose {ts['length']}-length schedule reached the target "
+                f"on its tuning seeds ({ts['steps']}), missed it on seeds "
+                f"{listed(p['seed_list'])}")
+  return (f"on Fashion-MNIST {listing(said)}; the fastest baseline is {name} at "
+          f"D = {best['devices']}.")
 
 
 def _critical_batch_bullet() -> str:
