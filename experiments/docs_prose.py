@@ -622,20 +622,9 @@ def tuning(sub: str, curve: str, name: str) -> dict:
     return json.load(f)
 
 
-def _config_value(run: dict, key: str):
-  """A run's config value at a dotted key (the base config's where its record predates it)."""
-  value, default = run["config"], config_lib.base_config()
-  for part in key.split("."):
-    default = getattr(default, part)
-    if not isinstance(value, dict) or part not in value:
-      return default
-    value = value[part]
-  return value
-
-
 def trained_choice(run: dict, chosen: dict) -> dict:
   """The values a run trained at, for the keys a tuning's `chosen` holds."""
-  return {k: _config_value(run, k) for k in chosen}
+  return {k: rerun_plan.config_value(run, k) for k in chosen}
 
 
 def at_choice(sub: str, curve: str, name: str, choice: dict, seeds) -> list[dict]:
