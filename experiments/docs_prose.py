@@ -2007,8 +2007,25 @@ def many_workers_fashion_small() -> str:
   d8 = point("fashion_mnist", "dp_small_model", "D8")
   small = small_model_beyond()
   batches = [int(r["time_baseline"].split()[1][1:]) for r in small["beyond"]]
-  here, there = (_results(f"{g}/{curve}/{eight['point']}/seed{lost[0]['seed']}/results.json")[0]
-                 for g in (sub, "fashion_mnist"))
+  [here] = _results(f"{sub}/{curve}/{eight['point']}/seed{lost[0]['seed']}/results.json")
+  # the many-worker grid trains at the full grid's N = 8 choice (`configs.tuned_choice`);
+  # where the full grid was re-tuned since, its run at the former choice is `superseded/`
+  former = former_choice(sub, curve, eight["point"], full_point=eight["point"])
+  chosen = tuning("fashion_mnist", curve, eight["point"])["chosen"]
+  [there] = at_choice("fashion_mnist", curve, eight["point"], former or chosen,
+                      [lost[0]["seed"]])
+  if former and set(former) != set(chosen) | {rerun_plan.SCHEDULE} or any(
+      former_choice(sub, curve, p["point"], full_point=eight["point"]) != former for p in pts):
+    raise Contradicted("many_workers_fashion_small: its points trained at different choices")
+  if former:
+    repeats = (f"N = {_n(eight['point'])} here repeats the full grid's point at its former "
+               f"choice ({LENGTHS[former[rerun_plan.SCHEDULE]]}-length schedule; the full "
+               f"grid has re-tuned it to its {LENGTHS[chosen[rerun_plan.SCHEDULE]]} schedule "
+               "since, and this grid is not yet re-run), with the same config and seed: "
+               "there (`superseded/`)")
+  else:
+    repeats = (f"N = {_n(eight['point'])} here repeats the full grid's point with the same "
+               "config and seed: there")
   if (len(lost) != 1 or not there["target"]["reached"] or missed + partial + full != pts
       or n128["steps"]["median"] < n64["steps"]["median"] or not 0.9 < t64 / dp_s < 1.1
       or t64 >= d8["time_s"][preset]["median"] or t64 <= small["beyond"][-1]["baseline_time_s"]):
@@ -2035,8 +2052,7 @@ def many_workers_fashion_small() -> str:
       f"({listing([f'{v:g}' for v in small['dp_steps']])} steps at "
       f"B = {listing([_b(b) for b in batches])}; the small model's critical batch, section "
       f"1), {s(small['beyond'][-1]['baseline_time_s'])} at B = {_b(batches[-1])} (modelled, "
-      f"section 3). N = {_n(eight['point'])} here repeats the full grid's point with the same "
-      f"config and seed: there seed {lost[0]['seed']} reached 85% at step {there['steps']}, "
+      f"section 3). {repeats} seed {lost[0]['seed']} reached 85% at step {there['steps']}, "
       f"here it missed ({lost[0]['final']:.3f}); the two runs' evaluations differ from step "
       f"{_first_difference(here, there, 'routed/accuracy')} on (another machine, other code "
       "since), so a seed's outcome near the target is not reproducible across hosts.")
