@@ -339,16 +339,50 @@ def readme_grids() -> str:
     parts.append(f"{label} {x(t[0])} in time ({where}{x(t[1][0])}-{x(t[1][1])} "
                  f"over the seeds{', within the spread' if within(t[1]) else ''}) and "
                  f"{x(c[0])} in compute ({x(c[1][0])}-{x(c[1][1])}; {who})")
-  d8 = _tuning_schedule("fashion_mnist", "data_parallel", "D8")
   return bullet(
       "**No method point beats the strongest baseline** on either embedded workload's grid "
       "(up to 8 devices), at its own budget, on any interconnect. Best matched ratios on any "
       f"preset (above 1x over the seeds' range would be a win): {parts[0]}; {parts[1]}. "
       "Both grids report seeds 1-3 at choices made on two tuning seeds (the schedule's length "
-      "tuned too), never reported: on Fashion-MNIST data-parallel at D = 8, whose "
-      f"{d8['length']}-length schedule reached the target on both ({d8['steps']}), missed it "
-      f"on seeds 1-3, so the fastest baseline is the small model at D = "
-      f"{strongest('fashion_mnist', 'ib_xdr800')['devices']}.")
+      "tuned too, a length chosen only if every tuning seed reaches the target within "
+      f"{100 * rerun_plan.DEFAULTS.schedule_margin:.0f}% of its steps), never reported: "
+      + _fashion_baselines_sentence())
+
+
+def _fashion_baselines_sentence() -> str:
+  """The Fashion-MNIST grid's baselines as tuned: a baseline point that missed the target on
+  every reported seed though its tuning seeds reached it, where one does, and the strongest
+  baseline."""
+  sub = "fashion_mnist"
+  pts = list(grid(sub))
+  baselines = report.baseline_curves(pts)
+  best = strongest(sub, "ib_xdr800")
+  if any(strongest(sub, preset) is not best for preset in report.PRESETS):
+    raise Contradicted("readme_grids: the strongest Fashion-MNIST baseline depends on the preset")
+  name = CURVE_NAMES.get(best["curve"], best["curve"])
+  missed = [p for p in pts if p["curve"] in baselines and p["reached"] == 0
+            and _tunes_schedule(tuning(sub, p["curve"], p["point"]))]
+  if not missed:
+    # data-parallel on the most devices, the point whose seeds once all missed
+    top = max((p for p in pts if p["curve"] == "data_parallel"), key=lambda p: p["devices"])
+    runs = _reported_runs(sub, "data_parallel", top["point"])
+    hit = [r for r in runs if r["reached"]]
+    length = LENGTHS[schedule_axis(sub, "data_parallel", top["point"])["chosen"]]
+    return (f"on Fashion-MNIST every baseline point reaches the target on a reported seed "
+            f"(data-parallel at D = {top['devices']}, at its {length}-length schedule, on "
+            f"seed{'s' if len(hit) > 1 else ''} {listed([r['seed'] for r in hit])}: "
+            f"step{'s' if len(hit) > 1 else ''} {listed([r['steps'] for r in hit])} of "
+            f"{hit[0]['step_budget']}), and the fastest baseline is {name} at "
+            f"D = {best['devices']}.")
+  said = []
+  for p in missed:
+    ts = _tuning_schedule(sub, p["curve"], p["point"])
+    said.append(f"{CURVE_NAMES.get(p['curve'], p['curve'].replace('_', '-'))} at "
+                f"D = {p['devices']}, whose {ts['length']}-length schedule reached the target "
+                f"on its tuning seeds ({ts['steps']}), missed it on seeds "
+                f"{listed(p['seed_list'])}")
+  return (f"on Fashion-MNIST {listing(said)}; the fastest baseline is {name} at "
+          f"D = {best['devices']}.")
 
 
 def _critical_batch_bullet() -> str:
@@ -492,11 +526,22 @@ def one_device_shows() -> str:
   names = {(p["curve"], p["point"]): (p["curve"], f"D{int(p['point'][1:]) // per_device}"
                                       if p["curve"] == "data_parallel" else p["point"])
            for p in pts}
+  # ... or at the full grid's former choice where it was re-tuned since: each H200 point is
+  # compared with the CPU runs trained at the same values (`superseded/` where re-tuned)
+  former = {}
   for p in pts:
-    cpu = point("fashion_mnist", *names[(p["curve"], p["point"])])
-    if p["steps"]["min"] > cpu["steps"]["max"] or p["steps"]["max"] < cpu["steps"]["min"]:
-      raise Contradicted(f"one_device_shows: {p['curve']} {p['point']}'s steps left the CPU "
-                         "grid's spread")
+    h200 = _results(f"{H200}/{p['curve']}/{p['point']}/seed*/results.json")
+    cpu_name = names[(p["curve"], p["point"])]
+    chosen = tuning("fashion_mnist", *cpu_name)["chosen"]
+    [choice] = {tuple(sorted(trained_choice(r, chosen).items())) for r in h200}
+    if dict(choice) != chosen:
+      former[p["curve"]] = (cpu_name, dict(choice))
+    cpu = [r["steps"] for r in at_choice("fashion_mnist", *cpu_name, dict(choice),
+                                          p["seed_list"]) if r["target"]["reached"]]
+    if (len(cpu) != len(p["seed_list"]) or p["steps"]["min"] > max(cpu)
+        or p["steps"]["max"] < min(cpu)):
+      raise Contradicted(f"one_device_shows: {p['curve']} {p['point']}'s steps left the spread "
+                         "of the CPU grid's runs at the same tuned values")
   over = [r["host_time_s"] / (r["time_s"]["nvlink"] - r["pool_build_s"]) - 1 for r in runs]
 
   def step_ms(curve: str, name: str = "") -> str:
@@ -522,13 +567,26 @@ def one_device_shows() -> str:
     raise Contradicted("one_device_shows: the time model no longer reads every run low, or "
                        "it reorders the points")
   dp_names = [names[(p["curve"], p["point"])][1] for p in (b64, d["dp"])]
+  if "data_parallel" in former:
+    raise Contradicted("one_device_shows: a data-parallel point trained at a former choice")
+
+  def retuned(curve: str, what: str) -> str:
+    if curve not in former:
+      return what
+    (_, name), choice = former[curve]
+    length = choice.get(rerun_plan.SCHEDULE)
+    return (f"{what} at the full grid's former choice ({LENGTHS[length]}-length schedule), "
+            f"read against that point's `superseded/` runs: the full grid has re-tuned "
+            f"{name} since and these runs are not yet re-run")
+
   return "\n".join((
       bullet(
           "**Steps carry over between hardware.** The points take the steps the CPU grid's "
-          f"namesakes take (data-parallel D = {_n(dp_names[0])} and D = {_n(dp_names[1])}, "
-          f"the ensemble at N = {_n(d['ensemble']['point'])}, the experts at "
-          f"N = {_n(d['routed']['point'])}; [cost_vs_time.md](cost_vs_time.md)) within the "
-          "seeds' spread."),
+          "namesakes take at the same tuned values (data-parallel D = "
+          f"{_n(dp_names[0])} and D = {_n(dp_names[1])}, "
+          f"{retuned('ensemble', 'the ensemble at N = ' + _n(d['ensemble']['point']))}, "
+          f"{retuned(SMALL_ROUTED, 'the experts at N = ' + _n(d['routed']['point']))}; "
+          "[cost_vs_time.md](cost_vs_time.md)) within the seeds' spread."),
       bullet(
           f"**The time model reads low by about {_about_a(statistics.median(over))}.** Steps x "
           f"the median step is {span(over, lambda v: f'{100 * v:.0f}')}% under the run's own "
@@ -562,6 +620,33 @@ def tuning(sub: str, curve: str, name: str) -> dict:
   """A grid point's `tuning.json`: its tuning seeds, axes and runs."""
   with open(os.path.join(RESULTS, sub, curve, name, "tuning.json")) as f:
     return json.load(f)
+
+
+def trained_choice(run: dict, chosen: dict) -> dict:
+  """The values a run trained at, for the keys a tuning's `chosen` holds."""
+  return {k: rerun_plan.config_value(run, k) for k in chosen}
+
+
+def at_choice(sub: str, curve: str, name: str, choice: dict, seeds) -> list[dict]:
+  """A grid point's runs on `seeds` trained at `choice`: its reported runs, or, when the
+  point was re-tuned since, the superseded ones (`superseded/`) that trained there."""
+  found = {}
+  for pattern in ("seed*", "superseded/seed*"):
+    for r in _results(f"{sub}/{curve}/{name}/{pattern}/results.json"):
+      if r["config"]["seed"] in seeds and trained_choice(r, choice) == choice:
+        found.setdefault(r["config"]["seed"], r)
+  return [found[seed] for seed in sorted(found)]
+
+
+def former_choice(sub: str, curve: str, name: str, workload: str = "fashion_mnist",
+                  full_point: str | None = None) -> dict | None:
+  """The full grid's choice a feed grid's point trained at, where it is no longer the full
+  grid's current one (its tuning.json's `chosen`): None where the runs are current."""
+  chosen = tuning(workload, curve, full_point or name)["chosen"]
+  trained = {tuple(sorted(trained_choice(r, chosen).items()))
+             for r in _results(f"{sub}/{curve}/{name}/seed*/results.json")}
+  [choice] = trained
+  return None if dict(choice) == chosen else dict(choice)
 
 
 def schedule_axis(sub: str, curve: str, name: str) -> dict:
@@ -2008,8 +2093,25 @@ def many_workers_fashion_small() -> str:
   d8 = point("fashion_mnist", "dp_small_model", "D8")
   small = small_model_beyond()
   batches = [int(r["time_baseline"].split()[1][1:]) for r in small["beyond"]]
-  here, there = (_results(f"{g}/{curve}/{eight['point']}/seed{lost[0]['seed']}/results.json")[0]
-                 for g in (sub, "fashion_mnist"))
+  [here] = _results(f"{sub}/{curve}/{eight['point']}/seed{lost[0]['seed']}/results.json")
+  # the many-worker grid trains at the full grid's N = 8 choice (`configs.tuned_choice`);
+  # where the full grid was re-tuned since, its run at the former choice is `superseded/`
+  former = former_choice(sub, curve, eight["point"], full_point=eight["point"])
+  chosen = tuning("fashion_mnist", curve, eight["point"])["chosen"]
+  [there] = at_choice("fashion_mnist", curve, eight["point"], former or chosen,
+                      [lost[0]["seed"]])
+  if former and set(former) != set(chosen) | {rerun_plan.SCHEDULE} or any(
+      former_choice(sub, curve, p["point"], full_point=eight["point"]) != former for p in pts):
+    raise Contradicted("many_workers_fashion_small: its points trained at different choices")
+  if former:
+    repeats = (f"N = {_n(eight['point'])} here repeats the full grid's point at its former "
+               f"choice ({LENGTHS[former[rerun_plan.SCHEDULE]]}-length schedule; the full "
+               f"grid has re-tuned it to its {LENGTHS[chosen[rerun_plan.SCHEDULE]]} schedule "
+               "since, and this grid is not yet re-run), with the same config and seed: "
+               "there (`superseded/`)")
+  else:
+    repeats = (f"N = {_n(eight['point'])} here repeats the full grid's point with the same "
+               "config and seed: there")
   if (len(lost) != 1 or not there["target"]["reached"] or missed + partial + full != pts
       or n128["steps"]["median"] < n64["steps"]["median"] or not 0.9 < t64 / dp_s < 1.1
       or t64 >= d8["time_s"][preset]["median"] or t64 <= small["beyond"][-1]["baseline_time_s"]):
@@ -2036,8 +2138,7 @@ def many_workers_fashion_small() -> str:
       f"({listing([f'{v:g}' for v in small['dp_steps']])} steps at "
       f"B = {listing([_b(b) for b in batches])}; the small model's critical batch, section "
       f"1), {s(small['beyond'][-1]['baseline_time_s'])} at B = {_b(batches[-1])} (modelled, "
-      f"section 3). N = {_n(eight['point'])} here repeats the full grid's point with the same "
-      f"config and seed: there seed {lost[0]['seed']} reached 85% at step {there['steps']}, "
+      f"section 3). {repeats} seed {lost[0]['seed']} reached 85% at step {there['steps']}, "
       f"here it missed ({lost[0]['final']:.3f}); the two runs' evaluations differ from step "
       f"{_first_difference(here, there, 'routed/accuracy')} on (another machine, other code "
       "since), so a seed's outcome near the target is not reproducible across hosts.")
@@ -2233,6 +2334,9 @@ def fashion_projection() -> str:
   held_wins = {p: min((r["devices"] for r in held if r["preset"] == p and projection.wins(r)),
                      default=None) for p in report.PRESETS}
   n64 = [r for r in held if r["method_point"] == best.name and r["devices"] == 64]
+  if any(within(r["time_range"]) and (r["compute_range"] is None or r["compute_range"][0] <= 1)
+         for r in n64):
+    raise Contradicted("fashion_projection: a held N = 64 point is within the spread in both")
   diloco = {r["preset"]: r for r in rows(name, method="diloco", devices=8)}
   late = {m: [r for r in rows(name, method=m) if r["devices"] >= 64]
           for m in ("diloco", "ensemble", "ensemble_pca_routed")}
@@ -2242,7 +2346,8 @@ def fashion_projection() -> str:
   if (any(projection.wins(r) for r in rs) or any(r["compute_ratio"] is None
                                                   or r["compute_ratio"] >= 1 for r in rs)
       or {r["time_baseline"] for r in at8.values()} != {"dp_small_model D8"}
-      or {r["compute_baseline"] for r in at8.values()} != {"dp_small_model D8"}
+      or any(not r["compute_baseline"].startswith("dp_small_model D")
+             or int(r["compute_baseline"].split()[1][1:]) > 8 for r in at8.values())
       or [sweep[d] for d in (16, 32, 64)] != [f"dp_small_model B{b}" for b in (1024, 2048, 4096)]
       or {sweep[d] for d in sweep if d >= 64} != {sweep[64]} or len(pca_best) != 1
       or max(streams) > 1.1 * min(streams) or len({r["method_point"] for r in at8.values()}) != 1
@@ -2255,14 +2360,22 @@ def fashion_projection() -> str:
   first_win = {}
   for p in order:
     first_win.setdefault(held_wins[p], []).append(PRESET_NAMES[p])
+  # the compute baseline at D = 8 by preset: the small model on as many devices as is cheapest
+  cheapest = {}
+  for p in order:
+    cheapest.setdefault(int(at8[p]["compute_baseline"].split()[1][1:]), []).append(PRESET_NAMES[p])
+  compute_at8 = ("against the small model on 8 devices" if list(cheapest) == [8] else
+                 "against the small model on 8 devices in time and on "
+                 + " and ".join(f"{d} on {listing(ps)}" for d, ps in sorted(cheapest.items()))
+                 + " in compute")
   return bullet(
       f"**Fashion-MNIST** (`{name}.md`): **no method point beats the strongest baseline at "
       "any D.** The small-model routed experts come closest: at D = 8 "
       f"(N = {_n(at8['nvlink']['method_point'])}) "
-      f"{' / '.join(x(at8[p]['time_ratio']) for p in order)} in time on "
-      f"{' / '.join(order)} and {span([r['compute_ratio'] for r in at8.values()])} in compute "
-      "against the "
-      "small model on 8 devices (their pool build's "
+      f"{' / '.join(_ranged((at8[p]['time_ratio'], at8[p]['time_range'])) for p in order)} "
+      f"in time on {' / '.join(PRESET_NAMES[p] for p in order)} and "
+      f"{span([r['compute_ratio'] for r in at8.values()])} in compute {compute_at8} (their "
+      "pool build's "
       f"{projected_point(name, SMALL_ROUTED, at8['nvlink']['method_point']).pool_flops / 1e9:.0f} "
       "GFLOP charged, as the grid's table charges it); beyond, their best point "
       f"(N = {_n(best.name)}: {top['method_time_s']:.2f} s, "
@@ -2273,7 +2386,12 @@ def fashion_projection() -> str:
       "(the projection's points without the small model's sweep), that baseline would let "
       "them come out ahead from "
       + " and from ".join(f"D = {d} on {listing(ps)}" for d, ps in sorted(first_win.items()))
-      + f" ({span([r['time_ratio'] for r in n64])} in time at N = {_n(best.name)}): the "
+      + f" ({span([r['time_ratio'] for r in n64])} in time at N = {_n(best.name)}"
+      + "".join(f"; on {PRESET_NAMES[r['preset']]} that is within the spread "
+                f"({x(r['time_range'][0])}-{x(r['time_range'][1])} over the seeds) and the "
+                f"lead is in compute ({_ranged((r['compute_ratio'], r['compute_range']))})"
+                for r in n64 if within(r["time_range"]))
+      + "): the "
       "comparison turns on scaling the baseline as far as the method. DiLoCo "
       f"(H = {diloco['nvlink']['method_point'][1:]}) reaches "
       f"{' / '.join(x(diloco[p]['time_ratio']) for p in order)} at D = 8. In compute every "

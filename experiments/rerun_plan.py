@@ -101,6 +101,53 @@ def plan(results: str = RESULTS) -> list[dict]:
   return rows
 
 
+def config_value(run: dict, key: str):
+  """A run's config value at a dotted key (the base config's where its record predates it)."""
+  value, default = run["config"], config_lib.base_config()
+  for part in key.split("."):
+    default = getattr(default, part)
+    if not isinstance(value, dict) or part not in value:
+      return default
+    value = value[part]
+  return value
+
+
+def _feed_points(results: str):
+  """(grid, curve, point dir, the full grid's tuning.json it trains at) for every point of
+  a grid that trains at a full grid's choice."""
+  for (workload, source), grids in FEEDS.items():
+    for grid in grids:
+      for point_dir in sorted(glob.glob(os.path.join(results, grid, "*", "*"))):
+        curve = os.path.basename(os.path.dirname(point_dir))
+        yield grid, curve, point_dir, os.path.join(results, workload, curve, source)
+  for workload, grids in FEEDS_ANY.items():
+    for grid in grids:
+      for point_dir in sorted(glob.glob(os.path.join(results, grid, "*", "*"))):
+        curve, point = point_dir.split(os.sep)[-2:]
+        yield grid, curve, point_dir, os.path.join(results, workload, curve, point)
+
+
+def stale_feeds(results: str = RESULTS) -> list[dict]:
+  """The points of the grids trained at a full grid's choice whose runs' values differ from
+  that grid's current `tuning.json` choice (it was re-tuned since): they need a re-run."""
+  rows = []
+  for grid, curve, point_dir, source in _feed_points(results):
+    path = os.path.join(source, tuning.TUNING_FILE)
+    runs = sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json")))
+    if not runs or not os.path.exists(path):
+      continue
+    with open(path) as f:
+      chosen = json.load(f)["chosen"]
+    trained = {tuple(config_value(stored.load(r), k) for k in chosen) for r in runs}
+    if trained == {tuple(chosen.values())}:
+      continue
+    rows.append({"point": os.path.relpath(point_dir, results),
+                 "source": os.path.relpath(source, results),
+                 "trained": [dict(zip(chosen, values)) for values in sorted(trained)],
+                 "chosen": chosen, "runs": len(runs), "wall_s": round(_wall(runs), 1)})
+  return rows
+
+
 def batch_norm_plan(results: str = RESULTS) -> list[dict]:
   """The grids' data-parallel points on D >= 2 devices whose compiled step synchronises
   BatchNorm (more than one all-reduce a step), with their re-run cost: the projection's
@@ -130,7 +177,11 @@ def batch_norm_plan(results: str = RESULTS) -> list[dict]:
   return rows
 
 
-def markdown(rows: list[dict], bn_rows: list[dict] = ()) -> str:
+def _values(choice: dict) -> str:
+  return ", ".join(f"{k.rsplit('.', 1)[-1]} {v:g}" for k, v in choice.items())
+
+
+def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ()) -> str:
   schedule = sum(any(w.startswith("schedule") for w in r["why"]) for r in rows)
   edge = sum(any("edge" in w for w in r["why"]) for r in rows)
   total = sum(r["seeds_wall_s"] + r["tuning_wall_s"] + sum(f["wall_s"] for f in r["feeds"])
@@ -149,18 +200,33 @@ def markdown(rows: list[dict], bn_rows: list[dict] = ()) -> str:
       f"{len(rows)} points: {schedule} schedule choices fail the margin, {edge} rate choices "
       f"sit at an edge. Cost, committed host wall-clock on the 2-core host: "
       f"{total / 3600:.1f} h upper bound (every tuning run again, the seeds, and the grids "
-      "that train at the choice). Re-run the points nearest the frontier first "
-      "(ensemble_pca_routed_small, then the data-parallel baselines).",
+      "that train at the choice); the grids still trained at a full grid's former choice "
+      "follow, then the data-parallel points whose BatchNorm is synchronised.",
       "",
       "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall s) "
       "| grids trained at its choice (runs, wall s) |",
       "|---|---|---|---|---|---|"]
   for r in rows:
-    chosen = ", ".join(f"{k.rsplit('.', 1)[-1]} {v:g}" for k, v in r["chosen"].items())
+    chosen = _values(r["chosen"])
     feeds = "; ".join(f"{f['grid']} ({f['runs']}, {f['wall_s']:.0f})" for f in r["feeds"])
     lines.append(f"| {r['point']} | {'; '.join(r['why'])} | {chosen} | {r['seed_runs']} "
                  f"({r['seeds_wall_s']:.0f}) | {r['tuning_runs']} ({r['tuning_wall_s']:.0f}) "
                  f"| {feeds or '-'} |")
+  if stale:
+    hours = sum(r["wall_s"] for r in stale) / 3600
+    lines += [
+        "", "## Grids trained at a full grid's former choice", "",
+        "These points train at a full grid's tuning choice (`configs.tuned_choice`: the "
+        "many-worker grids read the N = 8 point's, the one-device grid its namesake's), and "
+        "their runs hold values that are no longer that point's `tuning.json` choice: the "
+        "full grid was re-tuned after they ran. They stand for the former choice until "
+        f"re-run at the current one: {len(stale)} points, {hours:.1f} h committed host "
+        "wall-clock (the one-device grid's on its GPU).", "",
+        "| point | trained at | full grid's point | its choice now | runs (wall s) |",
+        "|---|---|---|---|---|"]
+    lines += [f"| {r['point']} | {'; '.join(_values(c) for c in r['trained'])} | "
+              f"{r['source']} | {_values(r['chosen'])} | {r['runs']} ({r['wall_s']:.0f}) |"
+              for r in stale]
   if bn_rows:
     hours = sum(r["seeds_wall_s"] + r["tuning_wall_s"] for r in bn_rows) / 3600
     lines += [
@@ -192,10 +258,11 @@ def main(argv=None) -> int:
                       help="write rerun_plan.json and rerun_plan.md into --results")
   args = parser.parse_args(argv)
   rows, bn_rows = plan(args.results), batch_norm_plan(args.results)
-  text = markdown(rows, bn_rows)
+  stale = stale_feeds(args.results)
+  text = markdown(rows, bn_rows, stale)
   if args.write:
     with open(os.path.join(args.results, "rerun_plan.json"), "w") as f:
-      json.dump({"tuning": rows, "batch_norm": bn_rows}, f, indent=2)
+      json.dump({"tuning": rows, "stale_feeds": stale, "batch_norm": bn_rows}, f, indent=2)
       f.write("\n")
     with open(os.path.join(args.results, "rerun_plan.md"), "w") as f:
       f.write(text)

@@ -519,3 +519,20 @@ def test_the_projection_prose_cannot_print_a_win_as_none(planted):
   planted("projection/fashion_mnist.json", win)
   with pytest.raises(docs_prose.Contradicted, match="fashion_projection"):
     docs_prose.fashion_projection()
+
+
+def test_the_readme_says_what_data_parallel_d8_did_on_the_reported_seeds():
+  """The first screen's claim about Fashion-MNIST's data-parallel at D = 8 is the committed
+  runs': a miss on seeds 1-3 only where every reported seed missed, else its steps."""
+  with open(os.path.join(REPO, "README.md")) as f:
+    text = " ".join(f.read().split())
+  runs = docs_prose._reported_runs("fashion_mnist", "data_parallel", "D8")
+  assert runs
+  hit = [r for r in runs if r["reached"]]
+  claims_miss = re.search(r"data-parallel at D = 8, whose [^;.]*missed it on seeds", text)
+  if hit:
+    assert not claims_miss, "README says data-parallel D8 missed, but it reached the target"
+    steps = docs_prose.listed([r["steps"] for r in hit])
+    assert "data-parallel at D = 8" in text and steps in text
+  else:
+    assert claims_miss, "README does not say data-parallel D8 missed on every reported seed"

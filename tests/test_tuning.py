@@ -435,21 +435,31 @@ def test_the_rate_is_never_left_at_its_grids_edge_below_the_cap():
 
 
 def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
-  """The committed tuning records the margin and the edge rule move (issue 58: D = 8's
-  quarter schedule at step 54 and 48 of 59; the routed small-model experts' rate 0.024 at
-  the edge after 2 extensions), in the committed plan the re-run queue reads."""
+  """The committed tuning records the margin and the edge rule move (issue 58: the
+  critical-batch points; the full grid's re-tuned points no longer move), and the grids
+  still trained at a full grid's former choice (the small-model routed experts' N8_L235
+  chose its half schedule before its re-run and its whole one since), in the committed plan
+  the re-run queue reads."""
   from experiments import rerun_plan
   rows = rerun_plan.plan()
   moved = {r["point"]: r["why"] for r in rows}
-  assert any("step 54 of 59, 48 of 59" in w for w in moved["fashion_mnist/data_parallel/D8"])
-  assert any("high edge after 2 extensions" in w
-             for w in moved["fashion_mnist/ensemble_pca_routed_small/N8_L235"])
-  assert "fashion_mnist/dp_small_model/D8" not in moved  # 93 and 89 of 118: within 0.8
-  many = next(r for r in rows if r["point"].endswith("ensemble_pca_routed_small/N8_L235"))
-  assert many["feeds"][0]["grid"] == "many_workers/ensemble_pca_routed_small"
+  assert any("step 46 of 50, 42 of 50" in w for w in moved["critical_batch/fashion/B2048"])
+  assert any("high edge after 2 extensions" in w for w in moved["critical_batch/fashion/B256"])
+  for point in ("data_parallel/D8", "ensemble_pca_routed_small/N8_L235", "dp_small_model/D8"):
+    assert f"fashion_mnist/{point}" not in moved  # re-tuned under the rule, or within 0.8
+  stale = {r["point"]: r for r in rerun_plan.stale_feeds()}
+  source = "fashion_mnist/ensemble_pca_routed_small/N8_L235"
+  for point in ("many_workers/ensemble_pca_routed_small/N64_L235",
+                "one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235"):
+    assert stale[point]["source"] == source
+    assert stale[point]["trained"] == [{"optim.learning_rate": 0.024,
+                                        "train.schedule_fraction": 0.5}]
+    assert stale[point]["chosen"]["train.schedule_fraction"] == 1.0
+  assert not any("/ensemble/" in p or "data_parallel" in p for p in stale)  # still current
   with open(os.path.join(rerun_plan.RESULTS, "rerun_plan.json")) as f:
     committed = json.load(f)  # regenerate: python -m experiments.rerun_plan --write
   assert committed["tuning"] == rows
+  assert committed["stale_feeds"] == list(stale.values())
   assert committed["batch_norm"] == rerun_plan.batch_norm_plan()
   bn = {r["point"]: r["all_reduces_per_step"] for r in committed["batch_norm"]}
   assert bn["fashion_mnist/dp_small_model/D8"] == 35
