@@ -336,8 +336,11 @@ def readme_grids() -> str:
     # the preset named only where the best time ratio depends on it
     every = {x(best_matched(sub, "time", preset)[0]) for preset in report.PRESETS}
     where = "" if len(every) == 1 else f"{PRESET_NAMES[t[4]]}; "
+    # the time's point named too where another point holds the best compute ratio
+    also = ("" if (t[2], t[3]) == (c[2], c[3]) else
+            f"; {CURVE_NAMES.get(t[2], t[2])}, N = {_n(t[3])}")
     parts.append(f"{label} {x(t[0])} in time ({where}{x(t[1][0])}-{x(t[1][1])} "
-                 f"over the seeds{', within the spread' if within(t[1]) else ''}) and "
+                 f"over the seeds{', within the spread' if within(t[1]) else ''}{also}) and "
                  f"{x(c[0])} in compute ({x(c[1][0])}-{x(c[1][1])}; {who})")
   return bullet(
       "**No method point beats the strongest baseline** on either embedded workload's grid "

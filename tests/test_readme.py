@@ -536,3 +536,13 @@ def test_the_readme_says_what_data_parallel_d8_did_on_the_reported_seeds():
     assert "data-parallel at D = 8" in text and steps in text
   else:
     assert claims_miss, "README does not say data-parallel D8 missed on every reported seed"
+
+
+def test_the_readme_names_the_closest_point_in_time_and_in_compute_apart():
+  """The best time and compute ratios may come from different points: each is named."""
+  for sub in ("fashion_mnist", "pydocs_gpt2"):
+    t, c = docs_prose.best_matched(sub, "time"), docs_prose.best_matched(sub, "compute")
+    text = " ".join(docs_prose.readme_grids().split())
+    if (t[2], t[3]) != (c[2], c[3]):
+      assert f"over the seeds; {docs_prose.CURVE_NAMES.get(t[2], t[2])}, N = " \
+             f"{docs_prose._n(t[3])}) and" in text, text
