@@ -405,13 +405,19 @@ def parse_variants(arg: str, known, config_name: str) -> set[str]:
   return variants
 
 
+def budget_per_worker(method_name: str, steps_per_worker) -> bool:
+  """Whether a run's budget is method.steps_per_worker (train.num_steps / num_epochs then
+  unread): an ensemble's or DiLoCo's, when it is set."""
+  return method_name in ("ensemble", "diloco") and (steps_per_worker or 0) > 0
+
+
 def num_train_steps(config, num_train_examples: int) -> int:
   """Durations are given in steps or epochs; this is the one place they become steps
   (times train.schedule_fraction).
 
   Epochs count one model's passes over the data: for the ensemble, one worker's.
   """
-  if config.method.name in ("ensemble", "diloco") and config.method.steps_per_worker > 0:
+  if budget_per_worker(config.method.name, config.method.steps_per_worker):
     steps = int(config.method.steps_per_worker)
   elif config.train.num_steps > 0:
     steps = int(config.train.num_steps)

@@ -24,7 +24,8 @@ FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_s
 # Durations a resumed run may lengthen (extending the run). The steps before the extension
 # keep the learning-rate schedule of the shorter budget.
 EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
-# The durations an ensemble or DiLoCo run with method.steps_per_worker > 0 does not read.
+# The durations a run whose budget is method.steps_per_worker does not read
+# (`config_lib.budget_per_worker`).
 UNREAD_DURATIONS = ("train.num_steps", "train.num_epochs")
 
 
@@ -49,9 +50,7 @@ def config_changes(saved: dict, config) -> dict[str, tuple]:
 
 
 def _per_worker_budget(flat: dict) -> bool:
-  """Whether a flat config's budget is method.steps_per_worker (`config_lib.num_train_steps`)."""
-  return (flat.get("method.name") in ("ensemble", "diloco")
-          and (flat.get("method.steps_per_worker") or 0) > 0)
+  return config_lib.budget_per_worker(flat.get("method.name"), flat.get("method.steps_per_worker"))
 
 
 def may_change_on_resume(field: str, before, now) -> bool:

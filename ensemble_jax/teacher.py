@@ -14,14 +14,13 @@ import os
 
 import orbax.checkpoint as ocp
 
-from ensemble_jax import costs, record
+from ensemble_jax import config_lib, costs, record
 from ensemble_jax.config_lib import ConfigError
 
 # What must match between the teacher's run and the student's: the model the student's
 # step runs the teacher's variables through, and its inputs.
-SAME_FIELDS = (("task",), ("model", "name"), ("model", "size"), ("model", "width"),
-               ("model", "stage_sizes"), ("model", "stem"), ("data", "dataset"),
-               ("data", "context"), ("data", "tokenizer"), ("data", "image_size"))
+SAME_FIELDS = ("task", "model.name", "model.size", "model.width", "model.stage_sizes",
+               "model.stem", "data.dataset", "data.context", "data.tokenizer", "data.image_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,14 +49,14 @@ def find(config, checkpoints: str) -> Teacher:
   if results.get("method") != "data_parallel":
     raise ConfigError(f"config.distill.teacher={workdir!r} holds a {results.get('method')} "
                       "run; a teacher is one model: name a finished data_parallel run.")
-  theirs = results.get("config") or {}
-  for path in SAME_FIELDS:  # a field its record lacks (an older config's) is not compared
-    mine, its = _field(record.as_json(config), path), _field(theirs, path)
-    if its is not _MISSING and mine != its:
-      name = ".".join(path)
-      raise ConfigError(f"config.distill.teacher={workdir!r} was trained with {name}={its!r}, "
-                        f"this run has {mine!r}; the teacher must be this run's model: "
-                        f"name a teacher with {name}={mine!r}.")
+  theirs = dict(config_lib.flat(results.get("config") or {}))
+  mine = dict(config_lib.flat(record.as_json(config)))
+  for name in SAME_FIELDS:  # a field its record lacks (an older config's) is not compared
+    if name in theirs and mine.get(name) != theirs[name]:
+      raise ConfigError(f"config.distill.teacher={workdir!r} was trained with "
+                        f"{name}={theirs[name]!r}, this run has {mine.get(name)!r}; the teacher "
+                        "must be this run's model: name a teacher with "
+                        f"{name}={mine.get(name)!r}.")
   teacher = Teacher(workdir, os.path.join(workdir, checkpoints), results)
   manager = ocp.CheckpointManager(os.path.abspath(teacher.checkpoints),
                                   options=ocp.CheckpointManagerOptions(create=False)) \
@@ -70,17 +69,6 @@ def find(config, checkpoints: str) -> Teacher:
                       f"{teacher.step} in {teacher.checkpoints} (steps {sorted(saved)}); "
                       "train the teacher again with checkpoint.max_to_keep >= 1 to keep it.")
   return teacher
-
-
-_MISSING = object()
-
-
-def _field(tree: dict, path: tuple[str, ...]):
-  for key in path:
-    if not isinstance(tree, dict) or key not in tree:
-      return _MISSING
-    tree = tree[key]
-  return tree
 
 
 def load(teacher: Teacher, like) -> dict:

@@ -724,19 +724,29 @@ DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
 
 
 def _distilled() -> dict:
-  """The Fashion-MNIST grid's distilled curves: their reported `points`, the grid's `runs`,
-  the amortised what-if's points beside the baselines' (`whatif`), and the grid points of
-  those curves with no reported seed yet (`waiting`)."""
+  """The Fashion-MNIST grid's distilled curves: their reported `points`, all the grid's
+  points (`grid`) and `runs`, the amortised what-if's points beside the baselines'
+  (`whatif`), and those curves' grid points with no reported seed yet (`waiting`)."""
   from experiments.configs import fashion_mnist
 
-  pts = [p for p in grid("fashion_mnist") if p["curve"] in DISTILLED]
+  pts = list(grid("fashion_mnist"))
   runs = report.load_runs(os.path.join(RESULTS, "fashion_mnist"))
-  baselines = report.baseline_curves(list(grid("fashion_mnist")))
-  whatif = report.points([r for r in runs if r["curve"] in baselines] + report.amortised(runs))
-  run = {(p["curve"], p["point"]) for p in pts}
-  waiting = sorted(f"{c} {q}" for c in DISTILLED for q in fashion_mnist.sweep_grid("full")[c]
-                   if (c, q) not in run)
-  return {"points": pts, "runs": runs, "whatif": whatif, "waiting": waiting}
+  return {"points": [p for p in pts if p["curve"] in DISTILLED], "grid": pts, "runs": runs,
+          "whatif": report.points(_baseline_runs(runs) + report.amortised(runs)),
+          "waiting": _waiting(pts, {c: fashion_mnist.sweep_grid("full")[c] for c in DISTILLED})}
+
+
+def _baseline_runs(runs: list[dict]) -> list[dict]:
+  """The runs of `runs`' baseline curves (`report.baseline_curves`)."""
+  baselines = report.baseline_curves(report.points(runs))
+  return [r for r in runs if r["curve"] in baselines]
+
+
+def _waiting(pts: list[dict], curves: dict) -> list[str]:
+  """'curve point' of each grid point of `curves` ({curve: its points}) not among `pts`
+  (no reported seed yet)."""
+  ran = {(p["curve"], p["point"]) for p in pts}
+  return sorted(f"{c} {q}" for c, qs in curves.items() for q in qs if (c, q) not in ran)
 
 
 def _distilled_best(pts: list[dict], curves) -> dict:
@@ -849,16 +859,15 @@ def distillation_study() -> str:
       "where a seed missed; the ratios against the strongest-baseline frontier at each "
       "point's own budget, above 1x the point is better; amortised: the what-if that does "
       "not charge the distillation):") + "\n\n"
-      + _charged_table(study, list(grid("fashion_mnist")), "final accuracy", "{:.4f}",
+      + _charged_table(study, "final accuracy", "{:.4f}",
                        "one set's distillation (s)",
                        lambda p: statistics.median(builds[(p["curve"], p["point"])])))
 
 
-def _charged_table(study: dict, charged_pts: list[dict], final: str, final_fmt: str,
-                   reused: str, reused_s) -> str:
+def _charged_table(study: dict, final: str, final_fmt: str, reused: str, reused_s) -> str:
   """One row per reported point of `study` (`_distilled`, `_taught`): its steps and final
   metric, what it reuses (`reused_s(point)` seconds), its time charged and amortised and
-  the matched ratios on 10 GbE, charged (among `charged_pts`) and amortised."""
+  the matched ratios on 10 GbE, charged (among the study's `grid`) and amortised."""
   def ratio(rows, name, kind):
     [row] = [r for r in rows if r["point"] == name]
     if row[kind] is None:
@@ -871,7 +880,7 @@ def _charged_table(study: dict, charged_pts: list[dict], final: str, final_fmt: 
            "time 10 GbE, charged (s) | amortised (s) | time ratio 10 GbE, charged | amortised "
            "| compute ratio, amortised |", "|---" * 12 + "|"]
   for p in study["points"]:
-    charged = report.matched(charged_pts, p["curve"], "eth10g")
+    charged = report.matched(study["grid"], p["curve"], "eth10g")
     amortised = report.matched(study["whatif"], p["curve"] + report.AMORTISED, "eth10g")
     [a] = [q for q in study["whatif"] if q["curve"] == p["curve"] + report.AMORTISED
            and q["point"] == p["point"]]
@@ -892,21 +901,17 @@ TAUGHT = ("ensemble_kd",)
 
 def _taught() -> dict:
   """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`, run after
-  the full grid, whose seed run teaches it) beside the full grid's baselines: its reported
-  `points`, all points (`grid`), the amortised what-if's (`whatif`), and its grid points
-  with no reported seed yet (`waiting`)."""
+  the full grid, whose seed run teaches it) beside the full grid's baselines, in
+  `_distilled`'s form."""
   from experiments.configs import pydocs_gpt2
 
-  full = report.load_runs(os.path.join(RESULTS, "pydocs_gpt2"))
-  base = [r for r in full if r["curve"] in report.baseline_curves(report.points(full))]
+  base = _baseline_runs(report.load_runs(os.path.join(RESULTS, "pydocs_gpt2")))
   kd_dir = os.path.join(RESULTS, "pydocs_gpt2_kd")
   taught = report.load_runs(kd_dir) if os.path.isdir(kd_dir) else []
   pts = report.points(base + taught)
-  ran = {(p["curve"], p["point"]) for p in pts}
-  waiting = sorted(f"{c} {q}" for c, qs in pydocs_gpt2.sweep_grid("kd").items() for q in qs
-                   if (c, q) not in ran)
   return {"points": [p for p in pts if p["curve"] in TAUGHT], "grid": pts, "runs": taught,
-          "whatif": report.points(base + report.amortised(taught)), "waiting": waiting}
+          "whatif": report.points(base + report.amortised(taught)),
+          "waiting": _waiting(pts, pydocs_gpt2.sweep_grid("kd"))}
 
 
 @template(DISTILLATION, "kd_study")
@@ -931,7 +936,7 @@ def kd_study() -> str:
       "forward included; the ratios against the full grid's strongest-baseline frontier at "
       "each point's own budget, above 1x the point is better; amortised: the what-if that "
       "does not charge the teacher's training):") + "\n\n"
-      + _charged_table(study, study["grid"], "final perplexity", "{:.2f}",
+      + _charged_table(study, "final perplexity", "{:.2f}",
                        "teacher's training, 10 GbE (s)",
                        lambda p: teacher[(p["curve"], p["point"])]))
 

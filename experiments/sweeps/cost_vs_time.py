@@ -15,9 +15,9 @@ table.md and cost_vs_time_<preset>.png (`ensemble_jax.report`). Resumable: a fin
 is read back, a half-finished one resumes from its checkpoint; Ctrl-C or SIGTERM stops it
 cleanly (exit 130 / 143). Every point is checked before anything trains, and a workdir
 holding another study (`study.json`) is refused unless --start_over moves it aside
-(experiments/sweeps/study.py). The full grids with 3 seeds trained ~15 h (Fashion-MNIST,
-its distilled curves at N = 8 included) and ~8.5 h (the Python docs) on 2 CPU cores;
-`smoke`, seconds.
+(experiments/sweeps/study.py). The full grids with 3 seeds trained ~17 h (Fashion-MNIST,
+its distilled curves included) and ~8.5 h (the Python docs) on 2 CPU cores; `smoke`,
+seconds.
 
 On a cluster, either every process of one multi-controller job runs this command with
 --distributed (the same plan in the same order; process 0 writes the shared workdir, every
