@@ -363,3 +363,21 @@ def test_the_pool_bench_loads_a_baseline_beside_this_codes_builders():
   build = bench.baseline_build("HEAD")
   assert callable(build) and build is not pools.build
   assert registry.BUILDERS["kmeans"] is kmeans
+
+
+def test_the_pool_bench_gives_a_baseline_its_configs_former_names(monkeypatch):
+  """A revision from before a rename (`stored.RENAMED`) reads the field by its former name:
+  the bench's "old" build gets the config with both (the rename once broke the bench)."""
+  import types
+
+  from experiments.bench import pools as bench
+
+  def read_former_name(config, *args):
+    return config.distill.method
+
+  monkeypatch.setattr(bench, "_module_at", lambda *a, **k: types.SimpleNamespace(
+      build=read_former_name))
+  config = config_lib.base_config()
+  config.distill.builder = "kmeans"
+  assert bench.baseline_build("HEAD")(config, None, 1, "proxy") == "kmeans"
+  assert "method" not in config.distill  # the caller's config is left as it was

@@ -17,6 +17,12 @@ goes on a shared machine falls on each alike. Wall clock and the process's CPU t
 threads, time.process_time) are reported: the median over rounds, with the load average
 before and after the case.
 
+Where the default build's time goes: one more build, profiled (cProfile), split into its
+phases (`PHASES`: the features' fit and the k-means, and within the pixel features the
+covariance pass, the eigendecomposition and the projections), beside the floor of the
+covariance pass: its FLOPs (P^2 E, the symmetric product's half) at this machine's
+float64 and float32 rate for that product (`syrk_rate`, measured on one chunk's shape).
+
 Every round checks that old and new give the same pools, bit for bit, and the same
 routing weights; `digest` hashes the new build's, to compare runs in other environments
 (OPENBLAS_NUM_THREADS, recorded). A variant's pools are scored by the k-means objective
@@ -26,7 +32,10 @@ worse.
 """
 from __future__ import annotations
 
+import copy
+import cProfile
 import hashlib
+import pstats
 import os
 import re
 import statistics
@@ -43,6 +52,7 @@ from experiments import cli
 from experiments.configs import fashion_mnist, pydocs_gpt2
 from ensemble_jax import config_lib
 from ensemble_jax import data as data_lib
+from ensemble_jax import stored
 from ensemble_jax.distill import pools
 
 FLAGS = flags.FlagValues()
@@ -99,15 +109,29 @@ def _module_at(rev: str, path: str, imports: dict | None = None, **globals_):
 
 def baseline_build(rev: str):
   """`pools.build` as of `rev`, with that revision's `clusters` and, where it has one, its
-  builder registry (its builders registered there, not beside this code's)."""
+  builder registry (its builders registered there, not beside this code's). Its config
+  carries each renamed field under its former name too (`stored.RENAMED`), as it read it."""
   old_clusters = _module_at(rev, "ensemble_jax/distill/clusters.py")
   imports = {}
   registry = "ensemble_jax/distill/registry.py"
   if subprocess.run(["git", "cat-file", "-e", f"{rev}:{registry}"],
                     capture_output=True).returncode == 0:
     imports["ensemble_jax.distill.registry"] = _module_at(rev, registry)
-  return _module_at(rev, "ensemble_jax/distill/pools.py", imports,
-                    clusters=old_clusters).build
+  build = _module_at(rev, "ensemble_jax/distill/pools.py", imports,
+                     clusters=old_clusters).build
+
+  def build_under_its_names(config, *args):
+    config = copy.deepcopy(config)
+    for old, new in stored.RENAMED.items():
+      *path, old_field = old.split(".")
+      parent = config
+      for key in path:
+        parent = parent[key]
+      with parent.unlocked():
+        parent[old_field] = parent[new.split(".")[-1]]
+    return build(config, *args)
+
+  return build_under_its_names
 
 
 def timed_build(build, config, data, n: int):
@@ -117,6 +141,46 @@ def timed_build(build, config, data, n: int):
     if not isinstance(built, tuple):  # a `registry.Built`; revisions before it: a tuple
       built = (built.pools, built.weights, built.route, built.info)
     return built, time.perf_counter() - wall, time.process_time() - cpu
+
+
+# A phase: the functions whose cumulative time it is, by (file's tail, function name).
+PHASES = {"features": [("distill/pools.py", "pixel_embedding"),
+                       ("distill/pools.py", "text_embedding")],
+          "covariance": [("distill/clusters.py", "_accumulate")],
+          "eigh": [("linalg/_linalg.py", "eigh"), ("linalg/_decomp.py", "eigh")],
+          "projection": [("distill/clusters.py", "_project")],
+          "kmeans": [("distill/clusters.py", "kmeans")],
+          "routing": [("distill/pools.py", "routing")]}
+
+
+def phases(build, config, data, n: int) -> dict[str, float]:
+  """One build, profiled: {phase: its functions' cumulative seconds} (`PHASES`), and the
+  build's total. The profile's overhead is in them (the build makes ~20k Python calls)."""
+  profile = cProfile.Profile()
+  profile.enable()
+  timed_build(build, config, data, n)
+  profile.disable()
+  stats = pstats.Stats(profile).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+  out = {}
+  for phase, functions in PHASES.items():
+    out[phase] = sum(ct for (file, _, name), (_, _, _, ct, _) in stats.items()
+                     if any(file.endswith(f) and name == fn for f, fn in functions))
+  out["build"] = max(ct for (_, _, name), (_, _, _, ct, _) in stats.items()
+                     if name == "timed_build")
+  return out
+
+
+def syrk_rate(rows: int, cols: int, dtype, repeats: int = 5) -> float:
+  """FLOP/s of x.T @ x (numpy's symmetric product: rows x cols^2 multiply-adds) on a
+  random [rows, cols] of `dtype`, the median of `repeats`."""
+  x = np.random.default_rng(0).standard_normal((rows, cols)).astype(dtype)
+  x.T @ x
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    x.T @ x
+    times.append(time.perf_counter() - start)
+  return rows * cols * cols / statistics.median(times)
 
 
 def objective(x_ExD: np.ndarray, pools_: list[np.ndarray]) -> float:
@@ -171,6 +235,7 @@ def bench(case: str, rounds: int, old_build) -> dict:
     if not (same_pools and same_route):
       raise SystemExit(f"{case}: the builds differ (pools equal: {same_pools}, routing "
                        f"equal: {same_route})")
+  profiled = phases(pools.build, config, data, n)
   load_after = os.getloadavg()
   x_ExD = features(config, data)
   default_objective = objective(x_ExD, out["new"][0])
@@ -178,7 +243,13 @@ def bench(case: str, rounds: int, old_build) -> dict:
          "eval_routed": int(out["new"][2].shape[0]), "pools_identical": True,
          "routing_identical": True, "digest": digest(out["new"]), "rounds": rounds,
          "loadavg_1_5_15": {"before": list(load_before), "after": list(load_after)},
-         "objective": {"new": default_objective}}
+         "objective": {"new": default_objective}, "phases_s": profiled}
+  if kind == "fm":  # the covariance's floor: P^2 E / 2 multiply-adds x 2, at each rate
+    p, e = pools.pixel_embedding(config, data)[0].components_PxD.shape[0], len(data.train)
+    flop = float(p) * p * e
+    row["covariance_floor"] = {"pixels": p, "examples": e, "flop": flop, **{
+        f"{name}_s": flop / syrk_rate(4096, p, dtype)
+        for name, dtype in (("float64", np.float64), ("float32", np.float32))}}
   for name, t in times.items():
     row[name] = {**t, "median_wall_s": statistics.median(t["wall_s"]),
                  "median_cpu_s": statistics.median(t["cpu_s"])}
@@ -208,6 +279,12 @@ def main(argv):
                   f"{row[name]['median_cpu_s']:.2f} s cpu"
                   + (f" (objective x{row[name]['objective_ratio']:.4f})"
                      if "objective_ratio" in row[name] else ""))
+    line.append("phases " + ", ".join(f"{k} {v:.2f}" for k, v in row["phases_s"].items()
+                                      if v))
+    if "covariance_floor" in row:
+      f = row["covariance_floor"]
+      line.append(f"covariance floor {f['flop'] / 1e9:.0f} GFLOP: {f['float64_s']:.2f} s "
+                  f"float64, {f['float32_s']:.2f} s float32")
     print(" | ".join(line) + f" | new x{row['speedup_wall']:.2f} wall, "
           f"x{row['speedup_cpu']:.2f} cpu; old and new identical", flush=True)
   if FLAGS.out:
