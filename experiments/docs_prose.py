@@ -1830,13 +1830,11 @@ def critical_batch_small_model() -> str:
   beyond = small_model_beyond()
   n64 = _workers("many_workers", SMALL_ROUTED, 64)
   others = [r for r in summary["rows"] if r["schedule_fraction"] != 0.5]
-  quarter = next(r for r in others if r["schedule_fraction"] == 0.25)
-  whole = next(r for r in others if r["schedule_fraction"] == 1)
   edge = [r for r in summary["rows"] if r["lr_at_edge"]]
   read = len(critical_batch_sweep._b_simple_readings(summary["rows"]))
   steps = [r["median_steps"] for r in past]
-  if (top is not past[-1] or last["median_steps"] <= top["median_steps"] or len(others) != 2
-      or len(edge) != 1 or top["median_steps"] >= summary["fit"]["s_min"]
+  if (top is not past[-1] or last["median_steps"] <= top["median_steps"]
+      or top["median_steps"] >= summary["fit"]["s_min"]
       or beyond["n64"]["method_time_s"] <= beyond["beyond"][-1]["baseline_time_s"]):
     raise Contradicted("critical_batch_small_model: its knee or the experts' place moved")
   return "\n".join((
@@ -1858,17 +1856,30 @@ def critical_batch_small_model() -> str:
           f"{min(steps)}-{max(steps)} steps on {past[0]['devices']}-{past[-1]['devices']} "
           "devices of the small model's step it is faster than their every point "
           f"({n64['steps']['median']:g} steps at N = 64 plus the pool build; section 3)."),
-      bullet(
-          f"Every B chose a half-length schedule but B = {quarter['batch']} (a quarter) and "
-          f"B = {_b(whole['batch'])} (the whole {whole['step_budget']} steps: its "
-          "half-length schedule took "
-          f"{listing([str(r['steps_to_target']) for r in rerun_plan._seeds(_fraction('fashion_small_model', whole['batch'], 0.5))])} "
-          "steps on the two tuning seeds, the whole one "
-          f"{listing([str(r['steps_to_target']) for r in rerun_plan._seeds(_fraction('fashion_small_model', whole['batch'], 1.0))])}). "
-          f"B = {edge[0]['batch']}'s rate sits at the edge of the extended grid "
-          f"({edge[0]['lr_factor']:g}x the base). The noise scale reads at the target in "
-          f"{read} of {len(summary['rows'])} batches only, as for the big model (the "
-          "estimate of |G|^2 falls to or below zero late in a short schedule).")))
+      bullet(_schedule_choices("fashion_small_model", others) + " "
+             + (f"B = {listing([_b(r['batch']) for r in edge])}'s rate sits at the edge of "
+                "the extended grid. " if edge else
+                "Every B's rate is interior to its grid, extended where it sat at an edge. ")
+             + f"The noise scale reads at the target in {read} of {len(summary['rows'])} "
+             "batches only, as for the big model (the estimate of |G|^2 falls to or below "
+             "zero late in a short schedule).")))
+
+
+def _schedule_choices(workload: str, others: list[dict]) -> str:
+  """The batches that chose other than the half-length schedule, each with its tuning
+  seeds' steps at the half and at its choice."""
+  if not others:
+    return "Every B chose a half-length schedule."
+  names = {0.25: "a quarter", 1.0: "the whole"}
+
+  def one(r):
+    def steps(fraction):
+      return listing([str(s["steps_to_target"]) for s in rerun_plan._seeds(
+          _fraction(workload, r["batch"], fraction))])
+    return (f"B = {_b(r['batch'])} ({names.get(r['schedule_fraction'], r['schedule_fraction'])}"
+            f" of its {r['step_budget']} steps: the half-length schedule took {steps(0.5)} "
+            f"steps on the two tuning seeds, its choice {steps(r['schedule_fraction'])})")
+  return f"Every B chose a half-length schedule but {listing([one(r) for r in others])}."
 
 
 @template(REGIME, "critical_batch_pydocs")
