@@ -18,6 +18,7 @@ wording.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import glob
 import json
@@ -36,6 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "experiments", "results")
 README, COST_VS_TIME, REGIME = "README.md", "docs/results/cost_vs_time.md", "docs/results/regime.md"
 ONE_DEVICE = "docs/results/one_device.md"
+METHODOLOGY = "docs/methodology.md"
 DISTILLATION = "docs/results/distillation.md"
 BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
 END = "<!-- end -->"
@@ -2818,3 +2820,53 @@ def lipt_readings() -> str:
              f"these runs, and not comparable across seeds: the same step took "
              f"{span(steps, _two)} s across the {WORDS[len(steps)]} runs. The step counts do "
              "not depend on that.")))
+
+
+# ---- how the routed pools' build times were taken ------------------------------------------
+
+ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
+
+
+def routed_runs() -> list[dict]:
+  """Every seed and tuning run of the cost-vs-time studies that read a proxy-free routed
+  pool (k-means of PCA'd pixels or of tf-idf), as {study, curve, point, run, distill}."""
+  out = []
+  for study in ROUTED_STUDIES:
+    for pattern in ("*/*/seed*/results.json", "*/*/tune/*/results.json"):
+      for path in sorted(glob.glob(os.path.join(RESULTS, study, pattern))):
+        d = stored.load(path).get("distill") or {}
+        if d.get("cached") and d.get("builder") == "kmeans" and d.get("proxy") is None:
+          curve, name, *run = os.path.relpath(path, os.path.join(RESULTS, study)).split(os.sep)
+          out.append({"study": study, "curve": curve, "point": name,
+                      "run": "/".join(run[:-1]), "distill": d})
+  return out
+
+
+@template(METHODOLOGY, "pool_retiming")
+def pool_retiming() -> str:
+  """Which routed runs are priced at a re-timed pool build, where and how quietly it was
+  timed, and which keep the build time their own run measured."""
+  runs = routed_runs()
+  retimed = [r for r in runs if r["distill"].get("retimed")]
+  own = [r for r in runs if not r["distill"].get("retimed")]
+  checks = collections.Counter(r["distill"]["retimed"].split(" (")[0] for r in retimed)
+  hosts = [r["distill"]["retimed_on"] for r in retimed if r["distill"].get("retimed_on")]
+  where = ""
+  if hosts:
+    cpus = sorted({f"{h.get('cpu')} ({', '.join(h.get('cpu_features', []))})" for h in hosts})
+    loads = [h["load_average_1min"] for h in hosts]
+    where = (f"; {len(hosts)} of them timed on {listing(cpus)} at a 1-minute load average "
+             f"of {span(loads, _two)}")
+    if len(hosts) < len(retimed):
+      where += f", {len(retimed) - len(hosts)} before the host was recorded"
+  text = (f"Of the {len(runs)} seed and tuning runs of the four cost-vs-time studies that "
+          f"read a proxy-free routed pool, {len(retimed)} are priced at a re-timed build ("
+          + listing([f"{n} {check}" for check, n in sorted(checks.items())]) + f"){where}.")
+  if own:
+    by_point = collections.defaultdict(list)
+    for r in own:
+      by_point[f"{r['study']}/{r['curve']}/{r['point']}"].append(r["run"])
+    text += (f" The other {len(own)} take the build time their own run measured, beside "
+             "its training: " + listing([f"{k} ({', '.join(v)})"
+                                         for k, v in sorted(by_point.items())]) + ".")
+  return bullet(text)

@@ -200,6 +200,7 @@ def test_a_pool_built_again_by_newer_code_is_retimed_only_if_it_is_the_same(text
   retimed = run.retime_pool(c, str(tmp_path / "pools"), str(cached), r["distill"])
   assert retimed["build_time_s"] != built["build_time_s"]
   assert retimed["retimed"] == "bit for bit the cached pool"
+  assert retimed["retimed_on"]["jaxlib"] and retimed["retimed_on"]["load_average_1min"] >= 0
   again = dict(np.load(cached))
   assert all(np.array_equal(arrays[k], again[k]) for k in arrays if k != "info")
   assert json.loads(str(again["info"]))["build_time_s"] == retimed["build_time_s"]

@@ -19,7 +19,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ensemble_jax import config_lib, costs, stored, train
+from ensemble_jax import config_lib, costs, record, stored, train
 from ensemble_jax import data as data_lib
 from ensemble_jax.data import images, pipeline
 from ensemble_jax import aggregate
@@ -122,7 +122,8 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
   recorded (`recorded`, a run's `distill` block), and then written back. Runs trained on
   the cached pool, so a pool that changed means runs to train again, not a time to
   replace. `path`, not `config`'s cache key, names the pool: keys grow with the config's
-  fields. The new info's `retimed` says which check it passed."""
+  fields. The new info's `retimed` says which check it passed, `retimed_on` on which host
+  and at what load average."""
   if not proxy_free(config):
     raise ValueError(f"distill.builder={config.distill.builder!r} trains a proxy: only the "
                      "proxy-free pools (PCA of pixels, tf-idf of text) are re-timed here")
@@ -144,7 +145,9 @@ def retime(config, data, num_consumers: int, path: str, recorded: dict) -> dict:
       raise PoolChanged(f"no cached pool {path}, and this code's build has other cluster sizes "
                        "than its runs recorded: they trained on another pool; train them "
                        "again rather than re-time it")
-  built.info = {**built.info, "retimed": check}
+  # Where and how quietly it was timed: a pool's build time is host work, read beside it.
+  built.info = {**built.info, "retimed": check,
+                "retimed_on": {**record.host_info(), "load_average_1min": os.getloadavg()[0]}}
   _write(path, built)
   return built.info
 
