@@ -227,6 +227,47 @@ def test_a_point_re_run_keeps_the_step_its_seed_runs_were_priced_at(tmp_path, mo
 
 
 @pytest.mark.unit
+def test_pools_are_re_timed_only_on_the_host_that_timed_the_calibrations(tmp_path):
+  """--retime_pools beside a calibration timed on another machine would charge pool builds
+  from one host beside device steps from another: refused, naming both and the fix."""
+  from ensemble_jax import record
+
+  here = record.host_info()
+  cal = tmp_path / "calibration" / "abc" / run.RESULTS_FILE
+  cal.parent.mkdir(parents=True)
+  cal.write_text(json.dumps({"host": here}))
+  cost_vs_time._check_calibrated_here(str(tmp_path / "calibration"))  # one host: fine
+  cal.write_text(json.dumps({"host": {**here, "cpu": "Another CPU", "cpu_features": ["avx"]}}))
+  with pytest.raises(SystemExit, match=r"Another CPU \(avx\).*--recalibrate --retime_pools"):
+    cost_vs_time._check_calibrated_here(str(tmp_path / "calibration"))
+
+
+@pytest.mark.unit
+def test_a_pools_re_timed_build_prices_every_run_that_read_it(tmp_path, monkeypatch):
+  """A point re-run after its pools were re-timed builds each pool again itself, on its
+  own host; the re-timed build of the same pool (kept in the superseded runs) prices it."""
+  retimed = {"builder": "kmeans", "build_time_s": 1.9, "retimed": "bit for bit",
+             "cached": "study/pools/abc.npz"}
+  own = {"builder": "kmeans", "build_time_s": 0.7, "cached": "study/pools/abc.npz"}
+  for where, distill in (("p/N8/superseded/seed1-lr0.1", retimed), ("p/N8/seed1", own),
+                         ("p/N8/seed2", {**own, "cached": "study/pools/xyz.npz"})):
+    path = tmp_path / where / run.RESULTS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"distill": distill}))
+  before = cost_vs_time._retimed_pools(str(tmp_path))
+  assert before == {
+      "abc.npz": {"builder": "kmeans", "build_time_s": 1.9, "retimed": "bit for bit"}}
+  monkeypatch.setattr(cost_vs_time.costs, "summary", lambda results, *a, **k: "priced")
+  for where, expected in (("p/N8/seed1", 1.9), ("p/N8/seed2", 0.7)):
+    path = tmp_path / where / run.RESULTS_FILE
+    results = json.loads(path.read_text())
+    path.write_text(json.dumps({**results, "config": {"cost": {"devices": 8}},
+                                "cost": {"modelled": {"device_step_time_s": 0.1}}}))
+    cost_vs_time._recost_file(str(path), None, None, {}, before)
+    assert json.loads(path.read_text())["distill"]["build_time_s"] == expected
+
+
+@pytest.mark.unit
 def test_a_taught_point_is_priced_like_its_untaught_twin_plus_the_teachers_forward(
     tmp_path, monkeypatch):
   from experiments.configs import fashion_mnist

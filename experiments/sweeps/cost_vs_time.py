@@ -47,8 +47,8 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from ensemble_jax import (checkpoint, config_lib, costs, distributed, report, resume, sharding,
-                          stored, train)
+from ensemble_jax import (checkpoint, config_lib, costs, distributed, record, report, resume,
+                          sharding, stored, train)
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from ensemble_jax.distill.registry import BUILDERS
@@ -451,6 +451,42 @@ def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
   return {name: info for name, info in retimed.items() if info is not None}
 
 
+def _host(info: dict) -> str:
+  """What makes two hosts' timings comparable: the device (on CPU, its model and the
+  instruction-set features XLA compiles for)."""
+  features = ", ".join(info.get("cpu_features", ()))
+  return f"{info.get('cpu') or info.get('device_kind')}" + (f" ({features})" if features else "")
+
+
+def _check_calibrated_here(calibration_dir: str) -> None:
+  """Exits unless this host is the one that timed the study's calibrations: a pool re-timed
+  here would be charged beside device steps timed on another machine (the study's other
+  prices), so the two must be taken on one host (`--recalibrate` with `--retime_pools`)."""
+  here = _host(record.host_info())
+  hosts = {_host(stored.load(path).get("host") or {})
+           for path in glob.glob(os.path.join(calibration_dir, "*", run_lib.RESULTS_FILE))}
+  if hosts and hosts != {here}:
+    raise SystemExit(
+        f"error: --retime_pools on {here}, but {calibration_dir} was timed on "
+        f"{' / '.join(sorted(hosts))}: the pool builds and the device steps they are charged "
+        "beside would come from two machines. Re-time both on one quiet host (--recost "
+        "--recalibrate --retime_pools), or re-time the pools on the calibration's host.")
+
+
+def _retimed_pools(workdir: str) -> dict[str, dict]:
+  """{pool file name: its re-timed info} from the study's records (superseded runs too):
+  a pool's re-timed build prices every run that read it, also a run trained after the
+  re-time that built the pool again itself (a point re-run on another host)."""
+  out = {}
+  for path in sorted(glob.glob(os.path.join(workdir, "**", run_lib.RESULTS_FILE),
+                               recursive=True)):
+    d = stored.load(path).get("distill") or {}
+    if d.get("cached") and d.get("retimed"):
+      out.setdefault(os.path.basename(d["cached"]),
+                     {k: v for k, v in d.items() if k != "cached"})
+  return out
+
+
 def _pool_config(module, variant: str, overrides: dict, workdir: str, run_config: dict):
   """The config the sweep built a run's pool with: its point's configured values at the
   run's seed (every run of a point and seed reads one pool, whatever its tuned values),
@@ -462,17 +498,23 @@ def _pool_config(module, variant: str, overrides: dict, workdir: str, run_config
 
 
 def _recost_file(path: str, step_time: float | None, point_config=None,
-                 retimed: dict[str, dict] | None = None) -> None:
+                 retimed: dict[str, dict] | None = None,
+                 retimed_before: dict[str, dict] | None = None) -> None:
   """`path`'s cost block at `step_time` (None: the device step it records), with the
   collectives the run recorded; with the run's `point_config`, those of a run whose own
   reading failed, or that was priced on another cluster than the point's, are read now.
-  `retimed` ({pool file name: info}): a run that read one of those pools takes its info.
+  `retimed` ({pool file name: info}): a run that read one of those pools takes its info;
+  `retimed_before` (the same, from the study's records): so does a run of one of those
+  pools whose own info was not re-timed.
   The file is read as written, not through `stored.load`: rewritten, it keeps its names."""
   with open(path) as f:
     results = json.load(f)
-  cached = (results.get("distill") or {}).get("cached")
-  if cached and os.path.basename(cached) in (retimed or {}):
-    results["distill"] = {**retimed[os.path.basename(cached)], "cached": cached}
+  distill = results.get("distill") or {}
+  name = os.path.basename(distill.get("cached") or "")
+  info = (retimed or {}).get(name) or (
+      None if distill.get("retimed") else (retimed_before or {}).get(name))
+  if name and info is not None:
+    results["distill"] = {**info, "cached": distill["cached"]}
   if step_time is None:
     step_time = results["cost"]["modelled"]["device_step_time_s"]
   cost = results["config"]["cost"]
@@ -548,9 +590,11 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   (None: all) with its point's calibrated device step (after `recalibrate` re-times them
   all, e.g. on a quiet host; with `keep_device_step`, the one each run records: the cost
   model re-applied, nothing timed or compiled), and each point's tuning record from them;
-  returns the seed runs updated. With `retime_pools`, every proxy-free pool the runs read
-  is first built again by this code, timed (`_retime_pools`), and the runs take its build
-  time: the same pool, this code's machinery.
+  returns the seed runs updated. A pool re-timed before prices every run that read it
+  (`_retimed_pools`). With `retime_pools`, every proxy-free pool the runs read is first
+  built again by this code, timed (`_retime_pools`), and the runs take its build time: the
+  same pool, this code's machinery, on the host that timed the calibrations (else refused:
+  `_check_calibrated_here`).
 
   The cost block is derived from results.json and the calibration, so this changes no
   measurement: only which device step time the modelled time axis uses. A run whose own
@@ -559,10 +603,13 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
   """
   module = sweeps.load_config_module(config_path)
   calibration_dir = calibration_dir or os.path.join(workdir, "calibration")
+  if retime_pools and not recalibrate:
+    _check_calibrated_here(calibration_dir)
   if recalibrate:
     shutil.rmtree(calibration_dir, ignore_errors=True)
   grid_curves = _grid_curves(module, grid, curves)
   retimed = _retime_pools(module, grid_curves, workdir) if retime_pools else {}
+  retimed_before = _retimed_pools(workdir)
   updated = 0
   for curve, points in grid_curves.items():
     for point, (variant, overrides) in points.items():
@@ -571,7 +618,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
                    else device_step_time(config, calibration_dir, workdir))
       point_dir = os.path.join(workdir, curve, point)
       for path in glob.glob(os.path.join(point_dir, "tune", "*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time, config, retimed)
+        _recost_file(path, step_time, config, retimed, retimed_before)
       config.seed = config.tune.seed
       try:
         record = tuning.tune(config, point_dir, _finished)[1]
@@ -583,7 +630,7 @@ def recost(config_path: str, workdir: str, grid: str, recalibrate: bool = False,
         else:
           tuning.write_record(point_dir, record)
       for path in glob.glob(os.path.join(point_dir, "seed*", run_lib.RESULTS_FILE)):
-        _recost_file(path, step_time, config, retimed)
+        _recost_file(path, step_time, config, retimed, retimed_before)
         if record is not None:
           tuning.attach(path, record)
         updated += 1
