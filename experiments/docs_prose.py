@@ -2270,7 +2270,7 @@ def resnet50_whatif_n8() -> str:
       "communicates while training, and the ratio is their measured steps' "
       f"({base.steps:g} against {experts.steps:g} to 85%). Charged with their pool builds as "
       f"measured on the 2-core machine (`{charged}.md`: Fashion-MNIST's 60,000 images, the "
-      f"build timed by the current code, {span(pools, lambda v: f'{v:.1f}')} s), the experts "
+      f"build as the grid charges it, {span(pools, lambda v: f'{v:.1f}')} s), the experts "
       f"take {s(eth_charged['method_time_s'])}: {x(eth_charged['time_ratio'])} on 10 GbE "
       f"against {eth_charged['baseline_time_s']:.2f} s, "
       f"{x(v['ib_charged']['time_ratio'])} on ib_xdr800. A build for ImageNet's 1.28M images "
