@@ -1808,8 +1808,11 @@ def critical_batch_fashion_tuning() -> str:
   """The tuning seed's runs at the batches whose choice the table cannot show."""
   w, lr = "fashion", "optim.learning_rate"
   summary = critical_batch(w)
-  edge = next(r for r in summary["rows"] if r["lr_at_edge"])
-  flat = [r["steps_to_target"] for r in _axis_runs(w, edge["batch"], lr)]
+  edges = [r for r in summary["rows"] if r["lr_at_edge"]]
+  flat_row = edges[0] if edges else _at(summary, 256)  # its rates' response is flat
+  tried = _axis_runs(w, flat_row["batch"], lr)
+  flat = [r["steps_to_target"] for r in tried if r["steps_to_target"] is not None]
+  beyond = [_factor(r["factor"]) for r in tried if r["steps_to_target"] is None]
   far, last = summary["rows"][-2], summary["rows"][-1]
   rates = _axis_runs(w, far["batch"], lr)
   quarter = _fraction(w, far["batch"], 0.25)
@@ -1821,13 +1824,17 @@ def critical_batch_fashion_tuning() -> str:
   half = _fraction(w, last["batch"], 0.5)
   clock = [r["cost"]["measured"]["step_time_s"]
            for r in _results(f"critical_batch/{w}/B{last['batch']}/seed*/results.json")]
-  if (None in flat or any(r["steps_to_target"] is None for r in rates) or half["reached"]
+  if (max(flat) > 1.2 * min(flat) or len(edges) > 1 or not (edges or beyond)
+      or any(r["steps_to_target"] is None for r in rates) or half["reached"]
       or not quarter["reached"] or not q["reached"] or far["schedule_fraction"] != 0.25):
     raise Contradicted("critical_batch_fashion_tuning: a tuning run's outcome moved")
   return "\n".join((
-      bullet(f"At B = {edge['batch']} the tuned rate sits at the edge of the extended grid "
-             f"({edge['lr_factor']:g}x the base) on a flat response: {span(flat, str)} steps "
-             "at every rate tried on the tuning seed."),
+      bullet(f"At B = {flat_row['batch']} the response to the rate is flat: {span(flat, str)} "
+             "steps at every rate that reached the target on the tuning seed"
+             + (f"; the tuned rate sits at the edge of the extended grid "
+                f"({flat_row['lr_factor']:g}x the base)." if edges else
+                f"; extended past its former edge, the grid's {listing(beyond)} did not reach "
+                f"it, so the tuned rate ({flat_row['lr_factor']:g}x the base) is interior.")),
       bullet(f"At B = {_b(far['batch'])} the rates "
              f"{' / '.join(_factor(r['factor']) for r in rates)} took "
              f"{' / '.join(str(r['steps_to_target']) for r in rates)} steps on the tuning "
