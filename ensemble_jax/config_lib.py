@@ -347,6 +347,11 @@ def _tune() -> ml_collections.ConfigDict:
   # eval at or past its steps: one that has not reached it by then can no longer be chosen,
   # so the choice is the one full runs would give, for less compute.
   g.stop_losers = False
+  # Fields set from another grid's tuning choice (the many-worker, one-device and demo grids
+  # train at the full grid's): a run trained at other values of them was trained at a former
+  # choice, so it moves to the point's superseded/ and trains again, as a run at other values
+  # of the point's own tuned `fields` does, rather than making the workdir another study's.
+  g.inherited = ()
   return g
 
 

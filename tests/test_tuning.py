@@ -260,16 +260,16 @@ def test_a_seed_trained_at_a_superseded_rate_is_set_aside_not_counted(tmp_path):
     return run_dir
 
   current = seed_run("seed1", BASE / 4)
-  tuning._set_aside_if_stale(str(current), chosen)
+  tuning._set_aside_if_stale(str(current), chosen, chosen.tune.fields)
   assert (current / "results.json").exists()  # trained at the chosen rate: kept in place
   stale = seed_run("seed2", BASE)
-  tuning._set_aside_if_stale(str(stale), chosen)
+  tuning._set_aside_if_stale(str(stale), chosen, chosen.tune.fields)
   assert not stale.exists()
   aside = tmp_path / "superseded" / "seed2-lr0.003"
   kept = json.loads((aside / "results.json").read_text())
   assert ml_collections.ConfigDict(kept["config"]).optim.learning_rate == BASE
   seed_run("seed2", BASE)  # superseded twice at the same rate: both kept
-  tuning._set_aside_if_stale(str(stale), chosen)
+  tuning._set_aside_if_stale(str(stale), chosen, chosen.tune.fields)
   assert (tmp_path / "superseded" / "seed2-lr0.003.1" / "results.json").exists()
 
 
@@ -284,10 +284,44 @@ def test_a_seed_stopped_part_way_at_a_superseded_value_is_set_aside_too(tmp_path
   monkeypatch.setattr(checkpoint_lib, "latest_record", lambda d: records.get(d))
   for name in ("seed3", "seed4", "seed5"):  # seed5: nothing trained yet
     (tmp_path / name / "checkpoints").mkdir(parents=True)
-    tuning._set_aside_if_stale(str(tmp_path / name), chosen)
+    tuning._set_aside_if_stale(str(tmp_path / name), chosen, chosen.tune.fields)
   assert not (tmp_path / "seed3").exists()
   assert (tmp_path / "superseded" / f"seed3-lr{BASE:.4g}").is_dir()
   assert (tmp_path / "seed4").is_dir() and (tmp_path / "seed5").is_dir()
+
+
+def test_runs_at_a_former_inherited_choice_are_set_aside_not_another_study(tmp_path):
+  """A grid that trains at another grid's tuning choice (the many-worker grid) whose
+  choice moved (schedule 0.5 -> 1): its runs at the former choice are no other study's
+  (the guard once refused the workdir), and its tuning and seed runs move to superseded/
+  before it trains again; a run at the current choice stays."""
+  import ml_collections
+
+  from experiments import configs
+  from experiments.sweeps import study
+
+  point = _config(factors=(1.0,))
+  for key, value in configs.at_choice({"optim.learning_rate": BASE,
+                                       config_lib.SCHEDULE_FRACTION: 1.0}).items():
+    config_lib.set_dotted(point, key, value)
+  former = ml_collections.ConfigDict(point.to_dict())
+  former.train.schedule_fraction = 0.5
+  point_dir = tmp_path / "ensemble" / "N16_L235"
+  for run, trained in (("tune/lr0.003", former), ("seed0", former), ("seed1", former),
+                       ("seed2", point)):
+    (point_dir / run).mkdir(parents=True)
+    (point_dir / run / "results.json").write_text(json.dumps({"config": trained.to_dict()}))
+  held = study.identity("c.py", "many_workers", None, {"ensemble/N16_L235": point})
+  assert study.legacy_changes(str(tmp_path), held) == {}
+  formerly = study.identity("c.py", "many_workers", None, {"ensemble/N16_L235": former})
+  assert study.differences(formerly, held) == {}
+  tuning.set_aside_inherited(str(point_dir), point)
+  tuning.ready_seeds(point, {}, str(point_dir), [0, 1, 2], counts={})
+  aside = sorted(os.listdir(point_dir / "superseded"))
+  assert aside == ["seed0-lr0.003_sched0.5", "seed1-lr0.003_sched0.5",
+                   "tune-lr0.003-lr0.003_sched0.5"], aside
+  assert sorted(os.listdir(point_dir)) == ["seed2", "superseded", "tune"]
+  assert not os.listdir(point_dir / "tune")
 
 
 def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate_and_never_extended():
@@ -435,18 +469,18 @@ def test_the_rate_is_never_left_at_its_grids_edge_below_the_cap():
 
 
 def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
-  """The committed tuning records the margin and the edge rule move (issue 58: the
-  critical-batch points; the full grid's re-tuned points no longer move), and the grids
+  """The committed tuning records the margin and the edge rule move (issue 58: none since
+  the critical-batch points and the full grid's were re-tuned under it), and the grids
   still trained at a full grid's former choice (the small-model routed experts' N8_L235
   chose its half schedule before its re-run and its whole one since), in the committed plan
   the re-run queue reads."""
   from experiments import rerun_plan
   rows = rerun_plan.plan()
   moved = {r["point"]: r["why"] for r in rows}
-  assert any("step 46 of 50, 42 of 50" in w for w in moved["critical_batch/fashion/B2048"])
-  assert any("high edge after 2 extensions" in w for w in moved["critical_batch/fashion/B256"])
-  for point in ("data_parallel/D8", "ensemble_pca_routed_small/N8_L235", "dp_small_model/D8"):
-    assert f"fashion_mnist/{point}" not in moved  # re-tuned under the rule, or within 0.8
+  for point in ("critical_batch/fashion/B2048", "critical_batch/fashion/B256",
+                "critical_batch/fashion_small_model/B64", "fashion_mnist/data_parallel/D8",
+                "fashion_mnist/ensemble_pca_routed_small/N8_L235"):
+    assert point not in moved  # re-tuned under the rule
   stale = {r["point"]: r for r in rerun_plan.stale_feeds()}
   source = "fashion_mnist/ensemble_pca_routed_small/N8_L235"
   for point in ("many_workers/ensemble_pca_routed_small/N64_L235",

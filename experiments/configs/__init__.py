@@ -33,3 +33,11 @@ def tuned_choice(workload: str, curve: str, point: str) -> dict:
                             f"choices; run the full {workload} grid first (make sweep-...)")
   with open(path) as f:
     return json.load(f)["chosen"]
+
+
+def at_choice(chosen: dict) -> dict:
+  """Overrides that train a point once at another grid's tuning choice (`tuned_choice`):
+  the chosen values, one tuning factor, and the chosen fields marked `tune.inherited`, so
+  that when that choice moves the point's runs at the former one are set aside and train
+  again rather than make the workdir another study's."""
+  return {**chosen, "tune.factors": (1.0,), "tune.inherited": tuple(chosen)}

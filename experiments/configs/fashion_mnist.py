@@ -139,8 +139,8 @@ def _at_tuned_choice(curve: str, point: str, **extra) -> tuple[str, dict]:
   """The full grid's `point` at its tuning's choice, trained once (no tuning of its own)."""
   variant, overrides = sweep_grid("full")[curve][point]
   kept = {k: v for k, v in overrides.items() if not k.startswith("tune.")}
-  return variant, {**kept, **configs.tuned_choice("fashion_mnist", curve, point),
-                   "tune.factors": (1.0,), **extra}
+  return variant, {**kept, **configs.at_choice(configs.tuned_choice("fashion_mnist", curve,
+                                                                      point)), **extra}
 
 
 def budget_steps(examples_per_step: int, examples: int = SWEEP_EXAMPLES) -> int:
@@ -210,7 +210,7 @@ def sweep_grid(name: str = "full") -> dict:
       # At N = 64 the eval batch is 250 images, not 1,000 (125 at N = 128): each device
       # evaluates its workers unrolled, and at 1,000 the process needs ~16 GB at N = 64. A
       # layout field: it changes no trained step and no accuracy.
-      return {**chosen[curve], "tune.factors": (1.0,),
+      return {**configs.at_choice(chosen[curve]),
               **({"eval.batch_size": 250 * 64 // n} if n >= 64 else {})}
 
     return {"ensemble": {f"N{n}_L235": ensemble(n, 235, **fixed("ensemble", n))

@@ -172,8 +172,9 @@ def sweep_grid(name: str = "full") -> dict:
     # `configs.tuned_choice`): a worker trains alike whatever N, only the average changes.
     # So N = 8 here is the full grid's N8_L300 point, measured again.
     l8 = budget_steps(16 * 8)
-    fixed = {curve: {**configs.tuned_choice("pydocs_gpt2", curve, f"N8_L{l8}"),
-                     "tune.factors": (1.0,), "method.steps_per_worker": l8}
+    fixed = {curve: {**configs.at_choice(configs.tuned_choice("pydocs_gpt2", curve,
+                                                              f"N8_L{l8}")),
+                     "method.steps_per_worker": l8}
              for curve in ("ensemble", "ensemble_tfidf_routed", "ensemble_tfidf_routed_small")}
 
     sizes = (2, 4, 8, 16, 32, 64)  # above 8: several workers per device, unrolled

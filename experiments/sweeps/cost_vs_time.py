@@ -350,6 +350,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     base.seed = base.tune.seed
     base.cost.device_step_time_s = device_step[key]
     point_dir = os.path.join(workdir, *key)
+    tuning.set_aside_inherited(point_dir, base)
     tuned[key] = tuning.tune(base, point_dir, lambda c, run_dir, b=base: study.counted(
         counts, "tuning_runs", run_dir, lambda: tuning.train_run(
             c, run_dir, counts, "tuning_runs", pool_config=tuning.on_seed(b, c.seed))))

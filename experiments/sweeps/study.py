@@ -115,7 +115,8 @@ def differences(held: dict, study: dict) -> dict[str, tuple]:
   for name in sorted(set(held["points"]) & set(study["points"])):
     now = ml_collections.ConfigDict(study["points"][name])
     for field, change in point_changes(held["points"][name], now).items():
-      by_field.setdefault(field, {})[name] = change
+      if field not in now.tune.inherited:  # runs at its former value are set aside
+        by_field.setdefault(field, {})[name] = change
   for field, per_point in by_field.items():
     if len({repr(c) for c in per_point.values()}) == 1 and len(per_point) > 1:
       changes[f"{field} (at {len(per_point)} points)"] = next(iter(per_point.values()))
@@ -132,11 +133,12 @@ def point_changes(trained: dict, config: ml_collections.ConfigDict) -> dict[str,
 
 def run_changes(results: dict, point: ml_collections.ConfigDict) -> dict[str, tuple]:
   """`point_changes` of a finished run against its point's config at the run's seed and
-  tuned values (the only fields in which a point's runs differ)."""
+  tuned or inherited values (`tuning.choice_fields`: the only fields in which a point's runs
+  differ; a run at another inherited value is set aside before the point trains)."""
   trained = results["config"]
   expected = copy.deepcopy(point)
   expected.seed = trained.get("seed", expected.seed)
-  for field in {*point.tune.fields, *trained.get("tune", {}).get("fields", ())}:
+  for field in {*tuning.choice_fields(point), *trained.get("tune", {}).get("fields", ())}:
     try:
       config_lib.set_dotted(expected, field, tuning.trained_value(trained, field))
     except (AttributeError, KeyError):

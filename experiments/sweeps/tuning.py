@@ -410,17 +410,38 @@ def ready_seeds(chosen: ml_collections.ConfigDict, record: dict, point_dir: str,
   chosen tuning run, so that a point never reports runs of two choices, even mid-sweep."""
   if sweeps.is_writer():
     for seed in sorted({chosen.tune.seed, *seeds}):
-      _set_aside_if_stale(os.path.join(point_dir, f"seed{seed}"), chosen)
+      _set_aside_if_stale(os.path.join(point_dir, f"seed{seed}"), chosen, choice_fields(chosen))
   sweeps.sync(f"ready_seeds {point_dir}")
   if chosen.tune.seed not in seeds:
     run_seed(chosen, record, point_dir, chosen.tune.seed, counts)
 
 
-def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None:
-  """A seed run at other tuned values than `chosen` (the point was tuned again, e.g. under a
-  wider grid), finished or stopped part-way (its checkpoints' config), moves to
-  `<point>/superseded/<seed dir>-<its run name>`: it is kept, and the seed runs again at the
-  chosen values."""
+def choice_fields(config) -> tuple[str, ...]:
+  """The fields in which a point's runs may differ from its config: its tuned fields and
+  those it takes from another grid's tuning choice (`tune.inherited`)."""
+  return tuple(dict.fromkeys((*config.tune.fields, *config.tune.inherited)))
+
+
+def set_aside_inherited(point_dir: str, config: ml_collections.ConfigDict) -> None:
+  """Before a point tunes: its tuning runs trained at other values of `tune.inherited` than
+  `config`'s (the other grid's choice moved since) move to `<point>/superseded/`, kept, and
+  train again (the seed runs follow in `ready_seeds`)."""
+  fixed = tuple(k for k in config.tune.inherited if k not in config.tune.fields)
+  if fixed and sweeps.is_writer():  # (a tuned field's other values are other tuning runs)
+    tune_dir = os.path.join(point_dir, "tune")
+    for name in sorted(os.listdir(tune_dir)) if os.path.isdir(tune_dir) else ():
+      _set_aside_if_stale(os.path.join(tune_dir, name), config, fixed,
+                          aside_dir=os.path.join(point_dir, "superseded"), prefix="tune-")
+  sweeps.sync(f"set_aside_inherited {point_dir}")
+
+
+def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict,
+                        fields: tuple[str, ...], aside_dir: str | None = None,
+                        prefix: str = "") -> None:
+  """A run at other values of `fields` than `chosen` (the point was tuned again, e.g. under
+  a wider grid, or the choice it inherits moved), finished or stopped part-way (its
+  checkpoints' config), moves to `<point>/superseded/<prefix><run dir>-<its values>`: it is
+  kept, and the run trains again at the chosen values."""
   _, results = read_run(run_dir)
   if results is None:  # not finished: its newest checkpoint says what it was trained at
     results = checkpoint_lib.latest_record(os.path.join(run_dir, train_lib.CHECKPOINTS))
@@ -428,11 +449,14 @@ def _set_aside_if_stale(run_dir: str, chosen: ml_collections.ConfigDict) -> None
     return  # nothing trained (or diverged: nothing was counted)
   trained = ml_collections.ConfigDict(results["config"])
   if all(math.isclose(trained_value(trained, k), config_lib.get(chosen, k), rel_tol=1e-9)
-         for k in chosen.tune.fields):
+         for k in fields):
     return
   point_dir, seed_dir = os.path.split(os.path.normpath(run_dir))
-  values = run_name(on_seed(trained, trained.tune.seed))  # its tuned values (the seed: its dir)
-  aside = os.path.join(point_dir, "superseded", f"{seed_dir}-{values}")
+  values = "_".join([run_name(on_seed(trained, trained.tune.seed)),  # (the seed: its dir)
+                     *(f"{SHORT_NAMES.get(k, k.rsplit('.', 1)[-1])}{trained_value(trained, k):.4g}"
+                       for k in fields if k not in trained.tune.fields)])
+  aside = os.path.join(aside_dir or os.path.join(point_dir, "superseded"),
+                       f"{prefix}{seed_dir}-{values}")
   stem, k = aside, 1
   while os.path.exists(aside):
     aside, k = f"{stem}.{k}", k + 1
