@@ -35,8 +35,8 @@ from __future__ import annotations
 import copy
 import cProfile
 import hashlib
-import pstats
 import os
+import pstats
 import re
 import statistics
 import subprocess
