@@ -2400,8 +2400,6 @@ def fashion_projection() -> str:
   sweep = {r["devices"]: r["baseline"] for r in rs if r["devices"] > 8}
   dp = [projected_point(name, *sweep[d].split()) for d in (16, 32, 64)]
   held = [r for r in held_rows(name, "dp_small_model") if r["method"] == SMALL_ROUTED]
-  held_wins = {p: min((r["devices"] for r in held if r["preset"] == p and projection.wins(r)),
-                     default=None) for p in report.PRESETS}
   n64 = {r["preset"]: r for r in held if r["method_point"] == best.name and r["devices"] == 64}
   diloco = {r["preset"]: r for r in rows(name, method="diloco", devices=8)}
   late = {m: [r for r in rows(name, method=m) if r["devices"] >= 64]
@@ -2423,10 +2421,11 @@ def fashion_projection() -> str:
     raise Contradicted("fashion_projection: the projection's closest points or baselines moved")
   order = ("nvlink", "ib_xdr800", "eth10g")
   late_ratio = lambda m, k: span([r[k] for r in late[m]])
-  first_win = {}
+  win_ds = {}  # the device counts at which the held baseline loses, by preset
   for p in order:
-    if held_wins[p] is not None:
-      first_win.setdefault(held_wins[p], []).append(PRESET_NAMES[p])
+    ds = tuple(sorted({r["devices"] for r in held if r["preset"] == p and projection.wins(r)}))
+    if ds:
+      win_ds.setdefault(ds, []).append(PRESET_NAMES[p])
   # the compute baseline at D = 8 by preset: the small model on as many devices as is cheapest
   cheapest, none_as_fast = {}, [PRESET_NAMES[p] for p in order if not at8[p]["compute_baseline"]]
   for p in order:
@@ -2459,8 +2458,8 @@ def fashion_projection() -> str:
       f"{span([r['time_ratio'] for r in mid])} in time at their compute. Held at 8 devices "
       "(the projection's points without the small model's sweep), that baseline would let "
       "them come out ahead "
-      + (" and ".join(f"from D = {d} on {listing(ps)}" for d, ps in sorted(first_win.items()))
-         if first_win else "nowhere")
+      + (" and ".join(f"on {listing(ps)} at D = {listed(ds)}" for ds, ps in win_ds.items())
+         if win_ds else "nowhere")
       + f" (at N = {_n(best.name)}: {held_ratios} in time): the "
       "comparison turns on scaling the baseline as far as the method. DiLoCo "
       f"(H = {diloco['nvlink']['method_point'][1:]}) reaches "
