@@ -483,7 +483,7 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
     assert point not in moved  # re-tuned under the rule
   stale = {r["point"]: r for r in rerun_plan.stale_feeds()}
   source = "fashion_mnist/ensemble_pca_routed_small/N8_L235"
-  for point in ("many_workers/ensemble_pca_routed_small/N64_L235",
+  for point in ("many_workers/ensemble_pca_routed_small/N128_L235",
                 "one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235"):
     assert stale[point]["source"] == source
     assert stale[point]["trained"] == [{"optim.learning_rate": 0.024,
