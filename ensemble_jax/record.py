@@ -114,6 +114,13 @@ def host_info() -> dict:
   return info
 
 
+def describe_host(info: dict) -> str:
+  """A `host_info` in words: what makes two hosts' timings comparable (the device; on CPU
+  its model and the instruction-set features XLA compiles for)."""
+  features = ", ".join(info.get("cpu_features", ()))
+  return f"{info.get('cpu') or info.get('device_kind')}" + (f" ({features})" if features else "")
+
+
 def read(workdir: str, steps: int | None = None) -> dict | None:
   """The workdir's results.json under today's names (only if it covers `steps` steps, when
   given), else None."""

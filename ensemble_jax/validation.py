@@ -303,19 +303,18 @@ def _validate_distill(config) -> None:
 
 def _validate_tune(config) -> None:
   t = config.tune
-  for key in t.fields:
+
+  def value(key):
     try:
-      value = get(config, key)
+      return get(config, key)
     except (AttributeError, KeyError):
-      value = None
-    _need(isinstance(value, float), "tune.fields", t.fields,
+      return None
+
+  for key in t.fields:
+    _need(isinstance(value(key), float), "tune.fields", t.fields,
           f"{key!r} is not a float field of the config (e.g. 'optim.learning_rate').")
   for key in t.inherited:
-    try:
-      value = get(config, key)
-    except (AttributeError, KeyError):
-      value = None
-    _need(isinstance(value, (int, float)), "tune.inherited", t.inherited,
+    _need(isinstance(value(key), (int, float)), "tune.inherited", t.inherited,
           f"{key!r} is not a numeric field of the config (e.g. 'train.schedule_fraction').")
   _need(len(t.factors) > 0 and all(f > 0 for f in t.factors), "tune.factors", t.factors,
         "a non-empty list of positive multipliers, e.g. (0.5, 1.0, 2.0).")

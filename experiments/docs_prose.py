@@ -30,6 +30,7 @@ import textwrap
 from typing import Callable
 
 from ensemble_jax import config_lib, costs, report, stored
+from ensemble_jax import record as record_lib
 from experiments import projection, rerun_plan
 from experiments.sweeps import critical_batch as critical_batch_sweep
 
@@ -2890,10 +2891,6 @@ def routed_runs() -> list[dict]:
   return out
 
 
-def _host_name(info: dict) -> str:
-  return f"{info.get('cpu')} ({', '.join(info.get('cpu_features', []))})"
-
-
 @template(METHODOLOGY, "pool_retiming")
 def pool_retiming() -> str:
   """Which routed runs are priced at a re-timed pool build, where and how quietly it was
@@ -2905,13 +2902,14 @@ def pool_retiming() -> str:
   hosts = [r["distill"]["retimed_on"] for r in retimed if r["distill"].get("retimed_on")]
   where = ""
   if hosts:
-    cpus = sorted({_host_name(h) for h in hosts})
+    cpus = sorted({record_lib.describe_host(h) for h in hosts})
     loads = [h["load_average_1min"] for h in hosts]
     where = (f"; {len(hosts)} of them timed on {listing(cpus)} at a 1-minute load average "
              f"of {span(loads, _two)}")
     if len(hosts) < len(retimed):
       where += f", {len(retimed) - len(hosts)} before the host was recorded"
-  calibrated = sorted({_host_name(stored.load(path).get("host") or {}) for study in ROUTED_STUDIES
+  calibrated = sorted({record_lib.describe_host(stored.load(path).get("host") or {})
+                       for study in ROUTED_STUDIES
                        for path in glob.glob(os.path.join(RESULTS, study, "calibration", "*",
                                                           "results.json"))})
   text = (f"The calibrations that price the four cost-vs-time studies were timed on "

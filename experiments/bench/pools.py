@@ -192,11 +192,10 @@ def objective(x_ExD: np.ndarray, pools_: list[np.ndarray]) -> float:
   return total
 
 
-def features(config, data) -> np.ndarray:
-  """The default build's k-means features."""
-  if config.task == "lm":
-    return pools.text_embedding(config, data)[1]
-  return pools.pixel_embedding(config, data)[1]
+def features(config, data) -> tuple:
+  """The default build's k-means features: (the fitted embedding, its rows [E, D])."""
+  embedding = pools.text_embedding if config.task == "lm" else pools.pixel_embedding
+  return embedding(config, data)[:2]
 
 
 def digest(built) -> str:
@@ -237,7 +236,7 @@ def bench(case: str, rounds: int, old_build) -> dict:
                        f"equal: {same_route})")
   profiled = phases(pools.build, config, data, n)
   load_after = os.getloadavg()
-  x_ExD = features(config, data)
+  fitted, x_ExD = features(config, data)
   default_objective = objective(x_ExD, out["new"][0])
   row = {"case": case, "workers": n, "train_examples": len(data.train),
          "eval_routed": int(out["new"][2].shape[0]), "pools_identical": True,
@@ -245,7 +244,7 @@ def bench(case: str, rounds: int, old_build) -> dict:
          "loadavg_1_5_15": {"before": list(load_before), "after": list(load_after)},
          "objective": {"new": default_objective}, "phases_s": profiled}
   if kind == "fm":  # the covariance's floor: P^2 E / 2 multiply-adds x 2, at each rate
-    p, e = pools.pixel_embedding(config, data)[0].components_PxD.shape[0], len(data.train)
+    p, e = fitted.components_PxD.shape[0], len(data.train)
     flop = float(p) * p * e
     row["covariance_floor"] = {"pixels": p, "examples": e, "flop": flop, **{
         f"{name}_s": flop / syrk_rate(4096, p, dtype)

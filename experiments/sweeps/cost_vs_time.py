@@ -452,19 +452,12 @@ def _retime_pools(module, grid_curves: dict, workdir: str) -> dict[str, dict]:
   return {name: info for name, info in retimed.items() if info is not None}
 
 
-def _host(info: dict) -> str:
-  """What makes two hosts' timings comparable: the device (on CPU, its model and the
-  instruction-set features XLA compiles for)."""
-  features = ", ".join(info.get("cpu_features", ()))
-  return f"{info.get('cpu') or info.get('device_kind')}" + (f" ({features})" if features else "")
-
-
 def _check_calibrated_here(calibration_dir: str) -> None:
   """Exits unless this host is the one that timed the study's calibrations: a pool re-timed
   here would be charged beside device steps timed on another machine (the study's other
   prices), so the two must be taken on one host (`--recalibrate` with `--retime_pools`)."""
-  here = _host(record.host_info())
-  hosts = {_host(stored.load(path).get("host") or {})
+  here = record.describe_host(record.host_info())
+  hosts = {record.describe_host(stored.load(path).get("host") or {})
            for path in glob.glob(os.path.join(calibration_dir, "*", run_lib.RESULTS_FILE))}
   if hosts and hosts != {here}:
     raise SystemExit(
