@@ -21,6 +21,7 @@ TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
                  "perplexity": (1.0, math.inf)}
 LOWER_IS_BETTER = ("nll", "perplexity")
 ATTENTIONS = ("einsum", "fused")  # models/gpt2.py GPT2.attention
+BATCHNORMS = ("synchronised", "per_device")  # method.batchnorm
 TARGET_METRICS = {"classification": ("accuracy", "nll"),  # what each task's eval reports
                   "lm": ("perplexity", "nll", "accuracy")}
 
@@ -62,6 +63,13 @@ def _method() -> ml_collections.ConfigDict:
   g.name = "data_parallel"
   g.fsdp = False  # shard params and optimizer state over `data` (ZeRO-3 style)
   g.fsdp_min_size = 2**14  # leaves smaller than this stay replicated
+  # BATCHNORMS: how BatchNorm takes its batch statistics where one model's batch spans
+  # several devices (data-parallel's D, or an ensemble worker's devices). synchronised:
+  # over the model's whole batch (an all-reduce per layer, forward and backward);
+  # per_device: each device's rows alone (ghost batch norm, as large-batch ImageNet training
+  # runs it; Goyal et al. 2017): no collective. A run standing for cost.devices devices
+  # normalises each of their rows alone wherever it runs (models/resnet.py, GhostBatchNorm).
+  g.batchnorm = "synchronised"
   # ensemble: N workers, each L steps on its own stream; train.batch_size is per worker.
   g.num_workers = 8  # N; a multiple of the mesh's worker axis
   g.steps_per_worker = 0  # L; 0: from train.num_steps / train.num_epochs

@@ -37,6 +37,8 @@ def config_changes(saved: dict, config) -> dict[str, tuple]:
   saved = dict(config_lib.flat(stored.migrate_config(saved)))
   current = dict(config_lib.flat(json.loads(json.dumps(config.to_dict()))))
   unread = UNREAD_DURATIONS if _per_worker_budget(saved) and _per_worker_budget(current) else ()
+  if _one_device_per_model(saved) and _one_device_per_model(current):
+    unread += ("method.batchnorm",)
   changes = {}
   for key, now in current.items():
     if key not in saved or key in unread:
@@ -47,6 +49,15 @@ def config_changes(saved: dict, config) -> dict[str, tuple]:
     if before != now:
       changes[key] = (before, now)
   return changes
+
+
+def _one_device_per_model(flat: dict) -> bool:
+  """Whether the run stands for one device per model (data-parallel on 1, an ensemble's
+  workers on at most one each): its BatchNorm is the same either way (`method.batchnorm`)."""
+  devices = flat.get("cost.devices", 0)
+  if flat.get("method.name") == "data_parallel":
+    return devices == 1
+  return 0 < devices <= flat.get("method.num_workers", 0)
 
 
 def _per_worker_budget(flat: dict) -> bool:

@@ -15,6 +15,9 @@ from ensemble_jax import config_lib
 # Config fields renamed since runs were first recorded: {old dotted name: today's}. A
 # config or an override naming an old one is a ConfigError naming today's.
 RENAMED = {"distill.method": "distill.builder"}
+# Config fields added since runs were first recorded: {dotted name: the value every run
+# from before it trained with}, so that a record without one compares as what it did.
+ADDED = {"method.batchnorm": "synchronised"}
 # The keys of a pool's info (results.json `distill`) renamed with them.
 INFO_RENAMED = {"method": "builder"}
 
@@ -37,8 +40,17 @@ def migrate(record: dict) -> dict:
 
 
 def migrate_config(config: dict) -> dict:
-  """A stored config (`config.to_dict()` as JSON) under today's field names."""
-  return _renamed(config, RENAMED)
+  """A stored config (`config.to_dict()` as JSON) under today's field names, with the
+  fields added since (`ADDED`) at the value it trained with."""
+  config = _renamed(config, RENAMED)
+  for dotted, before in ADDED.items():
+    *path, leaf = dotted.split(".")
+    node = config
+    for key in path:
+      node = node.get(key) if isinstance(node, dict) else None
+    if isinstance(node, dict) and leaf not in node:
+      node[leaf] = before
+  return config
 
 
 def migrate_info(info: dict) -> dict:

@@ -11,8 +11,8 @@ import math
 import ml_collections
 
 from ensemble_jax import aggregate, models, sharding
-from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, DILOCO_MODES, LR_SCALINGS,
-                                     OPTIMIZERS, TARGET_METRICS, TARGET_RANGES, TASKS,
+from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, BATCHNORMS, DILOCO_MODES,
+                                     LR_SCALINGS, OPTIMIZERS, TARGET_METRICS, TARGET_RANGES, TASKS,
                                      ConfigError, aggregation_modes, base_config, flat, get)
 from ensemble_jax.data.samplers import SAMPLERS
 from ensemble_jax.distill.registry import BUILDERS
@@ -81,6 +81,13 @@ def _validate_method(config) -> None:
         config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
         "method.name='ensemble').")
   SAMPLERS[config.method.sampler]  # noqa: B018
+  _need(config.method.batchnorm in BATCHNORMS, "method.batchnorm", config.method.batchnorm,
+        f"choose one of {BATCHNORMS}.")
+  _need(config.method.batchnorm != "per_device" or config.train.microbatches == 1,
+        "method.batchnorm", config.method.batchnorm,
+        f"per-device BatchNorm with gradient accumulation (train.microbatches="
+        f"{config.train.microbatches}) is not built: set train.microbatches=1, or "
+        "method.batchnorm='synchronised' (each microbatch is then normalised alone).")
   modes = aggregation_modes(config)
   if config.method.name == "diloco":
     _need(modes == DILOCO_MODES, "method.aggregation", config.method.aggregation,

@@ -82,8 +82,7 @@ class Ensemble(Method):
                         f"N workers to the devices), or N = k * {num_shards}.")
     self.workers_per_shard = m.num_workers // num_shards
     check_batch_sizes(config, data_size)
-    # A worker spanning several `data` devices normalises over its whole batch.
-    self.model = model.clone(bn_axis_name="data") if data_size > 1 else model
+    self.model = self._normalised(model, data_size)
     self.strategy = resolve_local_strategy(m.local_strategy, jax.default_backend())
     self.modes = aggregation_modes(config)
     self.step_config = step_lib.StepConfig.from_config(
@@ -275,6 +274,22 @@ class Ensemble(Method):
             "num_params_per_worker": step_lib.num_params(state.params) // self.num_workers}
 
   # ---- what the cost report charges ----
+  def _normalised(self, model, data_size: int):
+    """`model` with its BatchNorm (`config.method.batchnorm`) over a worker's batch on its
+    `data_size` devices here: synchronised over them, or per device of the cluster the run
+    stands for (`cluster_mesh`): each device's rows alone, or, where one device here holds
+    several of the cluster's, each of those slices alone (GhostBatchNorm)."""
+    spans = self.cluster_mesh(self.config.cost.devices)["data"]
+    if self.config.method.batchnorm == "synchronised" or spans == 1:
+      return model.clone(bn_axis_name="data") if data_size > 1 else model
+    if spans % data_size:
+      raise ConfigError(
+          f"config.method.batchnorm='per_device': each worker stands for {spans} devices "
+          f"(config.cost.devices={self.config.cost.devices}) but spans {data_size} here, "
+          "so its devices' rows cannot each be normalised alone; set config.cost.devices to "
+          f"a multiple of num_workers x {data_size}, or method.batchnorm='synchronised'.")
+    return model.clone(bn_groups=spans // data_size)
+
   def cluster_mesh(self, devices: int) -> dict[str, int]:
     """The workers' mesh, by default one device per worker times `data` here.
 

@@ -43,6 +43,9 @@ class StepConfig:
   # parallelism): gradients and metrics are averaged over it (BatchNorm syncs its batch
   # statistics itself, through the model's `bn_axis_name`).
   data_axis: str | None = None
+  # With data_axis, BatchNorm normalising each device's rows alone (method.batchnorm
+  # per_device): the running statistics are averaged over it with the gradients.
+  mean_batch_stats: bool = False
   # Gradient accumulation: the batch is split into this many microbatches whose gradients
   # are summed in a `lax.scan` before one update (BatchNorm normalises per microbatch).
   microbatches: int = 1
@@ -61,7 +64,9 @@ class StepConfig:
   @classmethod
   def from_config(cls, config, data_axis: str | None = None) -> "StepConfig":
     return cls(config.task, tuple(config.data.mean), tuple(config.data.std),
-               config.optim.label_smoothing, data_axis, config.train.microbatches,
+               config.optim.label_smoothing, data_axis,
+               data_axis is not None and config.method.batchnorm == "per_device",
+               config.train.microbatches,
                config.train.noise_scale, config.distill.kd_weight,
                config.distill.kd_temperature, config.distill.synthetic_augment)
 
@@ -272,7 +277,10 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig,
 def _update(state: TrainState, grads, batch_stats, loss, accuracy, cfg: StepConfig
             ) -> tuple[TrainState, dict]:
   """The step's one optimizer update from the batch's gradients, and its metrics."""
-  if cfg.data_axis is not None:
+  if cfg.data_axis is not None and cfg.mean_batch_stats and batch_stats is not None:
+    grads, loss, accuracy, batch_stats = jax.lax.pmean((grads, loss, accuracy, batch_stats),
+                                                       cfg.data_axis)
+  elif cfg.data_axis is not None:
     grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
   if state.prune_mask is not None:  # pruned entries get no gradient and stay exactly 0
     grads = _masked(grads, state.prune_mask)

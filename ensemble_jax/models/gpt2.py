@@ -260,8 +260,10 @@ class GPT2(nn.Module):
   # `jax.nn.dot_product_attention` (cuDNN flash attention on GPU in bf16), no attention
   # dropout; `experiments/bench/throughput.py` measures the difference.
   attention: str = "einsum"
-  # Accepted only because the training code passes it to every model; GPT-2 has no BatchNorm.
+  # Accepted only because the training code passes them to every model; GPT-2 has no
+  # BatchNorm.
   bn_axis_name: str | None = None
+  bn_groups: int = 1
 
   def __post_init__(self):
     # Fail at construction, not deep inside init, on a bad config.

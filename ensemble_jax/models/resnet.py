@@ -10,6 +10,7 @@ import functools
 from typing import Any, Callable, Sequence
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from ensemble_jax.models.conv import canonical_conv
@@ -90,6 +91,50 @@ def _shortcut(x_BxHxWxI, out_channels: int, strides: int, conv: ModuleDef,
 _BLOCK_CLASSES = {"basic": BasicBlock, "bottleneck": BottleneckBlock}
 
 
+class GhostBatchNorm(nn.Module):
+  """BatchNorm that normalises each of `groups` equal contiguous slices of the batch by its
+  own statistics (ghost batch norm, Hoffer et al. 2017): what D data-parallel devices with
+  per-device BatchNorm compute, each on its own rows, whatever devices the program runs on.
+
+  Its variables are nn.BatchNorm's (params scale, bias; batch_stats mean, var) and so is its
+  math on each slice; the running averages take the slices' mean statistics, and
+  evaluation (`use_running_average`) is nn.BatchNorm's."""
+
+  groups: int
+  use_running_average: bool
+  momentum: float = 0.99
+  epsilon: float = 1e-5
+  dtype: Any = None
+  param_dtype: Any = jnp.float32
+  scale_init: Callable = nn.initializers.ones
+  bias_init: Callable = nn.initializers.zeros
+
+  @nn.compact
+  def __call__(self, x):
+    features = x.shape[-1]
+    mean_stat = self.variable("batch_stats", "mean", jnp.zeros, (features,), jnp.float32)
+    var_stat = self.variable("batch_stats", "var", jnp.ones, (features,), jnp.float32)
+    scale = self.param("scale", self.scale_init, (features,), self.param_dtype)
+    bias = self.param("bias", self.bias_init, (features,), self.param_dtype)
+    if self.use_running_average:
+      mean, var, x_g = mean_stat.value, var_stat.value, x
+    else:
+      if x.shape[0] % self.groups:
+        raise ValueError(f"a batch of {x.shape[0]} does not split into {self.groups} "
+                         "BatchNorm groups")
+      x_g = x.reshape(self.groups, x.shape[0] // self.groups, *x.shape[1:])
+      axes = tuple(range(1, x_g.ndim - 1))
+      x32 = x_g.astype(jnp.float32)
+      mean = x32.mean(axes, keepdims=True)
+      var = jnp.maximum((x32 * x32).mean(axes, keepdims=True) - mean * mean, 0.0)
+      if not self.is_initializing():
+        m = self.momentum
+        mean_stat.value = m * mean_stat.value + (1 - m) * mean.mean(0).reshape(features)
+        var_stat.value = m * var_stat.value + (1 - m) * var.mean(0).reshape(features)
+    y = (x_g - mean) * (jax.lax.rsqrt(var + self.epsilon) * scale) + bias
+    return jnp.asarray(y.reshape(x.shape), self.dtype or x.dtype)
+
+
 class ResNet(nn.Module):
   """ResNet v1.5 classifier returning float32 logits [B, num_classes].
 
@@ -110,6 +155,9 @@ class ResNet(nn.Module):
   # Mesh axis over which one model's batch is split inside shard_map: BatchNorm then
   # normalises with the statistics of the model's whole batch, as a single device would.
   bn_axis_name: str | None = None
+  # > 1: each of this many equal slices of the batch normalised alone (GhostBatchNorm): the
+  # per-device BatchNorm of that many data-parallel devices (config.method.batchnorm).
+  bn_groups: int = 1
   # Convolutions whose gradients are canonical (models/conv.py): for XLA:CPU, whose fast
   # convolutions need it inside a loop (gradient accumulation). Same parameters, same math.
   canonical_conv_grads: bool = False
@@ -136,6 +184,13 @@ class ResNet(nn.Module):
                              momentum=self.bn_momentum, epsilon=self.bn_epsilon,
                              dtype=self.dtype, param_dtype=jnp.float32,
                              axis_name=self.bn_axis_name)
+    if self.bn_groups > 1:
+      if self.bn_axis_name is not None:
+        raise ValueError("bn_groups > 1 sets the statistics' groups itself; it takes no "
+                         f"bn_axis_name (got {self.bn_axis_name!r})")
+      norm = functools.partial(GhostBatchNorm, self.bn_groups, not train,
+                               momentum=self.bn_momentum, epsilon=self.bn_epsilon,
+                               dtype=self.dtype, param_dtype=jnp.float32)
     block_cls = _BLOCK_CLASSES[self.block]
 
     x_BxHxWxI = jnp.asarray(x_BxHxWxI, self.dtype)

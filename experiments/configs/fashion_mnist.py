@@ -158,9 +158,14 @@ def sweep_grid(name: str = "full") -> dict:
   period H. Every budget is SWEEP_EXAMPLES' (`budget_steps`), so DP at D and the ensemble
   at N = D take the same steps, L.
   """
+  # Data-parallel normalises each device's 64 examples alone (per-device BatchNorm, as
+  # large-batch ImageNet training runs it, and as the critical-batch sweep's D simulated
+  # devices do): its step all-reduces the gradients alone, on the grid as in the projection
+  # beyond it.
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d,
-                      "train.num_steps": budget_steps(64 * d), **extra})
+                      "train.num_steps": budget_steps(64 * d), "method.batchnorm": "per_device",
+                      **extra})
 
   def ensemble(n, l=None, **extra):  # L: the budget rule's unless given
     steps = budget_steps(64 * n) if l is None else l

@@ -310,14 +310,14 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
                      f"{sorted(grid_curves)}: they have {sorted(names)}")
   # The whole grid is the study (a part of it, --curves or --points, is the same study);
   # the points this command trains are checked as their runs will check them.
+  selected = [os.path.join(*key) for key in points if not point_names or key[1] in point_names]
   configs = study.check_points(
       {os.path.join(curve, point): functools.partial(_point_config, module, *spec, 0, workdir)
        for curve, specs in _grid_curves(module, grid, None).items()
        for point, spec in specs.items()},
-      [os.path.join(*key) for key in points if not point_names or key[1] in point_names],
-      seeds)
+      selected, seeds)
   study.check_workdir(workdir, study.identity(config_path, grid, settings, configs),
-                      start_over)
+                      start_over, selected if curves or point_names else None)
   points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):
@@ -661,8 +661,9 @@ flags.DEFINE_multi_string("set", [], "<group>.<field>=<value> set on every point
                           "e.g. --set=data.data_dir=/data/tfds (where the data is)",
                           flag_values=FLAGS)
 flags.DEFINE_bool("start_over", False, "the workdir holds another study: move its records "
-                  "to <workdir>.previous (nothing is deleted) and start this one",
-                  flag_values=FLAGS)
+                  "to <workdir>.previous (nothing is deleted) and start this one; with "
+                  "--curves or --points, only those points' records move, to each point's "
+                  "superseded/start-over", flag_values=FLAGS)
 flags.DEFINE_bool("tune_schedule", False, "every point also tunes its schedule's length "
                   "(train.schedule_fraction at tune.schedule_fractions) after its other "
                   "fields", flag_values=FLAGS)

@@ -50,12 +50,21 @@ def identity(config_path: str, grid: str, settings: dict | None,
       "points": {name: c.to_dict() for name, c in points.items()}}, default=str))
 
 
-def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
+def check_workdir(workdir: str, study: dict, start_over: bool = False,
+                  selected: list[str] | None = None) -> None:
   """Refuses (ConfigError, listing what changed) a workdir that holds another study, or
   runs no study record vouches for that are not this study's; writes the record otherwise.
-  With `start_over`, whatever the workdir holds moves aside first."""
+  With `start_over`, whatever the workdir holds moves aside first; with `selected` too (a
+  part of the study: --curves, --points), only the records of those of its points that
+  another config trained (`start_points_over`: so the same command again resumes them),
+  and the rest of the study is checked as ever."""
   held = read(workdir)
-  if start_over and (held is not None or _runs(workdir)):
+  if start_over and selected is not None and held is not None:
+    changed = [name for name in selected if name in held["points"] and differences(
+        {"points": {name: held["points"][name]}}, {"points": {name: study["points"][name]}})]
+    start_points_over(workdir, changed)
+    held = {**held, "points": {k: v for k, v in held["points"].items() if k not in changed}}
+  elif start_over and (held is not None or _runs(workdir)):
     aside = _aside(workdir)
     if sweeps.is_writer():
       shutil.move(workdir, aside)
@@ -78,6 +87,28 @@ def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
   if held != {**study, "points": {**(held or {}).get("points", {}), **study["points"]}}:
     _write(workdir, {**study, "points": {**(held or {}).get("points", {}),
                                          **study["points"]}})
+
+
+def start_points_over(workdir: str, points: list[str]) -> None:
+  """Each of `points` (directories relative to `workdir`) moves what it holds, its tuning
+  and seed runs and records, to `<point>/superseded/start-over[.k]/`: kept, never reported
+  (`_runs`), and the point trains again from nothing."""
+  if sweeps.is_writer():
+    for point in points:
+      point_dir = os.path.join(workdir, point)
+      held = sorted(set(os.listdir(point_dir)) - {"superseded"}) if os.path.isdir(
+          point_dir) else []
+      if not held:
+        continue
+      aside = stem = os.path.join(point_dir, "superseded", "start-over")
+      k = 1
+      while os.path.exists(aside):
+        aside, k = f"{stem}.{k}", k + 1
+      os.makedirs(aside)
+      for name in held:
+        shutil.move(os.path.join(point_dir, name), os.path.join(aside, name))
+      print(f"study: --start_over: {point}'s records moved to {aside}", flush=True)
+  sweeps.sync(f"start points over {workdir}")
 
 
 def read(workdir: str) -> dict | None:
