@@ -1,5 +1,6 @@
 """A study is as safe as a run: it refuses a workdir of another study, checks every point
 before anything trains, and stops and resumes cleanly (issue 57, items 1-3)."""
+import copy
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from ensemble_jax import config_lib
 from experiments.sweeps import cost_vs_time, study
 from tests.conftest import REPO, subprocess_env
 
@@ -63,9 +65,11 @@ def test_a_second_study_into_a_workdir_of_another_is_refused_its_records_untouch
       f"error: --workdir='{one_point_study}' holds the study of {CONFIG} --grid=smoke with "
       "other values: "), err
   assert "another --workdir, or rerun with --start_over" in err[0]
-  assert f"{one_point_study}.previous (nothing is deleted)" in err[0]
-  if rest:  # what changed, old -> new
+  if rest:  # what changed, old -> new; only the points' fields: they alone would move
     assert "model.width (at 2 points) 4 -> 8" in err[0] or "model.width 4 -> 8" in err[0]
+    assert "those points' records to <point>/superseded/start-over" in err[0]
+  else:
+    assert f"{one_point_study}.previous (nothing is deleted)" in err[0]
   assert _digest(one_point_study) == before
 
 
@@ -88,6 +92,28 @@ def test_start_over_moves_the_old_study_aside_whole(one_point_study, tmp_path):
   assert _digest(tmp_path / "w.previous") == before  # moved, not deleted
   assert sorted(os.listdir(workdir)) == [study.STUDY_FILE]
   assert study.read(str(workdir))["grid"] == "other"
+
+
+def test_start_over_moves_only_the_points_another_config_trained(one_point_study, tmp_path):
+  """A point whose config changed (the grid's data-parallel BatchNorm) starts over alone:
+  its records move to <point>/superseded/start-over, kept; the other points, calibrations
+  and pools stay; the same command again moves nothing (it resumes)."""
+  workdir = tmp_path / "w"
+  shutil.copytree(one_point_study, workdir)
+  held = study.read(str(workdir))
+  point = "data_parallel/D2"
+  other = copy.deepcopy(held)
+  other["points"][point]["method"]["batchnorm"] = "per_device"
+  before = {p: _digest(p) for p in [*workdir.iterdir(), workdir / point] if p.is_dir()}
+  with pytest.raises(config_lib.ConfigError, match=r"superseded/start-over"):
+    study.check_workdir(str(workdir), other)
+  study.check_workdir(str(workdir), other, start_over=True)
+  assert sorted(os.listdir(workdir / point)) == ["superseded"]
+  assert _digest(workdir / point / "superseded" / "start-over") == before[workdir / point]
+  assert all(_digest(p) == d for p, d in before.items() if p.name not in ("data_parallel", "D2"))
+  assert study.read(str(workdir))["points"][point]["method"]["batchnorm"] == "per_device"
+  study.check_workdir(str(workdir), other, start_over=True)  # nothing more to move
+  assert sorted(os.listdir(workdir / point / "superseded")) == ["start-over"]
 
 
 def test_a_workdir_from_before_the_record_is_adopted_only_if_its_runs_are_this_studys(

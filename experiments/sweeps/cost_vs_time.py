@@ -317,7 +317,7 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
        for point, spec in specs.items()},
       selected, seeds)
   study.check_workdir(workdir, study.identity(config_path, grid, settings, configs),
-                      start_over, selected if curves or point_names else None)
+                      start_over)
   points = {key: spec for key, spec in points.items() if not point_names or key[1] in point_names}
 
   def point_config(key, seed):
@@ -661,8 +661,8 @@ flags.DEFINE_multi_string("set", [], "<group>.<field>=<value> set on every point
                           "e.g. --set=data.data_dir=/data/tfds (where the data is)",
                           flag_values=FLAGS)
 flags.DEFINE_bool("start_over", False, "the workdir holds another study: move its records "
-                  "to <workdir>.previous (nothing is deleted) and start this one; with "
-                  "--curves or --points, only those points' records move, to each point's "
+                  "to <workdir>.previous (nothing is deleted) and start this one; where only some "
+                  "points' configs changed, only theirs move, to each point's "
                   "superseded/start-over", flag_values=FLAGS)
 flags.DEFINE_bool("tune_schedule", False, "every point also tunes its schedule's length "
                   "(train.schedule_fraction at tune.schedule_fractions) after its other "

@@ -39,6 +39,9 @@ COUNTS = ("tuning_runs", "trained", "resumed", "from_tuning", "skipped", "read_b
           "diverged")
 START_OVER = ("Give this study another --workdir, or rerun with --start_over to move the "
               "old records to {aside} (nothing is deleted) and start this one in {workdir}.")
+START_POINTS_OVER = ("Give this study another --workdir, or rerun with --start_over to move "
+                     "those points' records to <point>/superseded/start-over (nothing is "
+                     "deleted) and train them again; the other points stay.")
 
 
 def identity(config_path: str, grid: str, settings: dict | None,
@@ -50,18 +53,16 @@ def identity(config_path: str, grid: str, settings: dict | None,
       "points": {name: c.to_dict() for name, c in points.items()}}, default=str))
 
 
-def check_workdir(workdir: str, study: dict, start_over: bool = False,
-                  selected: list[str] | None = None) -> None:
+def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
   """Refuses (ConfigError, listing what changed) a workdir that holds another study, or
   runs no study record vouches for that are not this study's; writes the record otherwise.
-  With `start_over`, whatever the workdir holds moves aside first; with `selected` too (a
-  part of the study: --curves, --points), only the records of those of its points that
-  another config trained (`start_points_over`: so the same command again resumes them),
-  and the rest of the study is checked as ever."""
+  With `start_over`, what another config trained moves aside first: where the held study
+  differs from this one only in some points' fields, those points' records
+  (`start_points_over`; the rest stays, and the same command again resumes them), else
+  whatever the workdir holds."""
   held = read(workdir)
-  if start_over and selected is not None and held is not None:
-    changed = [name for name in selected if name in held["points"] and differences(
-        {"points": {name: held["points"][name]}}, {"points": {name: study["points"][name]}})]
+  if start_over and held is not None and not study_wide_changes(held, study):
+    changed = sorted(point_field_changes(held, study))
     start_points_over(workdir, changed)
     held = {**held, "points": {k: v for k, v in held["points"].items() if k not in changed}}
   elif start_over and (held is not None or _runs(workdir)):
@@ -75,12 +76,14 @@ def check_workdir(workdir: str, study: dict, start_over: bool = False,
     changes = differences(held, study)
     what = (f"the study of {held['config']} --grid={held['grid']}"
             + "".join(f" --set={k}={v}" for k, v in held.get("settings", {}).items()))
+    fix = START_OVER if study_wide_changes(held, study) else START_POINTS_OVER
   else:
     changes = legacy_changes(workdir, study)
     what = f"runs of another study (no {STUDY_FILE}: from before it was kept)"
+    fix = START_OVER
   if changes:
     raise resume.held_elsewhere(workdir, what, changes,
-                                START_OVER.format(aside=_aside(workdir), workdir=workdir))
+                                fix.format(aside=_aside(workdir), workdir=workdir))
   if held is None and _runs(workdir):
     print(f"study: {workdir} holds runs from before {STUDY_FILE} was kept, all of this "
           f"study's points and configs: {STUDY_FILE} written", flush=True)
@@ -134,26 +137,43 @@ def _write(workdir: str, study: dict) -> None:
 
 
 def differences(held: dict, study: dict) -> dict[str, tuple]:
-  """{what: (held, now)}: the grid's name, the other study-wide values, the points the
-  workdir holds that the grid lacks, and every field a point's runs could not continue
-  with (`resume.blocked_changes`, a longer budget included). A field changed alike at
+  """{what: (held, now)}: the study-wide changes (`study_wide_changes`) and every field a
+  point's runs could not continue with (`point_field_changes`). A field changed alike at
   every point is listed once; one that differs per point, per point."""
-  changes = {key: (held.get(key), value) for key, value in study.items()
-             if key not in ("config", "settings", "points") and held.get(key) != value}
-  if gone := sorted(set(held["points"]) - set(study["points"])):
-    changes["points"] = (gone, "not in the grid")
+  changes = study_wide_changes(held, study)
   by_field: dict[str, dict[str, tuple]] = {}
-  for name in sorted(set(held["points"]) & set(study["points"])):
-    now = ml_collections.ConfigDict(study["points"][name])
-    for field, change in point_changes(held["points"][name], now).items():
-      if field not in now.tune.inherited:  # runs at its former value are set aside
-        by_field.setdefault(field, {})[name] = change
+  for name, fields in sorted(point_field_changes(held, study).items()):
+    for field, change in fields.items():
+      by_field.setdefault(field, {})[name] = change
   for field, per_point in by_field.items():
     if len({repr(c) for c in per_point.values()}) == 1 and len(per_point) > 1:
       changes[f"{field} (at {len(per_point)} points)"] = next(iter(per_point.values()))
     else:
       changes.update({f"{name}: {field}": c for name, c in per_point.items()})
   return changes
+
+
+def study_wide_changes(held: dict, study: dict) -> dict[str, tuple]:
+  """The grid's name, the other study-wide values, and the points the workdir holds that
+  the grid lacks."""
+  changes = {key: (held.get(key), value) for key, value in study.items()
+             if key not in ("config", "settings", "points") and held.get(key) != value}
+  if gone := sorted(set(held["points"]) - set(study["points"])):
+    changes["points"] = (gone, "not in the grid")
+  return changes
+
+
+def point_field_changes(held: dict, study: dict) -> dict[str, dict[str, tuple]]:
+  """{point: {field: (held, now)}}: each field a point's runs could not continue with
+  (`resume.blocked_changes`, a longer budget included), but those it inherits from another
+  grid's choice (its runs at a former value are set aside as it trains)."""
+  out = {}
+  for name in sorted(set(held["points"]) & set(study["points"])):
+    now = ml_collections.ConfigDict(study["points"][name])
+    if fields := {field: change for field, change in point_changes(
+        held["points"][name], now).items() if field not in now.tune.inherited}:
+      out[name] = fields
+  return out
 
 
 def point_changes(trained: dict, config: ml_collections.ConfigDict) -> dict[str, tuple]:
