@@ -1613,8 +1613,11 @@ def compiled_collectives() -> str:
   [groups] = {c["group_size"] for cs in dp + docs_dp + ens + docs_eval for c in cs}
   [examples] = {r["config"]["eval"]["num_examples"]
                 for r in _point_runs(fashion, "ensemble", "N8_L235")}
+  # Per-device BatchNorm (method.batchnorm): the step's one all-reduce; synchronised: the
+  # gradients' and one per layer's statistics, latency-bound.
+  per_device = {_count(cs) for cs in dp} == {1}
   if (any(c["kind"] != "all-reduce" for cs in dp for c in cs) or ens_train
-      or any(_eth_s(cs, True) < 0.5 * _eth_s(cs) for cs in dp)
+      or (not per_device and any(_eth_s(cs, True) < 0.5 * _eth_s(cs) for cs in dp))
       or {_count(cs) for cs in docs_dp} != {1}
       or {max(c["bytes"] for c in cs) for cs in docs_eval} != {windows * context * 4}
       or any(min(c["bytes"] for c in _at_least(cs, logits)) != logits for cs in final)
@@ -1628,8 +1631,15 @@ def compiled_collectives() -> str:
       "The collectives below are read from the optimized HLO of each compiled program, on "
       f"{groups} simulated devices (how they are priced: "
       "[methodology.md](../methodology.md#communication)).")
-  return intro + "\n\n" + "\n".join((
-      bullet(f"Fashion-MNIST's data-parallel step at D = 8 (ResNet-18 width 8, batch {batch}) "
+  dp_bullet = bullet(
+      f"Fashion-MNIST's data-parallel step at D = 8 (ResNet-18 width 8, batch {batch}, "
+      "per-device BatchNorm) holds one all-reduce: the gradients with the running BatchNorm "
+      f"statistics and the loss, {_each(dp, _bytes, lambda v: f'{v:,}')} bytes, "
+      f"{_ms([_eth_s(cs) for cs in dp])} a step on `eth10g` next to the calibrated "
+      f"{step:.3f} s device step. Synchronised BatchNorm would add one small all-reduce "
+      "per layer's statistics, forward and backward, each paying its latency "
+      "([design.md](../design.md#batchnorm-across-devices)).") if per_device else bullet(
+      f"Fashion-MNIST's data-parallel step at D = 8 (ResNet-18 width 8, batch {batch}) "
              f"holds {_each(dp, _count)} all-reduces: the gradients in one of "
              f"{_each(grads, lambda g: g['bytes'], lambda v: f'{v:,}')} bytes, and "
              f"{_each(rest, _count)} small ones (BatchNorm statistics and the loss, "
@@ -1637,7 +1647,9 @@ def compiled_collectives() -> str:
              f"bytes together). On `eth10g` their {_each(dp, _count)} latencies alone cost "
              f"{_ms([_eth_s(cs, True) for cs in dp])} a step ({_ms([_eth_s(cs) for cs in dp])} "
              f"with the bytes), next to the calibrated {step:.3f} s device step; the gradient "
-             f"all-reduce alone would cost {_ms([g['seconds']['eth10g'] for g in grads])}."),
+             f"all-reduce alone would cost {_ms([g['seconds']['eth10g'] for g in grads])}.")
+  return intro + "\n\n" + "\n".join((
+      dp_bullet,
       bullet("The docs' GPT-2 tiny uses LayerNorm, so no statistics cross devices: its step "
              "compiles to the one gradient all-reduce "
              f"({_each(docs_dp, lambda cs: cs[0]['bytes'], lambda v: f'{v:,}')} bytes, "

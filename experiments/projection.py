@@ -30,8 +30,9 @@ Modelled, for D = 8 .. 1024 devices and each interconnect preset (`ensemble_jax.
     per-device batch b and device step (the sweep's own split, with the step scaled by
     its per-device batch, only where b does not divide B), and one ring all-reduce of the
     fp32 gradient per step over its D devices: its runs normalise BatchNorm per device
-    (ghost batch norm), so no statistic is reduced (`BATCH_NORM`, `data_parallel_step`:
-    the grid's DP points synchronise it, and pay its reductions, as compiled).
+    (ghost batch norm), so no statistic is reduced (`CRITICAL_BATCH_NORM`,
+    `data_parallel_step`: a grid DP point is priced as its step compiled, with the
+    BatchNorm it trained with).
   * an ensemble / DiLoCo curve at D: its fastest point with N <= D.
 Ratios at matched budgets, as the grid tables' (`ensemble_jax.report.matched`): the
 method's point at D against every single-model point on at most D devices; time ratio =
@@ -69,7 +70,7 @@ import statistics
 
 from absl import flags
 
-from ensemble_jax import costs, report, stored
+from ensemble_jax import config_lib, costs, report, stored
 from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
@@ -107,6 +108,7 @@ class Point:
   units: tuple[tuple[str, float], ...] = ()  # (unit, executions to the target): eval, ...
   seeds: int = 1  # the seed runs whose median `steps` is
   steps_range: tuple[float, float] = ()  # (min, max) over those seeds; () : steps alone
+  batchnorm: str = "synchronised"  # its runs' config.method.batchnorm
 
   @classmethod
   def from_json(cls, d: dict) -> "Point":
@@ -173,7 +175,8 @@ def load_points(results_dir: str) -> list[Point]:
                     for u in costs.UNITS if u not in ("step", "run")),
         seeds=len(runs),
         steps_range=(min(x["target"]["reached_step"] for x in runs),
-                     max(x["target"]["reached_step"] for x in runs))))
+                     max(x["target"]["reached_step"] for x in runs)),
+        batchnorm=r["config"]["method"]["batchnorm"]))
   return points
 
 
@@ -184,33 +187,31 @@ def join(grid: list[Point], others: list[Point]) -> list[Point]:
   return grid + [p for p in others if (p.curve, p.name) not in have]
 
 
-# How a data-parallel point's step normalises BatchNorm: the algorithm its steps to target
-# were measured with. The grids' DP runs normalise over the global batch (synchronised:
-# their compiled step holds one all-reduce of each layer's statistics, forward and
-# backward, a chain of dependent reductions no compiler combines:
-# `costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES`); the critical-batch runs over each simulated
-# device's examples (ghost batch norm), so on their cluster a step all-reduces the
-# gradients alone. Both are priced by one rule, the collectives as compiled
-# (`data_parallel_step`); the two BatchNorm choices meet at the grid's largest D, and
-# making them one is a re-run (experiments/results/rerun_plan.md), not a re-pricing.
-BATCH_NORM = {"grid": "synchronised", "critical_batch": "per_device"}
+# How the critical-batch runs normalise BatchNorm: over each simulated device's examples
+# (ghost batch norm: D microbatches on one device stand for D devices), so on their
+# cluster a step all-reduces the gradients alone. A grid point's is its runs'
+# (`Point.batchnorm`, config.method.batchnorm).
+CRITICAL_BATCH_NORM = "per_device"
 
 
 def data_parallel_step(template: Point, devices: int, batch_norm: str
                        ) -> tuple[costs.ProgramCollective, ...]:
-  """One data-parallel step's collectives for `template`'s model on `devices` devices.
-
-  synchronised: the template's compiled step (its recorded per-step collectives, combined
-  as compiled), on `devices`; per_device: BatchNorm needs no collective, so the step is
-  one all-reduce of the fp32 gradients (what the compiled step holds once the statistics'
-  reductions are gone)."""
-  if batch_norm == "synchronised":
+  """One data-parallel step's collectives for `template`'s model on `devices` devices, with
+  BatchNorm `batch_norm` (config_lib.BATCHNORMS). One rule, the collectives as compiled:
+  the template's compiled step (its recorded per-step collectives) on `devices` where it
+  trained with that BatchNorm; per_device from a synchronised template, its step without
+  the statistics' reductions (no BatchNorm collective), the fp32 gradients' one
+  all-reduce. A per-device template has no synchronised step to read: ValueError."""
+  if batch_norm not in config_lib.BATCHNORMS:
+    raise ValueError(f"batch_norm {batch_norm!r}: choose one of {config_lib.BATCHNORMS}")
+  if batch_norm == template.batchnorm:
     return tuple(dataclasses.replace(c, group_size=devices) for c in template.collectives
                  if c.per == "step")
   if batch_norm == "per_device":
     return (costs.ProgramCollective("per-device BatchNorm DP step", "step", "all-reduce",
                                     int(template.param_bytes), devices, 1),)
-  raise ValueError(f"batch_norm {batch_norm!r}: choose one of {sorted(set(BATCH_NORM.values()))}")
+  raise ValueError(f"{template.curve}/{template.name} trained with per-device BatchNorm: no "
+                   "compiled synchronised step to price")
 
 
 def critical_batch_points(summary: dict, grid: list[Point],
@@ -234,7 +235,7 @@ def critical_batch_points(summary: dict, grid: list[Point],
       d, scale = row["devices"], summary["per_device"] / per_device
     if d <= template.devices or not report.reported_batch(row):
       continue
-    step = data_parallel_step(template, d, BATCH_NORM["critical_batch"])
+    step = data_parallel_step(template, d, CRITICAL_BATCH_NORM)
     evals = tuple(dataclasses.replace(c, group_size=d) for c in template.collectives
                   if c.per == "eval")
     steps = row["median_steps"]
@@ -245,7 +246,8 @@ def critical_batch_points(summary: dict, grid: list[Point],
         param_bytes=template.param_bytes, batch_per_device=row["batch"] // d,
         collectives=(*step, *evals), units=(("eval", row["evals_to_target"]),),
         seeds=row["seeds_reached"],
-        steps_range=(row.get("min_steps", steps), row.get("max_steps", steps))))
+        steps_range=(row.get("min_steps", steps), row.get("max_steps", steps)),
+        batchnorm=CRITICAL_BATCH_NORM))
   return points
 
 
@@ -531,11 +533,12 @@ def main(argv: list[str]) -> int:
       continue
     with open(summary_path) as f:
       extended = critical_batch_points(json.load(f), points, curve)
+    grid_bn = "/".join(sorted({p.batchnorm for p in points if p.curve == curve}))
     points += extended
     sources.append(f"{summary_path}: {curve} at D = "
                    f"{', '.join(str(p.devices) for p in extended)} beyond the grid (BatchNorm "
-                   f"{BATCH_NORM['critical_batch']}, one gradient all-reduce per step; the "
-                   f"grid's DP: BatchNorm {BATCH_NORM['grid']}, its compiled step)"
+                   f"{CRITICAL_BATCH_NORM}, one gradient all-reduce per step; the "
+                   f"grid's DP: BatchNorm {grid_bn}, its compiled step)"
                    if extended else f"{summary_path}: no point beyond the grid's D ({curve} "
                    "beyond it is held at its best measured point)")
   if FLAGS.charge_pools and not FLAGS.what_if:

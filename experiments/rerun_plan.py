@@ -149,12 +149,11 @@ def stale_feeds(results: str = RESULTS) -> list[dict]:
 
 
 def batch_norm_plan(results: str = RESULTS) -> list[dict]:
-  """The grids' data-parallel points on D >= 2 devices whose compiled step synchronises
-  BatchNorm (more than one all-reduce a step), with their re-run cost: the projection's
-  data-parallel points beyond the grid normalise per device (the critical-batch runs), so
-  one BatchNorm choice in both places is a re-run of these (`train.microbatches` = D: each
-  device's 64 examples normalised alone, as the critical-batch sweep trains), not a
-  re-pricing: the combiner model finds nothing to merge in their compiled steps."""
+  """The grids' data-parallel points on D >= 2 devices whose runs synchronised BatchNorm
+  (their compiled step: more than one all-reduce), with their re-run cost. The grids train
+  data-parallel with per-device BatchNorm (config.method.batchnorm), as the critical-batch
+  runs behind the projection's data-parallel points beyond the grid do; a point whose runs
+  are older stands until re-run (`cost_vs_time --start_over`), not re-priced."""
   rows = []
   for point_dir in sorted(glob.glob(os.path.join(results, "*", "*", "*"))):
     rel = os.path.relpath(point_dir, results)
@@ -231,18 +230,15 @@ def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ())
     hours = sum(r["seeds_wall_s"] + r["tuning_wall_s"] for r in bn_rows) / 3600
     lines += [
         "", "## One BatchNorm choice for data-parallel (grids and projection)", "",
-        "The grids' data-parallel points below synchronise BatchNorm over the global batch: "
-        "their compiled step holds one all-reduce per layer's statistics, forward and "
-        "backward, a chain no compiler combines (`costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES`; "
-        "re-read with the combiner model, the small model's D = 8 step keeps its 35). The "
-        "projection's data-parallel points beyond the grid come from the critical-batch "
-        "runs, which normalise each simulated device's 64 examples alone (ghost batch "
-        "norm), so on their cluster a step all-reduces the gradients alone. Both are "
-        "priced as compiled; making the BatchNorm one choice is a re-run of these points "
-        "with per-device BatchNorm (`train.microbatches` = D, as the critical-batch sweep "
-        f"trains), not a re-pricing: {len(bn_rows)} points, {hours:.1f} h committed host "
-        "wall-clock (seeds and tuning). Until then the grids' tables price data-parallel "
-        "with the synchronised BatchNorm it trained with, as compiled.", "",
+        "The grids train data-parallel with per-device BatchNorm (`method.batchnorm` "
+        "per_device: each device's 64 examples normalised alone, one all-reduce a step), as "
+        "the critical-batch runs behind the projection's data-parallel points beyond the "
+        "grid do. The points below still hold runs that synchronised it over the global "
+        "batch (their compiled step: one all-reduce per layer's statistics, forward and "
+        "backward, a chain no compiler combines); they stand, priced as they compiled, until "
+        "re-run (`cost_vs_time --start_over`, which moves their records aside): "
+        f"{len(bn_rows)} points, {hours:.1f} h committed host wall-clock (seeds and tuning).",
+        "",
         "| point | D | all-reduces a step | seed runs (wall s) | tuning runs (wall s) |",
         "|---|---|---|---|---|"]
     lines += [f"| {r['point']} | {r['devices']} | {r['all_reduces_per_step']} | "

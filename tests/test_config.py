@@ -48,6 +48,7 @@ def _set(config, dotted, value):
     ("model.stage_sizes", (1.5,), r"config.model.stage_sizes=\(1.5,\): give ResNet blocks"),
     ("train.schedule_fraction", 1.5, r"config.train.schedule_fraction=1.5: is the fraction"),
     ("tune.schedule_fractions", (1.0, 2.0), r"config.tune.schedule_fractions=\(1.0, 2.0\)"),
+    ("method.batchnorm", "sync", r"config.method.batchnorm='sync': choose one of"),
 ])
 def test_bad_values_are_named(tiny_config, field, value, message):
   with pytest.raises(config_lib.ConfigError, match=message):
@@ -436,3 +437,12 @@ def test_the_sweep_variant_stops_at_its_target_when_run_by_hand(config_file):
   module = importlib.import_module(f"experiments.configs.{config_file}")
   assert module.get_config("sweep").train.stop_at_target
   assert module.get_config("ensemble,sweep").train.stop_at_target
+
+
+def test_per_device_batchnorm_with_gradient_accumulation_is_refused(tiny_config):
+  """Microbatches under per-device BatchNorm are not built: one line naming both fixes."""
+  tiny_config.method.batchnorm = "per_device"
+  tiny_config.train.microbatches = 2
+  with pytest.raises(config_lib.ConfigError, match=r"config.method.batchnorm='per_device': "
+                     r"per-device BatchNorm with gradient accumulation .*microbatches=1"):
+    validation.validate(tiny_config)

@@ -6,6 +6,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from ensemble_jax import costs, hlo, optim
+from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.data_parallel import DataParallel
 from ensemble_jax.models import resnet
 from ensemble_jax.sharding import make_mesh
@@ -107,3 +108,37 @@ def test_the_compiled_dp_step_is_already_combined_as_xla_gpu_would(two_methods):
   combined = hlo.combined(text, costs.ALL_REDUCE_COMBINE_THRESHOLD_BYTES)
   assert [c.operand_bytes for c in combined] == [c.operand_bytes for c in read]
   assert len(read) > 2
+
+
+def test_per_device_batchnorm_normalises_each_device_alone_in_one_all_reduce():
+  """method.batchnorm='per_device' at cost.devices = 4 on this host's 8 devices: the step's
+  model normalises each of the 4 devices' rows alone (what each would compute), and its
+  step on those 4 devices (the cluster's program) all-reduces once: gradients, statistics
+  and metrics together, no BatchNorm chain (the synchronised step holds one per layer)."""
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("tiny")
+  config.method.batchnorm, config.cost.devices = "per_device", 4
+  method = _method(config, fsdp=False)
+  batch = _batch(method, config)
+  state = method.init(jax.random.key(0))
+  x = step_lib.model_inputs(batch, method.step_config)
+  variables = {"params": state.params, "batch_stats": state.batch_stats}
+  y, _ = method.model.apply(variables, x, train=True, mutable=["batch_stats"])
+  plain = method.model.clone(bn_groups=1)
+  rows = config.train.batch_size // 4
+  each = [plain.apply(variables, x[i * rows:(i + 1) * rows], train=True,
+                      mutable=["batch_stats"])[0] for i in range(4)]
+  np.testing.assert_allclose(y, jnp.concatenate(each), rtol=1e-5, atol=1e-5)
+
+  cluster = fashion_mnist.get_config("tiny")
+  cluster.mesh = "data:4"
+  counts = {}
+  for how in ("per_device", "synchronised"):
+    cluster.method.batchnorm = how
+    one = _method(cluster, fsdp=False)
+    b = _batch(one, cluster)
+    text = one.train_step.lower(one.init(jax.random.key(0)), b, jax.random.key(1)
+                                ).compile().as_text()
+    counts[how] = len([c for c in hlo.collectives(text) if c.op == "all-reduce"])
+  assert counts["per_device"] == 1 and counts["synchronised"] > 4

@@ -223,10 +223,10 @@ def test_a_points_compute_is_the_grids_pool_build_included():
 
 def test_the_grid_and_the_projection_price_one_data_parallel_step_alike():
   """One rule for data-parallel's collectives: as compiled, for the BatchNorm the steps were
-  measured with. The grid's small model at D = 8 (synchronised BatchNorm: 35 all-reduces a
-  step, 34 of them statistics of a few hundred bytes) is priced by the projection's
-  `data_parallel_step` exactly as the grid priced it; a per-device BatchNorm step (the
-  critical-batch runs') is the gradient all-reduce alone."""
+  measured with. The grid's small model at D = 8 is priced by the projection's
+  `data_parallel_step` exactly as the grid priced it (synchronised BatchNorm: 35
+  all-reduces a step, 34 of them statistics; per-device: one); a synchronised template's
+  per-device step (the critical-batch runs') is the gradient all-reduce alone."""
   import json
   import os
 
@@ -235,17 +235,23 @@ def test_the_grid_and_the_projection_price_one_data_parallel_step_alike():
   template = next(p for p in projection.load_points(results)
                   if (p.curve, p.name) == ("dp_small_model", "D8"))
   with open(os.path.join(results, "dp_small_model", "D8", "seed1", "results.json")) as f:
-    grid = json.load(f)["cost"]["modelled"]
+    run = json.load(f)
+  grid = run["cost"]["modelled"]
+  assert template.batchnorm == run["config"]["method"].get("batchnorm", "synchronised")
   for name, link in costs.INTERCONNECTS.items():
-    step = projection.data_parallel_step(template, 8, projection.BATCH_NORM["grid"])
+    step = projection.data_parallel_step(template, 8, template.batchnorm)
     assert sum(c.count * c.seconds(link) for c in step) == pytest.approx(
         grid["communication_s"][name] / grid["units_to_target"]["step"], rel=1e-9)
-  assert sum(c.count for c in step) == 35
-  ghost = projection.data_parallel_step(template, 16, projection.BATCH_NORM["critical_batch"])
+  assert sum(c.count for c in step) == {"synchronised": 35, "per_device": 1}[template.batchnorm]
+  synchronised = dataclasses.replace(template, batchnorm="synchronised")
+  ghost = projection.data_parallel_step(synchronised, 16, "per_device")
   assert [(c.kind, c.bytes, c.group_size, c.count) for c in ghost] == [
       ("all-reduce", int(template.param_bytes), 16, 1)]
   with pytest.raises(ValueError, match="batch_norm"):
     projection.data_parallel_step(template, 8, "sometimes")
+  with pytest.raises(ValueError, match="no compiled synchronised step"):
+    projection.data_parallel_step(dataclasses.replace(template, batchnorm="per_device"), 8,
+                                  "synchronised")
 
 
 def test_a_projected_ratio_within_the_seeds_spread_is_not_a_win():

@@ -91,3 +91,29 @@ def test_invalid_stem_and_block_raise():
     resnet.create_model('resnet18', num_classes=10, stem='tiny')
   with pytest.raises(ValueError, match='wide'):
     resnet.ResNet(stage_sizes=(1,), block='wide', num_classes=10)
+
+
+def test_ghost_batch_norm_is_batch_norm_on_each_slice():
+  """GhostBatchNorm with G groups: each contiguous slice normalised as nn.BatchNorm alone
+  would, the running statistics the slices' mean, the variables nn.BatchNorm's."""
+  import flax.linen as nn
+
+  x = jax.random.normal(jax.random.key(0), (12, 3, 3, 5)) * 2.0 + 0.5
+  ghost = resnet.GhostBatchNorm(3, False, momentum=0.9)
+  variables = ghost.init(jax.random.key(1), x)
+  y, updates = ghost.apply(variables, x, mutable=["batch_stats"])
+  plain = nn.BatchNorm(use_running_average=False, momentum=0.9)
+  assert jax.tree.map(jnp.shape, plain.init(jax.random.key(1), x)) == jax.tree.map(
+      jnp.shape, variables)
+  slices = [plain.apply(variables, x[4 * i:4 * i + 4], mutable=["batch_stats"])
+            for i in range(3)]
+  np.testing.assert_allclose(y, jnp.concatenate([s[0] for s in slices]), atol=1e-6)
+  for stat in ("mean", "var"):
+    np.testing.assert_allclose(updates["batch_stats"][stat],
+                               np.mean([s[1]["batch_stats"][stat] for s in slices], 0),
+                               rtol=1e-6, atol=1e-7)
+  # evaluation reads the running averages, as nn.BatchNorm does
+  evaluate = resnet.GhostBatchNorm(3, True)
+  np.testing.assert_allclose(evaluate.apply(variables, x),
+                             nn.BatchNorm(use_running_average=True).apply(variables, x),
+                             atol=1e-6)

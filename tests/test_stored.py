@@ -31,6 +31,23 @@ def test_a_record_with_the_old_names_reads_under_todays():
   assert stored.migrate(migrated) == migrated  # today's names are left as they are
 
 
+def test_a_record_from_before_a_field_reads_as_what_it_trained_with():
+  """Runs recorded before method.batchnorm synchronised their BatchNorm: they compare as
+  that, so a point now per-device is a change (the study guard's refusal), except where
+  the run stands for one device per model, whose program is the same either way."""
+  config = config_lib.base_config()
+  config.cost.devices = 8
+  old = json.loads(json.dumps(config.to_dict()))
+  del old["method"]["batchnorm"]
+  assert stored.migrate_config(old)["method"]["batchnorm"] == "synchronised"
+  assert "batchnorm" not in old["method"]  # the record itself is left as it is
+  config.method.batchnorm = "per_device"
+  assert resume.config_changes(old, config) == {
+      "method.batchnorm": ("synchronised", "per_device")}
+  config.cost.devices = old["cost"]["devices"] = 1
+  assert resume.config_changes(old, config) == {}
+
+
 def test_every_committed_config_reads_under_todays_schema():
   """Every committed results.json (and the legacy fixtures): its config names only fields
   the schema knows, its pool's block only today's keys."""
