@@ -123,7 +123,8 @@ def sweep_grid(name: str = "full") -> dict:
   256 at 5,213 images/s, experiments/results/bench/h100/; 128 keeps it busy and lets
   D = 256 fit the 90-epoch budget in 3,519 steps):
 
-  - data_parallel at D = 8 .. 256 devices (global batch 1,024 .. 32,768): the recipe holds
+  - data_parallel at D = 8 .. 256 devices (global batch 1,024 .. 32,768, BatchNorm per
+    device, `method.batchnorm`): the recipe holds
     its accuracy to 8,192 with the linear rule (Goyal et al., 2017) and its steps to
     target stop halving between 8,192 and 65,536 (Shallue et al., 2018), so the curve
     crosses the critical batch (critical_batch_grid measures it).
@@ -148,10 +149,11 @@ def sweep_grid(name: str = "full") -> dict:
 
   `smoke`: the same curves on `tiny` (mock data in the tests, seconds).
   """
-  def dp(d, **extra):
+  def dp(d, **extra):  # per-device BatchNorm, as the recipe's (Goyal et al.: 32 per GPU)
     steps = extra.pop("train.num_steps", budget_steps(PER_DEVICE * d))
     return ("sweep", {"train.batch_size": PER_DEVICE * d, "cost.devices": d,
-                      "train.num_steps": steps, **cadence(steps), **extra})
+                      "train.num_steps": steps, "method.batchnorm": "per_device",
+                      **cadence(steps), **extra})
 
   def ensemble(n, variant="ensemble,sweep", **extra):
     steps = extra.pop("method.steps_per_worker", budget_steps(PER_DEVICE * n))
