@@ -242,6 +242,7 @@ def sweep_grid(name: str = "full") -> dict:
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke, "
                      "many_workers or one_device")
+  sync_bn = {"method.batchnorm": "synchronised"}
   # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
       "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},
@@ -249,6 +250,12 @@ def sweep_grid(name: str = "full") -> dict:
           f"D4_E{e}": dp(4, **{"train.num_steps": budget_steps(4 * 64, int(e * TRAIN_EXAMPLES))})
           for e in (0.25, 0.5, 1.0)},
       "dp_small_model": {f"D{d}": tuned_schedule(dp(d, **{"model.width": 4})) for d in (1, 4, 8)},
+      # The same with synchronised BatchNorm (statistics over the global batch: fewer steps,
+      # an all-reduce per layer's statistics): the faster of the two is the baseline
+      # wherever it is faster. D = 1 is the same program either way.
+      "data_parallel_sync_bn": {f"D{d}": tuned_schedule(dp(d, **sync_bn)) for d in (2, 4, 8)},
+      "dp_small_model_sync_bn": {f"D{d}": tuned_schedule(dp(d, **{"model.width": 4}, **sync_bn))
+                                 for d in (4, 8)},
       "ensemble": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(ensemble(n))
                    for n in (2, 4, 8)},
       "ensemble_pca_routed": {f"N{n}_L{budget_steps(64 * n)}": tuned_schedule(
