@@ -149,30 +149,34 @@ def stale_feeds(results: str = RESULTS) -> list[dict]:
 
 
 def batch_norm_plan(results: str = RESULTS) -> list[dict]:
-  """The grids' data-parallel points on D >= 2 devices whose runs synchronised BatchNorm
-  (their compiled step: more than one all-reduce), with their re-run cost. The grids train
-  data-parallel with per-device BatchNorm (config.method.batchnorm), as the critical-batch
-  runs behind the projection's data-parallel points beyond the grid do; a point whose runs
-  are older stands until re-run (`cost_vs_time --start_over`), not re-priced."""
+  """The data-parallel points (D >= 2) whose runs trained with another BatchNorm than their
+  study now trains (its `study.json`'s config.method.batchnorm; records from before the
+  field read synchronised), with their re-run cost and their steps' all-reduce count. They
+  stand, priced as they compiled, until re-run (`cost_vs_time --start_over`)."""
   rows = []
-  for point_dir in sorted(glob.glob(os.path.join(results, "*", "*", "*"))):
-    rel = os.path.relpath(point_dir, results)
-    if rel.startswith("critical_batch") or not os.path.isdir(point_dir):
-      continue
-    seeds = sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json")))
-    if not seeds:
-      continue
-    r = stored.load(seeds[0])
-    modelled = r.get("cost", {}).get("modelled", {})
-    per_step = sum(c["count"] for c in modelled.get("collectives", [])
-                   if c["per"] == "step" and c["kind"] == "all-reduce")
-    if r["method"] != "data_parallel" or modelled.get("devices", 1) < 2 or per_step < 2:
-      continue
-    tune_runs = glob.glob(os.path.join(point_dir, "tune", "*", "results.json"))
-    rows.append({"point": rel, "devices": modelled["devices"],
-                 "all_reduces_per_step": per_step,
-                 "seed_runs": len(seeds), "seeds_wall_s": round(_wall(seeds), 1),
-                 "tuning_runs": len(tune_runs), "tuning_wall_s": round(_wall(tune_runs), 1)})
+  for study_path in sorted(glob.glob(os.path.join(results, "*", "study.json"))):
+    workdir = os.path.dirname(study_path)
+    with open(study_path) as f:
+      points = json.load(f)["points"]
+    for point, config in sorted(points.items()):
+      now = stored.migrate_config(config)["method"]["batchnorm"]
+      seeds = sorted(glob.glob(os.path.join(workdir, point, "seed*", "results.json")))
+      runs = [stored.load(path) for path in seeds]
+      trained = {r["config"]["method"]["batchnorm"] for r in runs}
+      if not runs or runs[0]["method"] != "data_parallel" or trained == {now}:
+        continue
+      modelled = runs[0].get("cost", {}).get("modelled", {})
+      if modelled.get("devices", 1) < 2:
+        continue
+      tune_runs = glob.glob(os.path.join(workdir, point, "tune", "*", "results.json"))
+      rows.append({"point": os.path.relpath(os.path.join(workdir, point), results),
+                   "devices": modelled["devices"], "trained": sorted(trained), "now": now,
+                   "all_reduces_per_step": sum(
+                       c["count"] for c in modelled.get("collectives", [])
+                       if c["per"] == "step" and c["kind"] == "all-reduce"),
+                   "seed_runs": len(seeds), "seeds_wall_s": round(_wall(seeds), 1),
+                   "tuning_runs": len(tune_runs),
+                   "tuning_wall_s": round(_wall(tune_runs), 1)})
   return rows
 
 
@@ -200,7 +204,7 @@ def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ())
       f"sit at an edge. Cost, committed host wall-clock on the 2-core host: "
       f"{total / 3600:.1f} h upper bound (every tuning run again, the seeds, and the grids "
       "that train at the choice); the grids still trained at a full grid's former choice "
-      "follow, then the data-parallel points whose BatchNorm is synchronised.",
+      "follow, then the data-parallel points trained with another BatchNorm.",
       "",
       "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall s) "
       "| grids trained at its choice (runs, wall s) |",
@@ -229,19 +233,20 @@ def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ())
   if bn_rows:
     hours = sum(r["seeds_wall_s"] + r["tuning_wall_s"] for r in bn_rows) / 3600
     lines += [
-        "", "## One BatchNorm choice for data-parallel (grids and projection)", "",
-        "The grids train data-parallel with per-device BatchNorm (`method.batchnorm` "
-        "per_device: each device's 64 examples normalised alone, one all-reduce a step), as "
-        "the critical-batch runs behind the projection's data-parallel points beyond the "
-        "grid do. The points below still hold runs that synchronised it over the global "
-        "batch (their compiled step: one all-reduce per layer's statistics, forward and "
-        "backward, a chain no compiler combines); they stand, priced as they compiled, until "
-        "re-run (`cost_vs_time --start_over`, which moves their records aside): "
-        f"{len(bn_rows)} points, {hours:.1f} h committed host wall-clock (seeds and tuning).",
-        "",
-        "| point | D | all-reduces a step | seed runs (wall s) | tuning runs (wall s) |",
-        "|---|---|---|---|---|"]
-    lines += [f"| {r['point']} | {r['devices']} | {r['all_reduces_per_step']} | "
+        "", "## Data-parallel points trained with another BatchNorm", "",
+        "The points below hold runs trained with another BatchNorm (`method.batchnorm`) "
+        "than their grid now trains: synchronised statistics hold one all-reduce per "
+        "layer's, forward and backward, a chain no compiler combines; per-device ones none "
+        "(the grid's data-parallel curves train per device, as the critical-batch runs "
+        "behind the projection do, and the `*_sync_bn` curves synchronised). They stand, "
+        "priced as they compiled, until re-run (`cost_vs_time --start_over`, which moves "
+        f"their records aside): {len(bn_rows)} points, {hours:.1f} h committed host "
+        "wall-clock (seeds and tuning).", "",
+        "| point | D | trained | now | all-reduces a step | seed runs (wall s) | "
+        "tuning runs (wall s) |",
+        "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['point']} | {r['devices']} | {', '.join(r['trained'])} | {r['now']} | "
+              f"{r['all_reduces_per_step']} | "
               f"{r['seed_runs']} ({r['seeds_wall_s']:.0f}) | {r['tuning_runs']} "
               f"({r['tuning_wall_s']:.0f}) |" for r in bn_rows]
   return "\n".join(lines) + "\n"

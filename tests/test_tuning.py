@@ -495,9 +495,36 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   assert committed["tuning"] == rows
   assert committed["stale_feeds"] == list(stale.values())
   assert committed["batch_norm"] == rerun_plan.batch_norm_plan()
-  bn = {r["point"]: r["all_reduces_per_step"] for r in committed["batch_norm"]}
-  assert bn["fashion_mnist/dp_small_model/D8"] == 35
-  assert not any(p.startswith("pydocs_gpt2") for p in bn)  # LayerNorm: nothing to sync
+
+
+def test_the_rerun_plan_lists_data_parallel_runs_of_another_batchnorm(tmp_path):
+  """A data-parallel point whose study now trains per-device BatchNorm but whose runs are
+  from before the field (synchronised) is listed for a re-run; one trained as its study
+  says, or on one device, is not."""
+  import copy
+
+  from ensemble_jax import config_lib
+  from experiments import rerun_plan
+  config = config_lib.base_config().to_dict()
+  old = copy.deepcopy(config)
+  del old["method"]["batchnorm"]  # a record from before the field
+  per_device = copy.deepcopy(config)
+  per_device["method"]["batchnorm"] = "per_device"
+  workdir = tmp_path / "grid"
+  points = {"data_parallel/D8": (per_device, old, 8), "dp_sync/D8": (old, old, 8),
+            "data_parallel/D1": (per_device, old, 1)}
+  for point, (now, trained, devices) in points.items():
+    run = workdir / point / "seed1"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({
+        "method": "data_parallel", "config": trained, "wall_time_s": 5.0,
+        "cost": {"modelled": {"devices": devices, "collectives": [
+            {"per": "step", "kind": "all-reduce", "count": 35}]}}}))
+  (workdir / "study.json").write_text(json.dumps(
+      {"points": {p: now for p, (now, _, _) in points.items()}}, default=str))
+  [row] = rerun_plan.batch_norm_plan(str(tmp_path))
+  assert (row["point"], row["trained"], row["now"], row["all_reduces_per_step"]) == (
+      "grid/data_parallel/D8", ["synchronised"], "per_device", 35)
 
 
 def test_recosting_keeps_a_committed_record_whose_replay_moves(tmp_path):
