@@ -256,3 +256,28 @@ def test_ece_of_a_perfectly_calibrated_batch_is_zero():
   logits = jnp.log(jnp.asarray([[0.5, 0.5], [0.5, 0.5]]))
   sums = metrics.prediction_sums(logits, jnp.asarray([0, 1]), jnp.ones(2))
   assert metrics.finalize(sums)["ece"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_per_device_batchnorm_in_a_worker_spanning_two_devices():
+  """A worker on two `data` devices with method.batchnorm='per_device': each device's rows
+  normalised alone, so its step holds the one all-reduce of gradients, running statistics
+  and metrics (synchronised: one per layer's statistics too), still inside the worker; a
+  cluster whose devices do not tile the worker's here is refused, naming the fix."""
+  counts = {}
+  for how in ("per_device", "synchronised"):
+    config = _config(4, [("worker", 4), ("data", 2)])
+    config.method.batchnorm = how
+    tx = optim.create_optimizer(config.optim, config.train.batch_size, 10, 10)
+    engine = Ensemble(config, _tiny_model(), tx, make_mesh(config.mesh), INIT_INPUT)
+    state = engine.init(jax.random.key(0))
+    found = hlo.collectives(engine.train_step.lower(state, _batch(engine)[1],
+                                                    jax.random.key(1)).compile().as_text())
+    assert not hlo.spanning(found, _worker_groups(engine.mesh), engine.mesh.devices.size)
+    counts[how] = sum(c.op == "all-reduce" for c in found)
+  assert counts["per_device"] == 1 < counts["synchronised"]
+  config = _config(4, [("worker", 4), ("data", 2)], batch=6)
+  config.method.batchnorm, config.cost.devices = "per_device", 12  # 3 devices a worker
+  config.eval.batch_size = 48
+  with pytest.raises(ConfigError, match=r"each worker stands for 3 devices .* spans 2 here"):
+    Ensemble(config, _tiny_model(), optim.create_optimizer(config.optim, 4, 10, 10),
+             make_mesh(config.mesh), INIT_INPUT)
