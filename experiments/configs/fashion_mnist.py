@@ -232,10 +232,11 @@ def sweep_grid(name: str = "full") -> dict:
     # What trains fastest to 85% on ONE device: one model at batch 64 or 256, four models
     # stacked (vmapped) at 64 each, eight small-model routed experts; each at what the full
     # grid's tuning chose for its namesake (its committed tuning.json), seeds reported as
-    # there. cost.devices 1: nothing is scaled, the time is the device's own.
+    # there. cost.devices 1: nothing is scaled, the time is the device's own; one device
+    # normalises its whole batch, so B256's namesake is the synchronised-BatchNorm D4.
     one = {"cost.devices": 1}
     return {"data_parallel": {"B64": _at_tuned_choice("data_parallel", "D1", **one),
-                              "B256": _at_tuned_choice("data_parallel", "D4", **one)},
+                              "B256": _at_tuned_choice("data_parallel_sync_bn", "D4", **one)},
             "ensemble": {"N4_L469": _at_tuned_choice("ensemble", "N4_L469", **one)},
             "ensemble_pca_routed_small": {
                 "N8_L235": _at_tuned_choice("ensemble_pca_routed_small", "N8_L235", **one)}}

@@ -3,7 +3,7 @@ import json
 import ml_collections
 from ensemble_jax import run as run_lib
 from ensemble_jax import stored
-src = stored.load("experiments/results/fashion_mnist/data_parallel/D8/seed1/results.json")
+src = stored.load("experiments/results/fashion_mnist/data_parallel_sync_bn/D8/seed1/results.json")
 for seed in (1, 2, 3):
   c = ml_collections.ConfigDict(src["config"])
   c.seed, c.train.schedule_fraction = seed, 1.0
