@@ -117,7 +117,7 @@ SWEEP_EXAMPLES = 2 * TRAIN_EXAMPLES
 
 
 # make demo's points, the headline in under 4 minutes on 2 cores: the fastest data-parallel
-# point (D = 8, the one whose committed choice misses on seeds 1-3), the committed study's
+# point (D = 8), the committed study's
 # strongest baseline (`demo_points`, read from its results, never named here) and the
 # ensemble's middle point (DiLoCo, at ~3.5 minutes a point, is left to the full grid), at
 # what the full grid's tuning chose for them on seed 0 (`configs.tuned_choice`). The demo
