@@ -472,8 +472,9 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   """The committed tuning records the margin and the edge rule move (issue 58: none since
   the critical-batch points and the full grid's were re-tuned under it), and the grids
   still trained at a full grid's former choice (the small-model routed experts' N8_L235
-  chose its half schedule before its re-run and its whole one since), in the committed plan
-  the re-run queue reads."""
+  chose its half schedule before its re-run and its whole one since: the one-GPU grid's
+  point still holds the former; the many-worker grid's N = 128 was re-run at the current
+  one), in the committed plan the re-run queue reads."""
   from experiments import rerun_plan
   rows = rerun_plan.plan()
   moved = {r["point"]: r["why"] for r in rows}
@@ -483,8 +484,8 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
     assert point not in moved  # re-tuned under the rule
   stale = {r["point"]: r for r in rerun_plan.stale_feeds()}
   source = "fashion_mnist/ensemble_pca_routed_small/N8_L235"
-  for point in ("many_workers/ensemble_pca_routed_small/N128_L235",
-                "one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235"):
+  assert "many_workers/ensemble_pca_routed_small/N128_L235" not in stale  # re-run
+  for point in ("one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235",):
     assert stale[point]["source"] == source
     assert stale[point]["trained"] == [{"optim.learning_rate": 0.024,
                                         "train.schedule_fraction": 0.5}]
