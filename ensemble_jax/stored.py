@@ -44,10 +44,7 @@ def migrate_config(config: dict) -> dict:
   fields added since (`ADDED`) at the value it trained with."""
   config = _renamed(config, RENAMED)
   for dotted, before in ADDED.items():
-    *path, leaf = dotted.split(".")
-    node = config
-    for key in path:
-      node = node.get(key) if isinstance(node, dict) else None
+    node, leaf = _parent(config, dotted)
     if isinstance(node, dict) and leaf not in node:
       node[leaf] = before
   return config
@@ -58,14 +55,21 @@ def migrate_info(info: dict) -> dict:
   return _renamed(info, INFO_RENAMED)
 
 
+def _parent(tree: dict, dotted: str) -> tuple[dict | None, str]:
+  """The dict that holds `dotted`'s last key in `tree` (None if a key on the way is
+  missing), and that key."""
+  *path, leaf = dotted.split(".")
+  node = tree
+  for key in path:
+    node = node.get(key) if isinstance(node, dict) else None
+  return node, leaf
+
+
 def _renamed(tree: dict, renames: dict[str, str]) -> dict:
   """A copy of `tree` with each dotted field of `renames` it holds under its new name."""
   tree = copy.deepcopy(tree)
   for old, new in renames.items():
-    *path, leaf = old.split(".")
-    node = tree
-    for key in path:
-      node = node.get(key) if isinstance(node, dict) else None
+    node, leaf = _parent(tree, old)
     if isinstance(node, dict) and leaf in node:
       config_lib.set_dotted(tree, new, node.pop(leaf))
   return tree

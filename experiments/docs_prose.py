@@ -1249,8 +1249,7 @@ def fashion_readings() -> str:
       or min(gaps) <= 1 or len(missed) != 1 or len(lost) != 1 or min(factors) <= 1
       or tuned["ensemble"] <= tuned["data_parallel"]):
     raise Contradicted("fashion_readings: the ensemble's, DiLoCo's or tuning's points moved")
-  at = lambda m, k: (f"the small model at D = {m[k][1].split()[1][1:]}"
-                     f"{_bn(m[k][1].split()[0]) or ' (per-device BatchNorm)'}")
+  at = lambda m, k: _baseline_name(sub, m[k][1])
   return "\n".join((
       bullet("**No method point beats the strongest baseline at its own budget, on any "
              "preset** (table 2: every ratio is below 1x"

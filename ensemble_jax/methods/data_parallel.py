@@ -59,13 +59,12 @@ class DataParallel(Method):
     self.local_accumulation = config.train.microbatches > 1 and not config.method.fsdp
     if self.local_accumulation:  # BatchNorm statistics of each microbatch over all devices
       model = model.clone(bn_axis_name="data")
-    devices = config.cost.devices or data_size  # the devices this run stands for
-    if config.method.batchnorm == "per_device" and devices > 1:
-      # The step sees the global batch: one slice per device it stands for, each normalised
-      # alone, so the cluster's step reduces no statistic (validation refuses microbatches).
-      check_divisible(config.train.batch_size, "train.batch_size", devices,
-                      "the devices whose rows BatchNorm normalises alone, config.cost.devices")
-      model = model.clone(bn_groups=devices)
+    if config.method.batchnorm == "per_device":
+      # The step sees the global batch: one slice per device the run stands for, each
+      # normalised alone, so the cluster's step reduces no statistic (validation refuses
+      # microbatches).
+      devices = self.cluster_mesh(config.cost.devices)["data"]
+      model = model.clone(bn_groups=devices) if devices > 1 else model
     self.model = model
     self.step_config = step_lib.StepConfig.from_config(
         config, data_axis="data" if self.local_accumulation else None)

@@ -277,11 +277,10 @@ def train_step(state: TrainState, batch: dict, rng: jax.Array, cfg: StepConfig,
 def _update(state: TrainState, grads, batch_stats, loss, accuracy, cfg: StepConfig
             ) -> tuple[TrainState, dict]:
   """The step's one optimizer update from the batch's gradients, and its metrics."""
-  if cfg.data_axis is not None and cfg.mean_batch_stats and batch_stats is not None:
-    grads, loss, accuracy, batch_stats = jax.lax.pmean((grads, loss, accuracy, batch_stats),
-                                                       cfg.data_axis)
-  elif cfg.data_axis is not None:
-    grads, loss, accuracy = jax.lax.pmean((grads, loss, accuracy), cfg.data_axis)
+  if cfg.data_axis is not None:  # (None: an empty tree, nothing reduced)
+    grads, loss, accuracy, stats = jax.lax.pmean(
+        (grads, loss, accuracy, batch_stats if cfg.mean_batch_stats else None), cfg.data_axis)
+    batch_stats = stats if cfg.mean_batch_stats else batch_stats
   if state.prune_mask is not None:  # pruned entries get no gradient and stay exactly 0
     grads = _masked(grads, state.prune_mask)
   state = state.apply_gradients(grads=grads, batch_stats=batch_stats)

@@ -61,7 +61,8 @@ def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
   (`start_points_over`; the rest stays, and the same command again resumes them), else
   whatever the workdir holds."""
   held = read(workdir)
-  if start_over and held is not None and not study_wide_changes(held, study):
+  wide = study_wide_changes(held, study) if held is not None else {}
+  if start_over and held is not None and not wide:
     changed = sorted(point_field_changes(held, study))
     start_points_over(workdir, changed)
     held = {**held, "points": {k: v for k, v in held["points"].items() if k not in changed}}
@@ -76,7 +77,7 @@ def check_workdir(workdir: str, study: dict, start_over: bool = False) -> None:
     changes = differences(held, study)
     what = (f"the study of {held['config']} --grid={held['grid']}"
             + "".join(f" --set={k}={v}" for k, v in held.get("settings", {}).items()))
-    fix = START_OVER if study_wide_changes(held, study) else START_POINTS_OVER
+    fix = START_OVER if wide else START_POINTS_OVER
   else:
     changes = legacy_changes(workdir, study)
     what = f"runs of another study (no {STUDY_FILE}: from before it was kept)"
