@@ -20,6 +20,8 @@ TASKS = ("classification", "lm")
 TARGET_RANGES = {"accuracy": (0.0, 1.0), "nll": (0.0, math.inf),
                  "perplexity": (1.0, math.inf)}
 LOWER_IS_BETTER = ("nll", "perplexity")
+# What a sweep's tuning rule minimises (experiments/sweeps/tuning.py `OBJECTIVES`).
+TUNE_OBJECTIVES = ("steps_to_target", "final_metric")
 ATTENTIONS = ("einsum", "fused")  # models/gpt2.py GPT2.attention
 BATCHNORMS = ("synchronised", "per_device")  # method.batchnorm
 TARGET_METRICS = {"classification": ("accuracy", "nll"),  # what each task's eval reports
@@ -208,6 +210,10 @@ def _eval() -> ml_collections.ConfigDict:
   g.split = "test"
   g.target_metric = "accuracy"  # accuracy | nll; lm also perplexity (TARGET_METRICS)
   g.target_value = 0.91
+  # A ladder of targets (rungs, easiest first; the first is target_value): one run records
+  # its steps and time to every rung it reaches, so one set of tuning runs serves each. ():
+  # the one target_value. train.stop_at_target stops at the last rung.
+  g.target_values = ()
   # Near the target, evaluate every max(1, target_resolution x step) steps instead of
   # every_steps, so steps to target is known to that fraction of itself (0: off). Near:
   # some eval within near_target_margin x target of it, or the last two evals' rate
@@ -335,6 +341,9 @@ def _tune() -> ml_collections.ConfigDict:
   """
   g = ml_collections.ConfigDict()
   g.fields = ("optim.learning_rate",)  # numeric config fields, tuned one after another
+  # What the choice minimises: steps_to_target (the first rung of eval.target_values; each
+  # rung's own choice is recorded beside it), or final_metric (a ceiling: the best end).
+  g.objective = "steps_to_target"
   g.factors = (0.5, 1.0, 2.0)  # (1.0,): not tuned
   g.extend = 2.0
   # The cap on extensions per edge: the rule never stops at an edge below it (issue 58: the
@@ -372,6 +381,11 @@ def _checkpoint() -> ml_collections.ConfigDict:
   g.every_minutes = 5.0
   g.max_to_keep = 2
   return g
+
+
+def target_ladder(eval_config) -> tuple[float, ...]:
+  """The run's targets, easiest first: eval.target_values, or the one eval.target_value."""
+  return tuple(float(v) for v in eval_config.target_values) or (float(eval_config.target_value),)
 
 
 def flat(config, prefix=""):

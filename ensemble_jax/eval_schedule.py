@@ -1,11 +1,14 @@
-"""When the loop evaluates, and the first eval that meets the target.
+"""When the loop evaluates, and the first eval that meets each target.
 
-Evals come every `eval.every_steps`; near the target, every `eval.target_resolution` x
-step steps, so the step a target is first met at is known to that fraction of itself.
+Evals come every `eval.every_steps`; near a target not yet met, every
+`eval.target_resolution` x step steps, so the step each target (each rung of
+`eval.target_values`) is first met at is known to that fraction of itself.
 """
 from __future__ import annotations
 
 import dataclasses
+
+from typing import Sequence
 
 from ensemble_jax import config_lib
 
@@ -39,6 +42,17 @@ class TargetTracker:
       self.resolution_steps = step - previous_eval_step
 
 
+def ladder(eval_config) -> list[TargetTracker]:
+  """A fresh tracker per rung of the run's targets (`config_lib.target_ladder`)."""
+  return [TargetTracker(eval_config.target_metric, v)
+          for v in config_lib.target_ladder(eval_config)]
+
+
+def unreached(trackers: Sequence[TargetTracker]) -> list[float]:
+  """The rungs not met yet."""
+  return [t.value for t in trackers if not t.reached]
+
+
 def fine_interval(step: int, eval_config) -> int:
   """The steps between evals near the target after one at `step`: `target_resolution` x
   `step`, at least 1, so a crossing is known to that fraction of its step."""
@@ -55,8 +69,8 @@ def too_coarse(tracker: TargetTracker, eval_config) -> bool:
 def near_target(history: list[dict], metric: str, value: float, eval_config,
                 every: int) -> bool:
   """Whether some eval so far came within `near_target_margin` (a fraction of the target)
-  of the target, or the last two evals' rate reaches it within `near_target_lookahead`
-  intervals of `every` steps."""
+  of the target `value`, or the last two evals' rate reaches it within
+  `near_target_lookahead` intervals of `every` steps."""
   lower = metric in config_lib.LOWER_IS_BETTER
   scores = [(h["step"], h[metric]) for h in history if h.get(metric) is not None]
   gaps = [(step, got - value if lower else value - got) for step, got in scores]
@@ -69,13 +83,14 @@ def near_target(history: list[dict], metric: str, value: float, eval_config,
   return rate > 0 and g2 <= rate * eval_config.near_target_lookahead * every
 
 
-def next_eval_step(step: int, history: list[dict], metric: str, value: float, eval_config,
-                   every: int) -> int:
-  """The step of the eval after one at `step`: the next multiple of `every`, or, near the
-  target (`near_target`), `target_resolution` x `step` steps later (at least 1), so that
-  the step the target is first reached at is known to that fraction of itself."""
+def next_eval_step(step: int, history: list[dict], metric: str, values: Sequence[float],
+                   eval_config, every: int) -> int:
+  """The step of the eval after one at `step`: the next multiple of `every`, or, near any of
+  the targets `values` not met yet (`near_target`), `target_resolution` x `step` steps
+  later (at least 1), so that the step each is first reached at is known to that fraction
+  of itself."""
   coarse = (step // every + 1) * every
-  if eval_config.target_resolution <= 0 or not near_target(history, metric, value,
-                                                           eval_config, every):
+  if eval_config.target_resolution <= 0 or not any(
+      near_target(history, metric, v, eval_config, every) for v in values):
     return coarse
   return min(coarse, step + fine_interval(step, eval_config))

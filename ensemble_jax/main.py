@@ -98,13 +98,13 @@ def run(config, workdir: str) -> int:
     print(f"interrupted: what trained since the last checkpoint in {workdir}/checkpoints is "
           "lost; rerun the same command to resume from it.", file=sys.stderr)
     return 130
-  target = results["target"]
-  metric = target["metric"]
-  reached = (f"reached at step {target['reached_step']}" if target["reached"] else
-             "not reached")
+  targets = results.get("targets", [results["target"]])
+  metric = targets[0]["metric"]
+  reached = "; ".join(f"target {metric} {t['value']} " + (
+      f"reached at step {t['reached_step']}" if t["reached"] else "not reached")
+      for t in targets)
   print(f"results: {os.path.join(workdir, run_lib.RESULTS_FILE)}; final {metric} "
-        f"{results['final'].get(metric)}; target {metric} {target['value']} {reached}",
-        flush=True)
+        f"{results['final'].get(metric)}; {reached}", flush=True)
   return 0
 
 

@@ -1,4 +1,4 @@
-"""What the loop accumulates: its clocks, eval history and target tracker.
+"""What the loop accumulates: its clocks, eval history and target trackers.
 
 A checkpoint keeps `Progress.record()` beside the state, so a resumed run continues its
 clocks and history; results.json is built from it at the end (`record.build`).
@@ -54,7 +54,7 @@ class Chrono:
 class Progress:
   """What the loop accumulates for the checkpoint record and results.json."""
   step: int  # steps trained so far
-  tracker: eval_schedule.TargetTracker
+  trackers: list[eval_schedule.TargetTracker]  # one per rung of the targets, easiest first
   history: list[dict]  # one row of eval scalars per eval
   chrono: Chrono
   config: dict  # this session's config (JSON), kept with every checkpoint
@@ -64,11 +64,21 @@ class Progress:
   last_eval: dict | None = None
   noise: noise_scale.NoiseScaleTracker | None = None  # config.train.noise_scale
 
+  @property
+  def tracker(self) -> eval_schedule.TargetTracker:
+    """The first rung's: the run's target."""
+    return self.trackers[0]
+
+  def all_reached(self) -> bool:
+    return all(t.reached for t in self.trackers)
+
   def record(self, method) -> dict:
     """The checkpoint's JSON record: what a resumed run needs besides the state."""
     record = {"step": self.step, "train_time_s": self.chrono.train_s,
               "eval_time_s": self.chrono.paused_s["eval"], "history": self.history,
-              "target": dataclasses.asdict(self.tracker), "method": method.host_state(),
+              "target": dataclasses.asdict(self.tracker),
+              "targets": [dataclasses.asdict(t) for t in self.trackers],
+              "method": method.host_state(),
               "config": self.config, "config_changes": self.config_changes}
     if self.noise is not None:
       record["noise_scale"] = self.noise.record()

@@ -23,7 +23,6 @@ RESULTS_FILE = "results.json"
 def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
   """results.json: what was trained, how long it took and cost, how good it is."""
   method = s.method
-  target = p.tracker
   results = {
       "method": method.name,
       "config": config.to_dict(),
@@ -47,15 +46,9 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
       "flops_per_step": p.flops_per_step,
       "step_time_s": costs.median_step_time(p.durations, config.train.timing_warmup_steps),
       "final": scalars(p.last_eval),
-      "target": {"metric": target.metric, "value": target.value, "reached": target.reached,
-                 "reached_step": target.reached_step, "reached_time_s": target.reached_time_s,
-                 "reached_wall_time_s": target.reached_wall_time_s,
-                 # the crossing is in (reached_step - resolution_steps, reached_step]
-                 "resolution_steps": target.resolution_steps,
-                 "resolution": (target.resolution_steps / target.reached_step
-                                if target.reached else None),
-                 # a too-coarse crossing replayed finely (`_refine`): what it replaced
-                 "refined_from": target.refined_from},
+      "target": target_record(p.tracker),
+      # every rung of eval.target_values, easiest first (the first is `target`)
+      "targets": [target_record(t) for t in p.trackers],
       "history": p.history,
       # Fields a resumed session changed ({"step", "changes": {field: [before, after]}});
       # `config` is the last session's.
@@ -67,7 +60,7 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
   if s.teacher is not None:  # charged in `cost` as its own results price its training
     results["teacher"] = teacher_lib.charge(config, s.teacher)
   if p.noise is not None:
-    results["noise_scale"] = p.noise.results(target.reached_step)
+    results["noise_scale"] = p.noise.results(p.tracker.reached_step)
   devices = math.prod(method.cluster_mesh(config.cost.devices).values())
   try:
     comm = communication_of(config, s, train_batches, eval_batches)
@@ -96,6 +89,19 @@ def communication_of(config, s, train_batches, eval_batches) -> costs.Communicat
 # another jaxlib) can round differently, and a chaotic run can then take other steps to
 # its target. Runs on one host and jaxlib are bit-identical.
 _CPU_FEATURES = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16")
+
+
+def target_record(t) -> dict:
+  """One target's entry in results.json: when the run first met it, and how finely that is
+  known."""
+  return {"metric": t.metric, "value": t.value, "reached": t.reached,
+          "reached_step": t.reached_step, "reached_time_s": t.reached_time_s,
+          "reached_wall_time_s": t.reached_wall_time_s,
+          # the crossing is in (reached_step - resolution_steps, reached_step]
+          "resolution_steps": t.resolution_steps,
+          "resolution": t.resolution_steps / t.reached_step if t.reached else None,
+          # a too-coarse crossing replayed finely (`replay.refine`): what it replaced
+          "refined_from": t.refined_from}
 
 
 def host_info() -> dict:

@@ -17,7 +17,7 @@ from ensemble_jax import config_lib
 RENAMED = {"distill.method": "distill.builder"}
 # Config fields added since runs were first recorded: {dotted name: the value every run
 # from before it trained with}, so that a record without one compares as what it did.
-ADDED = {"method.batchnorm": "synchronised"}
+ADDED = {"method.batchnorm": "synchronised", "eval.target_values": []}
 # The keys of a pool's info (results.json `distill`) renamed with them.
 INFO_RENAMED = {"method": "builder"}
 
@@ -29,9 +29,11 @@ def load(path: str) -> dict:
 
 
 def migrate(record: dict) -> dict:
-  """results.json or a checkpoint's record under today's names: its `config` and its pool's
-  info (`distill`)."""
+  """results.json or a checkpoint's record under today's names: its `config`, its pool's
+  info (`distill`), and its targets (`targets`, from before the ladder: its one `target`)."""
   record = dict(record)
+  if isinstance(record.get("target"), dict) and "targets" not in record:
+    record["targets"] = [record["target"]]  # one target: the ladder's one rung
   if isinstance(record.get("config"), dict):
     record["config"] = migrate_config(record["config"])
   if isinstance(record.get("distill"), dict):

@@ -168,7 +168,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
                                                      train_batches.layout),
                            config.model.sparsity)
   writer = writers.MetricWriter(workdir, enabled=s.is_main, start_step=int(meta["step"]))
-  progress = Progress(int(meta["step"]), TargetTracker(**meta["target"]), meta["history"],
+  progress = Progress(int(meta["step"]),
+                      [TargetTracker(**t) for t in meta.get("targets", [meta["target"]])],
+                      meta["history"],
                       Chrono(meta["train_time_s"], meta["eval_time_s"]), record.as_json(config),
                       meta.get("config_changes", []))
   if config.train.noise_scale:
@@ -192,9 +194,10 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
   """The state to train from and the run's record: the workdir's latest checkpoint, else
   `state` (with config.train.init_from's weights if set) and a fresh record."""
   state, meta = checkpointer.restore(state)
-  meta = meta or {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
-                  "target": dataclasses.asdict(TargetTracker(config.eval.target_metric,
-                                                             config.eval.target_value))}
+  if meta is None:
+    trackers = [dataclasses.asdict(t) for t in eval_schedule.ladder(config.eval)]
+    meta = {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
+            "target": trackers[0], "targets": trackers}
   changes = resume.changed_fields(meta, config, workdir)
   if changes:  # allowed ones, kept in the record and results.json
     logging.info("Resuming at step %d with changed fields: %s", meta["step"],
@@ -255,9 +258,11 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
   next_eval = _next_eval(config, s, p)
   bar = writers.progress_bar(p.step, num_steps, s.is_main)
   watch, own_watch = checkpoint_lib.PreemptionWatch.current()
-  # Steps-to-target runs keep the state at the last eval that missed the target, to
-  # replay a crossing found too coarsely (`replay.refine`); from the start, if an eval's.
-  refine = config.train.stop_at_target and config.eval.target_resolution > 0
+  # Steps-to-target runs (and runs with a ladder of targets) keep the state at the last
+  # eval that left a target unmet, to replay a crossing found too coarsely
+  # (`replay.refine`); from the start, if an eval's.
+  refine = config.eval.target_resolution > 0 and (config.train.stop_at_target
+                                                  or len(p.trackers) > 1)
   snapshot = replay.Snapshot.after_eval(state, p, method) if refine else None
   try:
     # Compiled before the first step, also when none remains: its FLOPs go in the results.
@@ -274,12 +279,13 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
       evaluated = done >= next_eval or done == num_steps
       if evaluated:
         evaluate(state, batch, done)
-        if snapshot is not None and eval_schedule.too_coarse(p.tracker, config.eval):
+        if snapshot is not None and any(t.reached_step == done and eval_schedule.too_coarse(
+            t, config.eval) for t in p.trackers):
           checkpointer.discard_after(snapshot.step)  # the replay rewrites what followed
           state, batch, done = replay.refine(config, method, snapshot, train_batches, p,
-                                             take_step, evaluate)
+                                             take_step, evaluate, config.train.stop_at_target)
         next_eval = _next_eval(config, s, p)
-      end = _end_reason(config, done, num_steps, evaluated, p.tracker)
+      end = _end_reason(config, done, num_steps, evaluated, p)
       # DiLoCo's outer step: every H steps and at the last (the model evaluated above).
       state = jax.block_until_ready(method.after_step(state, done, batch,
                                                       last=end is not None))
@@ -306,19 +312,21 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
 
 _END_REASONS = {
     "budget": "the step budget is spent",
-    "target": "the target is reached (train.stop_at_target)",
+    "target": "the target (every rung) is reached (train.stop_at_target)",
     "stop_at_step": "the first eval at or past train.stop_at_step",
 }
 
 
-def _end_reason(config, done: int, num_steps: int, evaluated: bool, tracker) -> str | None:
+def _end_reason(config, done: int, num_steps: int, evaluated: bool,
+                p: Progress) -> str | None:
   """Why the run ends after step `done` (a key of `_END_REASONS`), or None.
 
-  Steps-to-target runs stop at the first eval that reaches the target. With
+  Steps-to-target runs stop at the first eval that reaches the target (the last rung of a
+  ladder, `eval.target_values`: every rung is then reached). With
   train.stop_at_step, any run stops at its first eval at or past that step; its evals are
   the full run's up to there, and its schedule stays the budget's.
   """
-  if config.train.stop_at_target and tracker.reached:
+  if config.train.stop_at_target and p.all_reached():
     return "target"
   if done == num_steps:
     return "budget"
@@ -331,7 +339,7 @@ def _ended_before(config, p: Progress) -> bool:
   """Whether a restored run had already ended (at its target or its stop_at_step eval)."""
   last_eval = p.history[-1]["step"] if p.history else 0
   at_stop_step = config.train.stop_at_step and last_eval == p.step >= config.train.stop_at_step
-  return bool(config.train.stop_at_target and p.tracker.reached or at_stop_step)
+  return bool(config.train.stop_at_target and p.all_reached() or at_stop_step)
 
 
 def _rngs(config) -> tuple[jax.Array, jax.Array]:
@@ -355,8 +363,9 @@ def _take_step(step_fn, step_rng, method: Method, p: Progress, state, batch, ste
 def _next_eval(config, s: Setup, p: Progress) -> int:
   """The step of the next eval, from the last one (or the start) and the history."""
   last = p.history[-1]["step"] if p.history else 0
-  return eval_schedule.next_eval_step(last, p.history, p.tracker.metric, p.tracker.value,
-                                      config.eval, s.eval_every)
+  return eval_schedule.next_eval_step(last, p.history, p.tracker.metric,
+                                      eval_schedule.unreached(p.trackers), config.eval,
+                                      s.eval_every)
 
 
 def _compile(config, s: Setup, state, batch, step_rng, p: Progress):
@@ -400,7 +409,8 @@ def _evaluate(method: Method, eval_batches, p: Progress, writer, state, batch,
   with p.chrono.paused("eval"):
     p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
   scalars = record.scalars(p.last_eval)
-  p.tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
+  for tracker in p.trackers:
+    tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
                    p.history[-1]["step"] if p.history else 0)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})  # logs it once

@@ -12,8 +12,9 @@ import ml_collections
 
 from ensemble_jax import aggregate, models, sharding
 from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, BATCHNORMS, DILOCO_MODES,
-                                     LR_SCALINGS, OPTIMIZERS, TARGET_METRICS, TARGET_RANGES, TASKS,
-                                     ConfigError, aggregation_modes, base_config, flat, get)
+                                     LOWER_IS_BETTER, LR_SCALINGS, OPTIMIZERS, TARGET_METRICS,
+                                     TARGET_RANGES, TASKS, TUNE_OBJECTIVES, ConfigError,
+                                     aggregation_modes, base_config, flat, get)
 from ensemble_jax.data.samplers import SAMPLERS
 from ensemble_jax.distill.registry import BUILDERS
 from ensemble_jax.methods import METHODS
@@ -215,6 +216,21 @@ def _validate_durations_and_target(config) -> None:
   lo, hi = TARGET_RANGES[metric]
   _need(lo <= config.eval.target_value <= hi, "eval.target_value", config.eval.target_value,
         f"{metric} lies in [{lo}, {hi}].")
+  rungs = tuple(config.eval.target_values)
+  if not rungs:
+    return
+  _need(all(isinstance(v, (int, float)) and not isinstance(v, bool) and lo <= v <= hi
+            for v in rungs), "eval.target_values", rungs,
+        f"each rung is a {metric} in [{lo}, {hi}].")
+  lower = metric in LOWER_IS_BETTER
+  _need(all((b < a) if lower else (b > a) for a, b in zip(rungs, rungs[1:])),
+        "eval.target_values", rungs,
+        f"the rungs go from the easiest to the hardest ({'falling' if lower else 'rising'} "
+        f"{metric}), each once: e.g. {tuple(sorted(rungs, reverse=lower))}.")
+  _need(rungs[0] == config.eval.target_value, "eval.target_value",
+        config.eval.target_value,
+        f"the first rung of eval.target_values={rungs} is the target: set "
+        f"--config.eval.target_value={rungs[0]}.")
 
 
 def _validate_microbatches(train) -> None:
@@ -332,6 +348,11 @@ def _validate_tune(config) -> None:
   _need(0 < t.schedule_margin <= 1, "tune.schedule_margin", t.schedule_margin,
         "must be in (0, 1]: the fraction of its schedule by which a length must reach the "
         "target on every tuning seed.")
+  _need(t.objective in TUNE_OBJECTIVES, "tune.objective", t.objective,
+        f"choose one of {TUNE_OBJECTIVES}.")
+  _need(t.objective == "steps_to_target" or not t.stop_losers, "tune.stop_losers",
+        t.stop_losers, f"stops runs by steps to target; with tune.objective={t.objective!r} "
+        "every run must train to its end: set tune.stop_losers=False.")
 
 
 def _validate_mesh(config) -> None:

@@ -17,7 +17,8 @@ def _eval_config(resolution=0.05, margin=0.05, lookahead=2.0):
 
 
 def _next(step, history, value=0.85, metric="accuracy", **kw):
-  return eval_schedule.next_eval_step(step, history, metric, value, _eval_config(**kw), every=25)
+  return eval_schedule.next_eval_step(step, history, metric, [value], _eval_config(**kw),
+                                      every=25)
 
 
 def test_far_from_the_target_the_cadence_is_every_steps():
@@ -102,3 +103,67 @@ def test_a_jump_past_the_window_is_replayed_to_the_crossing_a_fine_cadence_finds
   # and is gone; the replay's final checkpoint is the crossing's.
   assert sorted(int(d) for d in os.listdir(tmp_path / "coarse" / "checkpoints")
                 if d.isdigit()) == [crossing]
+
+
+def _ladder(values, metric="accuracy"):
+  c = _eval_config()
+  c.target_metric, c.target_value, c.target_values = metric, values[0], tuple(values)
+  return eval_schedule.ladder(c)
+
+
+def test_a_ladder_records_each_rung_at_its_first_crossing_in_a_planted_history():
+  """A planted history that rises, dips and rises again: each rung is first met at its own
+  eval (the dip does not unmeet one), with the resolution of that eval's gap."""
+  history = [(25, 0.80), (50, 0.86), (53, 0.87), (56, 0.861), (60, 0.885), (63, 0.91)]
+  trackers = _ladder((0.85, 0.87, 0.88, 0.90, 0.95))
+  previous = 0
+  for step, accuracy in history:
+    for t in trackers:
+      t.update({"accuracy": accuracy}, step, train_time_s=step / 10, wall_time_s=step / 5,
+               previous_eval_step=previous)
+    previous = step
+  got = [(t.value, t.reached_step, t.resolution_steps, t.reached_time_s) for t in trackers]
+  assert got == [(0.85, 50, 25, 5.0), (0.87, 53, 3, 5.3), (0.88, 60, 4, 6.0),
+                 (0.90, 63, 3, 6.3), (0.95, None, None, None)]
+  assert eval_schedule.unreached(trackers) == [0.95]
+
+
+def test_evals_come_close_near_any_rung_not_yet_met():
+  """The loop asks about the rungs not met yet (`unreached`): near one of them the cadence
+  is fine; once every rung is met, it is the regular one again."""
+  history = [{"step": 400, "accuracy": 0.89}]
+  assert eval_schedule.next_eval_step(400, history, "accuracy", [0.90, 0.95], _eval_config(),
+                                      every=25) == 420
+  assert eval_schedule.next_eval_step(400, history, "accuracy", [], _eval_config(),
+                                      every=25) == 425
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("stop", [True, False])
+def test_a_ladder_run_replays_each_coarse_rung_and_stops_at_the_last(tmp_path, stop):
+  """Evaluated only at step 4, a ladder of two nll rungs met first at steps 2 and 3 by a run
+  evaluated every step: the loop replays finely and records both; stopping at the target
+  stops at the last rung, otherwise the run trains to its budget. `target` is the first
+  rung; results.json `targets` has both."""
+  from experiments.configs import fashion_mnist
+  from ensemble_jax import run
+
+  def config(every, rungs, stop_at_target, steps=4):
+    c = fashion_mnist.get_config("tiny")
+    c.train.num_steps = steps
+    c.eval.every_steps, c.eval.target_metric = every, "nll"
+    c.eval.target_value, c.eval.target_values = rungs[0], tuple(rungs)
+    c.eval.target_resolution, c.eval.near_target_margin = 0.05, 0.0
+    c.eval.near_target_lookahead, c.train.stop_at_target = 0.0, stop_at_target
+    return c
+
+  fine = run.train_and_evaluate(config(1, (99.0,), False, steps=6), str(tmp_path / "fine"))
+  nll = {h["step"]: h["nll"] for h in fine["history"]}
+  rungs = (max(nll[2], nll[3]) + 1e-6, min(nll[2], nll[3]) - 1e-6)
+  firsts = [min(k for k in nll if nll[k] <= r) for r in rungs]
+  coarse = run.train_and_evaluate(config(4, rungs, stop, steps=6), str(tmp_path / "coarse"))
+  assert [t["reached_step"] for t in coarse["targets"]] == firsts
+  assert coarse["target"] == coarse["targets"][0]
+  assert all(t["refined_from"]["step"] == 4 for t in coarse["targets"])
+  assert coarse["steps"] == (firsts[-1] if stop else 6)
+  assert [h["nll"] for h in coarse["history"]] == [nll[h["step"]] for h in coarse["history"]]

@@ -106,6 +106,13 @@ SMOKE_TARGET = 0.65  # accuracy on 1,000 test images
 # reach it within its budget or is reported as missing it.
 SWEEP_TARGET = 0.85
 TRAIN_EXAMPLES = 60_000
+# The ladder of targets up to the ceilings (docs/results/targets.md): every half point from
+# the sweep's 85% to 94%, so each rung the study reads (88%, 90%, half a point below a
+# ceiling, one between two ceilings) is resolved to 5% of its steps in one set of runs.
+LADDER = tuple(round(0.85 + 0.005 * i, 3) for i in range(19))
+# Fixed schedule lengths (epochs) that span the ladder: the ceiling is the best of them, the
+# plateau where a doubling gains less than the seeds' spread.
+CEILING_EPOCHS = (2, 4, 8, 16)
 # The budget rule, one for every point of every curve: the same number of training
 # examples, all models together (D x 64 per DP step, N x 64 per ensemble or DiLoCo step),
 # 2 epochs: ~5x the 24,000 that DP at D = 1 needs to reach the target (375 steps x 64,
@@ -198,6 +205,26 @@ def sweep_grid(name: str = "full") -> dict:
   if name == "demo":  # make demo: the full grid's points at its tuning's choices, trained once
     return {curve: {point: _at_tuned_choice(curve, point) for point in points}
             for curve, points in demo_points().items()}
+  if name == "ceilings":  # how far below the single model's ceiling 85% sits
+    # Each model trained at fixed lengths to their end (no stop at a target), its rate tuned
+    # for the best final accuracy on seed 0 (tune.objective final_metric), scored on all
+    # 10,000 test images, every rung of LADDER tracked: these runs are also data-parallel's
+    # tuning runs at D = 8 for every rung (`chosen_per_target`).
+    ceiling = {"eval.num_examples": 0, "eval.score_rest_at_end": False,
+               "eval.target_values": LADDER, "train.stop_at_target": False,
+               "tune.objective": "final_metric"}
+
+    def at_length(epochs, **extra):
+      return dp(8, **{"train.num_steps": budget_steps(8 * 64, epochs * TRAIN_EXAMPLES),
+                      **ceiling, **extra})
+
+    return {"data_parallel": {f"D8_E{e}": at_length(e) for e in CEILING_EPOCHS},
+            # an ensemble of four's parameters in one model: ResNet-18 width 16 (0.70M
+            # parameters, 4x the sweep model's 0.18M at width 8)
+            "dp_wide_model": {f"D8_E{e}": at_length(e, **{"model.width": 16})
+                              for e in CEILING_EPOCHS},
+            "dp_small_model": {f"D8_E{e}": at_length(e, **{"model.width": 4})
+                               for e in CEILING_EPOCHS}}
   if name == "many_workers":  # does averaging more short runs ever reach 85%?
     # Every N trains L = 235 steps (the full grid's budget at N = 8) at what the full grid's
     # tuning chose at N = 8 (its learning rate and schedule length, `configs.tuned_choice`): a

@@ -72,6 +72,15 @@ SCHEDULE_RULE = ("; the schedule's length (train.schedule_fraction) at the value
                  "one that already took more steps than another length's worst seed); a run "
                  "that reaches it after tune.schedule_margin of its schedule's steps counts "
                  "as a miss")
+FINAL_RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended "
+              "by `extend` beyond an edge while the best sits there, until it is interior or "
+              "the cap max_extensions per edge is reached (recorded as capped); best = the "
+              "better final metric (tune.objective 'final_metric': a ceiling); a diverged "
+              "run loses; of equals the smaller value")
+LADDER_RULE = ("; with a ladder of targets (eval.target_values) each rung's choice is read "
+               "from the same runs by fewest steps to that rung, then the better final "
+               "metric (chosen_per_target); with stop_losers a run stops only once it can "
+               "win no rung")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
 STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
@@ -88,33 +97,63 @@ def run_name(config) -> str:
   return name if config.seed == config.tune.seed else f"{name}_seed{config.seed}"
 
 
-def late(results: dict | None, margin: float | None) -> bool:
+def rung_of(results: dict, rung: int = 0) -> dict:
+  """The run's target at `rung` of its ladder (`targets`; 0: `target`)."""
+  return results.get("targets", [results["target"]])[rung]
+
+
+def rungs(config) -> int:
+  """How many targets the point's runs record (eval.target_values, else one)."""
+  return len(config_lib.target_ladder(config.eval))
+
+
+def late(results: dict | None, margin: float | None, rung: int = 0) -> bool:
   """Whether a run reached the target only after `margin` of its schedule's steps (its
   step_budget): a knife-edge reach that other seeds miss. Never with `margin` None."""
-  return bool(margin is not None and results and results["target"]["reached"]
-              and results["target"]["reached_step"] > margin * results["step_budget"])
+  target = rung_of(results, rung) if results else None
+  return bool(margin is not None and target and target["reached"]
+              and target["reached_step"] > margin * results["step_budget"])
 
 
-def reached(results: dict | None, margin: float | None = None) -> bool:
+def reached(results: dict | None, margin: float | None = None, rung: int = 0) -> bool:
   """Reached the target, within `margin` of its schedule's steps when given."""
-  return bool(results and results["target"]["reached"] and not late(results, margin))
+  return bool(results and rung_of(results, rung)["reached"] and not late(results, margin,
+                                                                           rung))
 
 
-def rank(results: dict | None, margin: float | None = None) -> tuple:
+def _final_key(results: dict) -> float:
+  """The final metric, signed to minimise; inf when not finite."""
+  metric = results["target"]["metric"]
+  final = results["final"].get(metric)
+  if final is None or not math.isfinite(final):
+    return math.inf
+  return final if metric in config_lib.LOWER_IS_BETTER else -final
+
+
+def rank(results: dict | None, margin: float | None = None, rung: int = 0) -> tuple:
   """Smaller is better: (missed the target, steps to it, final metric, signed to minimise);
   a diverged run (None) ranks after every other; with `margin`, a run that reached the
-  target late (`late`) ranks as one that missed it."""
+  target late (`late`) ranks as one that missed it. `rung`: which of the run's targets."""
   if results is None:
     return (2, 0, math.inf)
-  target = results["target"]
-  final = results["final"].get(target["metric"])
-  if final is None or not math.isfinite(final):
-    final_key = math.inf
-  else:
-    final_key = final if target["metric"] in config_lib.LOWER_IS_BETTER else -final
-  if target["reached"] and not late(results, margin):
-    return (0, target["reached_step"], final_key)
-  return (1, 0, final_key)
+  if reached(results, margin, rung):
+    return (0, rung_of(results, rung)["reached_step"], _final_key(results))
+  return (1, 0, _final_key(results))
+
+
+def rank_final(results: dict | None, margin: float | None = None) -> tuple:
+  """Smaller is better: the final metric alone (tune.objective 'final_metric': a ceiling is
+  the best a configuration ends at); a diverged or non-finite run ranks after every other."""
+  if results is None:
+    return (2, math.inf)
+  key = _final_key(results)
+  return (0 if math.isfinite(key) else 1, key)
+
+
+# tune.objective -> what the point's choice minimises (its other targets' choices are
+# recorded beside it, by `rank` at each rung).
+OBJECTIVES = {"steps_to_target": rank, "final_metric": rank_final}
+assert tuple(OBJECTIVES) == config_lib.TUNE_OBJECTIVES
 
 
 def _with(config, key: str, value: float):
@@ -160,10 +199,18 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
 
   margin = None  # the schedule's margin while its key is tuned
 
+  objective = OBJECTIVES[t.objective]
+  ladder = rungs(config)
+  examined = {}  # run name -> (config, its runs on the tuning seeds, its margin)
+
   def bound(rivals) -> int | None:
-    """The fewest steps to target of `rivals` (its own grid's candidates, each a list of run
-    names, one per seed: the choice is made among them) run so far."""
-    return _fewest_steps([[runs.get(n, False) for n in group] for group in rivals], margin)
+    """The step past which a run can win no rung: the most, over the rungs, of the fewest
+    steps to that rung of `rivals` (its own grid's candidates, each a list of run names,
+    one per seed: each rung's choice is made among them) run so far; None while some rung
+    has none (a run may still win it)."""
+    groups = [[runs.get(n, False) for n in group] for group in rivals]
+    fewest = [_fewest_steps(groups, margin, i) for i in range(ladder)]
+    return None if None in fewest else max(fewest)
 
   def result(c, rivals=()):
     """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals`."""
@@ -183,7 +230,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         break
       run = on_seed(c, seed)
       if done and t.stop_losers and (best := bound(rivals)) is not None and (
-          done[-1]["target"]["reached_step"] > best) and not os.path.exists(
+          rung_of(done[-1], ladder - 1)["reached_step"] > best) and not os.path.exists(
               os.path.join(point_dir, "tune", run_name(run), run_lib.RESULTS_FILE)):
         break  # (one trained before, by an earlier bound, is read: its compute was spent)
       done.append(result(run, rivals))
@@ -203,9 +250,10 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     while True:
       grid = {v: _with(chosen, key, v) for v in values}
       rivals = [[run_name(on_seed(c, s)) for s in seeds] for c in grid.values()]
-      ranked = sorted(values, key=lambda v: (
-          max(rank(r, margin) for r in candidate(grid[v], seeds, rivals)), v))
-      best = ranked[0]
+      tried = {v: candidate(grid[v], seeds, rivals) for v in values}
+      for v, c in grid.items():
+        examined[run_name(c)] = (c, tried[v], margin)
+      best = min(values, key=lambda v: (max(objective(r, margin) for r in tried[v]), v))
       if key == SCHEDULE:
         break
       if len(values) > 1 and best == values[0] and extensions["low"] < t.max_extensions:
@@ -216,8 +264,13 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         extensions["high"] += 1
       else:
         break
+    # each rung's choice among the same runs, by steps to that rung
+    per_rung = [min(values, key=lambda v: (max(rank(r, margin, i) for r in tried[v]), v))
+                for i in range(ladder)]
     axes.append({
         "key": key, "base": base, "chosen": best, "extensions": extensions,
+        **({"chosen_per_target": per_rung} if ladder > 1 or t.objective != "steps_to_target"
+           else {}),
         **({"values": values} if key == SCHEDULE else {}),
         **({"warm_start_factor": warm_start[key]} if key in warm_start else {}),
         # the best at an edge once the extensions ran out: the optimum may lie beyond
@@ -234,30 +287,52 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
     })
     chosen = _with(chosen, key, best)
   record = {
-      "rule": rule(bool(warm_start), t.stop_losers, SCHEDULE in t.fields), "seed": t.seed,
+      "rule": rule(bool(warm_start), t.stop_losers, SCHEDULE in t.fields, t.objective,
+                   ladder > 1), "seed": t.seed,
       **({"schedule_seeds": list(t.schedule_seeds)} if SCHEDULE in t.fields else {}),
       "factors": list(t.factors), "extend": t.extend, "max_extensions": t.max_extensions,
       **({"schedule_margin": t.schedule_margin} if SCHEDULE in t.fields else {}),
       "axes": axes,
       "chosen": {key: config_lib.get(chosen, key) for key in t.fields},
       "chosen_run": os.path.join("tune", run_name(chosen)),
+      **({"chosen_per_target": _per_target(examined, t.fields, ladder)}
+         if ladder > 1 or t.objective != "steps_to_target" else {}),
       "peak_learning_rate": optim.peak_learning_rate(chosen.optim, chosen.train.batch_size),
       "compute": compute(list(runs.values())),
   }
   return chosen, record
 
 
-def rule(warm_start: bool, stop_losers: bool, schedule: bool = False) -> str:
-  return (RULE + (SCHEDULE_RULE if schedule else "") + (WARM_START_RULE if warm_start else "")
-          + (STOP_LOSERS_RULE if stop_losers else ""))
+def _per_target(examined: dict, fields, ladder: int) -> list[dict]:
+  """Each rung's choice among every configuration the rule tried: the fewest steps to that
+  rung on every tuning seed (a candidate's worst seed; the schedule's margin where it
+  applied), then the better final metric; of equals the first tried."""
+  out = []
+  for i in range(ladder):
+    name = min(examined, key=lambda n: max(rank(r, examined[n][2], i) for r in examined[n][1]))
+    c, tried, margin = examined[name]
+    target = rung_of(tried[0], i) if tried and tried[0] else None
+    out.append({"value": target["value"] if target else None,
+                "reached": all(reached(r, margin, i) for r in tried),
+                "chosen": {key: config_lib.get(c, key) for key in fields},
+                "chosen_run": os.path.join("tune", name)})
+  return out
 
 
-def _fewest_steps(candidates: list[list], margin: float | None = None) -> int | None:
-  """The fewest steps to target among the candidates that reached it on every seed (each a
-  list of results, one per seed; False: not run yet), within `margin` of their schedules
-  when given; a candidate's steps are its worst seed's. None if none has."""
-  steps = [max(r["target"]["reached_step"] for r in c) for c in candidates
-           if all(reached(r, margin) for r in c)]
+def rule(warm_start: bool, stop_losers: bool, schedule: bool = False,
+         objective: str = "steps_to_target", ladder: bool = False) -> str:
+  return ((RULE if objective == "steps_to_target" else FINAL_RULE)
+          + (SCHEDULE_RULE if schedule else "") + (WARM_START_RULE if warm_start else "")
+          + (STOP_LOSERS_RULE if stop_losers else "") + (LADDER_RULE if ladder else ""))
+
+
+def _fewest_steps(candidates: list[list], margin: float | None = None,
+                  rung: int = 0) -> int | None:
+  """The fewest steps to the target at `rung` among the candidates that reached it on every
+  seed (each a list of results, one per seed; False: not run yet), within `margin` of their
+  schedules when given; a candidate's steps are its worst seed's. None if none has."""
+  steps = [max(rung_of(r, rung)["reached_step"] for r in c) for c in candidates
+           if all(reached(r, margin, rung) for r in c)]
   return min(steps, default=None)
 
 
