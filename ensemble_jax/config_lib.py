@@ -6,6 +6,7 @@ before anything is compiled, with a message naming the field, the value and the 
 """
 from __future__ import annotations
 
+import difflib
 import math
 
 import ml_collections
@@ -344,6 +345,9 @@ def _tune() -> ml_collections.ConfigDict:
   # What the choice minimises: steps_to_target (the first rung of eval.target_values; each
   # rung's own choice is recorded beside it), or final_metric (a ceiling: the best end).
   g.objective = "steps_to_target"
+  # The rungs of eval.target_values whose own choice (when it differs from the point's) gets
+  # the reported seeds too, in <point>/per_target/<run>/seed<k> (): every rung).
+  g.report_targets = ()
   g.factors = (0.5, 1.0, 2.0)  # (1.0,): not tuned
   g.extend = 2.0
   # The cap on extensions per edge: the rule never stops at an edge below it (issue 58: the
@@ -427,8 +431,11 @@ def parse_variants(arg: str, known, config_name: str) -> set[str]:
   """The variants of a workload config's argument ('tiny,ensemble'), each one known."""
   variants = set(filter(None, arg.split(",")))
   if variants - set(known):
-    raise ValueError(f"unknown variant(s) {sorted(variants - set(known))} of {config_name}; "
-                     f"choose from {sorted(known)}")
+    said = ", ".join(repr(v) + "".join(f" (did you mean {close!r}?)" for close in
+                                       difflib.get_close_matches(v, known, n=1))
+                     for v in sorted(variants - set(known)))
+    raise ConfigError(f"unknown variant(s) {said} of {config_name}; choose from "
+                      f"{sorted(known)}")
   return variants
 
 

@@ -14,7 +14,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from ensemble_jax import aggregate, checkpoint, distributed, logs, methods, models
+from ensemble_jax import aggregate, checkpoint, config_lib, distributed, logs, methods, models
 from ensemble_jax import run as run_lib
 from ensemble_jax import sharding, stored, validation
 from ensemble_jax.data import samplers
@@ -135,11 +135,24 @@ def parse_flags(argv):
   except SyntaxError as e:  # raised while config_flags imports the file
     print(f"error: --config: {e.filename}:{e.lineno}: {e.msg}", file=sys.stderr)
   except flags.Error as e:
-    print(f"error: {e}", file=sys.stderr)
+    config_error = _config_error(e)
+    print(f"error: --config: {config_error}" if config_error else f"error: {e}",
+          file=sys.stderr)
   except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
     print(unknown_field_error(e, [a for a in argv[1:] if a.startswith("--config.")]),
           file=sys.stderr)
   sys.exit(2)
+
+
+def _config_error(e: BaseException | None) -> config_lib.ConfigError | None:
+  """The ConfigError a config file's get_config raised (a misspelled variant): the
+  innermost, under what config_flags and absl wrap it in (config_flags' wrapper is of its
+  type, and its text is the traceback)."""
+  found = None
+  while e is not None:
+    found = e if isinstance(e, config_lib.ConfigError) else found
+    e = e.__cause__ or e.__context__
+  return found
 
 
 def unknown_field_error(e: Exception, overrides: list[str]) -> str:

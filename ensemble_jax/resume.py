@@ -141,12 +141,23 @@ def changed_fields(saved: dict | None, config, workdir: str) -> dict[str, tuple]
   changes = config_changes(saved["config"], config)
   if blocked := blocked_changes(changes):
     raise held_elsewhere(
-        workdir, f"a run trained {saved['step']} steps", blocked,
+        workdir, f"a run of {described(saved['config'])} trained {saved['step']} steps",
+        blocked,
         "Continue it with its own values, or give the new config a new --workdir. (A rerun "
         "may change logging, eval frequency and batch size, stop_at_target, checkpointing, "
         "cost.*, the mesh, sharding and data location, and may lengthen train.num_steps, "
-        "train.num_epochs or method.steps_per_worker to extend the run.)")
+        "train.num_epochs or method.steps_per_worker to extend the run.)",
+        asking=described(config.to_dict()))
   return changes
+
+
+def described(config: dict) -> str:
+  """A run's config in a few words, said before the fields that differ: no record keeps
+  the config file and variant a run was started with, so its method, model and workers."""
+  method, model = config.get("method", {}), config.get("model", {})
+  workers = ("" if method.get("name") == "data_parallel"  # one model, whatever num_workers
+             else f", {method.get('num_workers')} workers")
+  return f"{method.get('name')} ({model.get('name')}{workers})"
 
 
 def blocked_changes(changes: dict[str, tuple], extend: bool = True) -> dict[str, tuple]:
@@ -157,11 +168,13 @@ def blocked_changes(changes: dict[str, tuple], extend: bool = True) -> dict[str,
           if not may_change_on_resume(k, *v) or not extend and k in EXTENSIBLE}
 
 
-def held_elsewhere(workdir: str, holds: str, changes: dict[str, tuple],
-                   ways_out: str) -> config_lib.ConfigError:
-  """The refusal of a workdir that holds `holds` trained with other values: each changed
-  field (before -> now), then the ways out. A run's (main.py) and a study's alike."""
-  return config_lib.ConfigError(f"--workdir={workdir!r} holds {holds} with other values: "
+def held_elsewhere(workdir: str, holds: str, changes: dict[str, tuple], ways_out: str,
+                   asking: str = "") -> config_lib.ConfigError:
+  """The refusal of a workdir that holds `holds` trained with other values: what it holds
+  and what asks (`asking`, if said), each changed field (before -> now), then the ways out.
+  A run's (main.py) and a study's alike."""
+  differs = f"; this config, {asking}, differs in" if asking else " with other values:"
+  return config_lib.ConfigError(f"--workdir={workdir!r} holds {holds}{differs} "
                                 f"{listed(changes)}. {ways_out}")
 
 

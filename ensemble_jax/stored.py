@@ -20,12 +20,32 @@ RENAMED = {"distill.method": "distill.builder"}
 ADDED = {"method.batchnorm": "synchronised", "eval.target_values": []}
 # The keys of a pool's info (results.json `distill`) renamed with them.
 INFO_RENAMED = {"method": "builder"}
+# What every run's results.json holds (`record.build`); a results.json without them is
+# some other tool's (a distillation benchmark's), not a run's.
+RUN_KEYS = ("method", "config", "steps", "final", "target", "cost")
+
+
+class NotARun(ValueError):
+  """A results.json that is not a run's record: the report skips it, saying why."""
 
 
 def load(path: str) -> dict:
   """A results.json under today's names."""
   with open(path) as f:
     return migrate(json.load(f))
+
+
+def load_run(path: str) -> dict:
+  """A run's results.json under today's names; NotARun if the file is no run's record."""
+  with open(path) as f:
+    try:
+      record = json.load(f)
+    except ValueError as e:  # json.JSONDecodeError
+      raise NotARun(f"not JSON ({e})") from None
+  missing = [k for k in RUN_KEYS if not isinstance(record, dict) or k not in record]
+  if missing:
+    raise NotARun(f"not a run's results.json (it has no {', '.join(missing)})")
+  return migrate(record)
 
 
 def migrate(record: dict) -> dict:

@@ -111,6 +111,9 @@ class MetricWriter:
       self._jsonl.close()
 
 
+_TRAIN = "train"  # the bar's name; "train (compiling)" until the first step is done
+
+
 class _NoProgress:
   def update(self, n): pass
   def set_postfix(self, **kw): pass
@@ -144,7 +147,7 @@ class _Progress:
   handlers' streams (absl's included) write through `tqdm.write` until `close`."""
 
   def __init__(self, bar):
-    self._bar = bar
+    self._bar, self._compiling = bar, True
     consoles = {id(s) for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__)}
     self._swapped = []
     for handler in py_logging.getLogger().handlers:
@@ -154,7 +157,17 @@ class _Progress:
         self._swapped.append((handler, stream))
         handler.stream = _Stream(stream, type(bar).write)
 
-  def update(self, n): self._bar.update(n)
+  def update(self, n):
+    if not self._compiling:
+      self._bar.update(n)
+      return
+    # The first step's time is mostly the compile's, minutes on a big model, which as a
+    # step's time reads as an ETA of hours: the clock, rate and ETA start after it.
+    self._compiling, bar = False, self._bar
+    bar.n = bar.initial = bar.last_print_n = bar.n + n  # the rate counts from here
+    bar.unpause()  # elapsed too: tqdm's clock restarts now
+    bar.set_description(_TRAIN)
+
   def set_postfix(self, **kw): self._bar.set_postfix(**kw)
 
   def close(self):
@@ -162,6 +175,8 @@ class _Progress:
       if isinstance(handler.stream, _Stream):
         handler.stream = stream
     self._swapped = []
+    if self._compiling:  # no step was left to take
+      self._bar.set_description(_TRAIN, refresh=False)
     self._bar.close()
 
 
@@ -170,5 +185,5 @@ def progress_bar(start: int, total: int, enabled: bool):
     return _NoProgress()
   from tqdm.auto import tqdm
 
-  return _Progress(tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
-                        mininterval=2.0))
+  return _Progress(tqdm(total=total, initial=start, desc=f"{_TRAIN} (compiling)",
+                        dynamic_ncols=True, mininterval=2.0))

@@ -21,7 +21,7 @@ import statistics
 from absl import flags
 
 from ensemble_jax import report
-from experiments import cli, sweeps
+from experiments import cli, docs_prose, sweeps
 from experiments.sweeps import cost_vs_time, study
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "fashion_mnist.py")
@@ -56,6 +56,18 @@ def _runs_line(rs: list[dict]) -> str:
           f"{statistics.median(tflops):.2f} [{tflops[0]:.2f}, {tflops[-1]:.2f}] TFLOPs")
 
 
+def named(curve: str, point: str) -> str:
+  """A point as the docs name it, one name per thing: 'small-model PCA-routed experts, N = 4'
+  for ensemble_pca_routed_small N4_L469, 'the small model at D = 8 (synchronised BatchNorm)'
+  for dp_small_model_sync_bn D8 (`docs_prose.CURVE_NAMES`)."""
+  family = curve.removesuffix("_sync_bn")  # its BatchNorm said last, as the docs say it
+  name = docs_prose.CURVE_NAMES.get(family, family.replace("_", "-"))
+  bn = " (synchronised BatchNorm)" if family != curve else ""
+  size = point.split("_")[0]  # N4 of N4_L469: the docs leave the steps out
+  return (f"{name} at D = {size[1:]}{bn}" if size[0] == "D"
+          else f"{name}, {size[0]} = {size[1:]}{bn}")
+
+
 def _against(run: dict, committed: list[dict]) -> str:
   """Where one demo run falls against its committed counterpart's seeds."""
   if not committed:
@@ -83,19 +95,20 @@ def summary(workdir: str, study: str = STUDY) -> str:
     committed.setdefault((r["curve"], r["point"]), []).append(r)
   committed = {k: report.reported(rs) for k, rs in committed.items()}
   v = report.verdict(report.points(every))
-  lines = [f"{'point':<26} {'this run':<34} the committed study (seeds "
+  mine = sorted(mine, key=lambda r: report._in_order((r["curve"], r["point"])))
+  names = [named(r["curve"], r["point"])
+           + (" *" if f"{r['curve']} {r['point']}" == v["strongest"] else "") for r in mine]
+  width = max([len("point"), *map(len, names)]) + 1
+  lines = [f"{'point':<{width}} {'this run':<34} the committed study (seeds "
            f"{','.join(map(str, sorted({r['seed'] for rs in committed.values() for r in rs})))}"
            f")"]
-  for r in sorted(mine, key=lambda r: report._in_order((r["curve"], r["point"]))):
+  for name, r in zip(names, mine):
     theirs = committed.get((r["curve"], r["point"]), [])
-    name = f"{r['curve']} {r['point']}"
-    if f"{r['curve']} {r['point']}" == v["strongest"]:
-      name += " *"
     here = f"seed {r['seed']}: {_runs_line([r])}"
     there = (f"{_runs_line(theirs)}; {_against(r, theirs)}" if theirs
              else "no committed counterpart")
-    lines.append(f"{name:<26} {here:<34} {there}")
-  lines.append(f"* the committed study's strongest baseline: {v['strongest']}")
+    lines.append(f"{name:<{width}} {here:<34} {there}")
+  lines.append(f"* the committed study's strongest baseline: {named(*v['strongest'].split())}")
   where = os.path.relpath(study, os.getcwd()) if os.path.isabs(study) else study
   if v["closest"] is None:
     lines.append(f"Verdict (the committed study, {where}): no method point reached the "
@@ -105,8 +118,9 @@ def summary(workdir: str, study: str = STUDY) -> str:
     lines.append(f"Verdict (the committed study, {where}): "
                  + ("a method point beats" if v["beats"] else "no method point beats")
                  + f" the strongest baseline at its own budget on any preset; the closest, "
-                 f"{curve} {point}, {ratio:.2f}x [{lo:.2f}, {hi:.2f} over the seeds] "
-                 f"({kind} ratio on {q}, vs {vs}). The runs "
+                 f"{named(curve, point)}, {ratio:.2f}x [{lo:.2f}, {hi:.2f} over the seeds] "
+                 f"({kind} ratio on {docs_prose.PRESET_NAMES[q]}, vs {named(*vs.split())}). "
+                 "The runs "
                  "above are single seeds: they show the spread, not a new answer.")
   lines.append(f"Full tables: {workdir}/table.md; figures: {workdir}/cost_vs_time_<preset>.png")
   return "\n".join(lines)

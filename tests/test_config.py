@@ -200,6 +200,26 @@ def test_an_unknown_field_is_one_clean_line_with_the_override_to_type():
       "ensemble_jax/config_lib.py:base_config().")
 
 
+def test_a_misspelled_variant_is_one_line_naming_the_closest(capsys):
+  """Through main's flag parser, as `python -m ensemble_jax.main` parses. Fails on ef8466c2:
+  13 lines of config_flags' traceback, ending `ValueError: unknown variant(s) ['ensembel']`
+  with no suggestion."""
+  from absl import flags
+
+  from ensemble_jax import main
+
+  config = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
+  try:
+    with pytest.raises(SystemExit) as exited:
+      main.parse_flags(["main", f"--config={config}:smoke,ensembel", "--workdir=/nonexistent"])
+  finally:
+    flags.FLAGS.unparse_flags()
+  assert exited.value.code == 2
+  assert capsys.readouterr().err.splitlines() == [
+      "error: --config: unknown variant(s) 'ensembel' (did you mean 'ensemble'?) of "
+      "fashion_mnist.py; choose from ['diloco', 'ensemble', 'smoke', 'sweep', 'tiny']"]
+
+
 @pytest.mark.parametrize("workers,devices,batches,mesh", [
     (4, 8, (64, 1000), "worker:4,data:2"),  # :smoke,ensemble on 8 devices
     (2, 8, (64, 1000), "worker:2,data:4"),

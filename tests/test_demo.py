@@ -1,6 +1,7 @@
 """`make demo` ends with a few lines a newcomer reads: each point, then the verdict."""
 import json
 import os
+import re
 
 import pytest
 
@@ -85,15 +86,32 @@ def test_a_single_seed_flip_does_not_change_the_demos_verdict(tmp_path):
   assert "no method point beats the strongest baseline" in verdict[0]
   assert not any("it beats" in line for line in a + b)
   # each run beside its committed counterpart; a miss counted in images
-  d8 = next(line for line in b if line.startswith("data_parallel D8"))
+  d8 = next(line for line in b if line.startswith("data-parallel at D = 8"))
   assert "seed 0: missed, by 1 image" in d8 and "81 [75, 85] steps" in d8  # they reached
   assert "where the committed seeds differ" in d8
-  ens = next(line for line in b if line.startswith("ensemble N4_L469"))
+  ens = next(line for line in b if line.startswith("random streams, N = 4"))
   assert "183 [172, 210] steps, 1.80 [1.69, 2.06] TFLOPs" in ens and "faster than every committed seed" in ens
   # the strongest baseline is the committed study's, derived from its results
   assert _strongest().split()[0].startswith("dp_small_model")
-  assert any(line.startswith(f"{_strongest()} *") for line in b)
+  assert any(line.startswith(f"{demo.named(*_strongest().split())} *") for line in b)
   assert len(b) <= 15
+
+
+def test_the_demo_names_points_and_presets_as_the_readme_does(tmp_path):
+  """One name per thing: the verdict's closest point and preset as the README's verdict
+  names them, no directory name or preset key. Fails on ef8466c2, which printed
+  `ensemble_pca_routed_small N4_L469` and `eth10g` (the README: "small-model PCA-routed
+  experts, N = 4", "10 GbE")."""
+  _demo(tmp_path, flip=False)
+  text = demo.summary(str(tmp_path))
+  assert not re.search(r"eth10g|[a-z]+_\w+ [A-Z][\d.]+", text), text
+  closest, preset = re.search(r"the closest, (.+), [\d.]+x \[.* ratio on (.+?), vs ",
+                              text).groups()
+  with open(os.path.join(REPO, "README.md")) as f:
+    readme = f.read()
+  assert closest in readme and preset in readme, (closest, preset)
+  assert demo.named("ensemble_pca_routed_small", "N4_L469") == (
+      "small-model PCA-routed experts, N = 4")
 
 
 def test_the_demo_grid_holds_the_committed_strongest_baseline():

@@ -267,8 +267,9 @@ def test_resuming_with_another_config_is_one_line_listing_the_fields(tiny_config
   assert main.run(tiny_config, str(tmp_path)) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1, err
-  assert err[0].startswith(f"error: --workdir='{tmp_path}' holds a run trained 2 steps with "
-                           "other values: ")
+  assert err[0].startswith(f"error: --workdir='{tmp_path}' holds a run of data_parallel "
+                           "(resnet18) trained 2 steps; this config, data_parallel (resnet18), "
+                           "differs in ")
   for change in ("train.batch_size 32 -> 64", "model.width 4 -> 8",
                  "optim.learning_rate 0.003 -> 0.01"):
     assert change in err[0], err
@@ -419,6 +420,22 @@ def test_durations_a_per_worker_budget_does_not_read_are_no_change(tmp_path):
   stored.method.name = now.method.name = "data_parallel"  # read by data-parallel: a change
   assert set(resume.config_changes(saved(), now)) == {
       "train.num_epochs", "train.num_steps"}
+
+
+def test_a_refused_workdir_says_which_run_it_holds_and_which_config_asks():
+  """`:smoke`, then `:smoke,ensemble` in its workdir: the refusal says what trained it and
+  what asks before the fields. Fails on ef8466c2: `holds a run trained 300 steps with other
+  values: method.name ...`, naming neither."""
+  from experiments.configs import fashion_mnist
+
+  smoke = json.loads(json.dumps(fashion_mnist.get_config("smoke").to_dict()))  # as stored
+  saved = {"step": 300, "config": smoke}
+  with pytest.raises(config_lib.ConfigError) as e:
+    resume.changed_fields(saved, fashion_mnist.get_config("smoke,ensemble"), "/tmp/smoke")
+  assert str(e.value).startswith(
+      "--workdir='/tmp/smoke' holds a run of data_parallel (resnet18) trained 300 steps; this "
+      "config, ensemble (resnet18, 4 workers), differs in method.name 'data_parallel' -> "
+      "'ensemble', method.steps_per_worker 0 -> 150. Continue it with its own values")
 
 
 def test_one_process_saves_each_replicated_array_whole(tmp_path, monkeypatch):

@@ -167,7 +167,8 @@ def test_a_grid_with_bad_points_fails_before_anything_one_line_each(tmp_path, ca
   assert err == [
       "error: data_parallel/D8: config.eval.batch_size=100 is not divisible by the mesh's data "
       "axis=8; choose a multiple of 8.",
-      "error: ensemble/N8_L4: unknown variant(s) ['smok'] of fashion_mnist.py; choose from "
+      "error: ensemble/N8_L4: unknown variant(s) 'smok' (did you mean 'smoke'?) of "
+      "fashion_mnist.py; choose from "
       "['diloco', 'ensemble', 'smoke', 'sweep', 'tiny']"], err
   assert not workdir.exists()  # nothing calibrated, trained or recorded
   # Data that is not there: one line for the points that share the message.
