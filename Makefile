@@ -15,7 +15,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-pydocs-kd sweep-samplers critical-batch many-workers \
-	projection docs-tables lipt pile pile-run imagenet imagenet-run study clean
+	projection docs-tables docs ceilings lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
@@ -102,6 +102,19 @@ projection: install
 docs-tables: install
 	$(PY) -m experiments.docs_tables --write $(if $(SKIP),--skip=$(SKIP))
 
+# Every results page: the generated tables and regions, then the pages rendered whole from
+# docs/templates/ (experiments/docs_render.py) and the targets figure.
+docs: docs-tables
+	$(PY) -m experiments.targets --plot >/dev/null
+	$(PY) -m experiments.docs_render --write
+
+# The ceilings (docs/results/targets.md): the sweep, wider and small models at D = 8 trained
+# 2-16 epochs to their end on all 10,000 test images, every rung of the ladder tracked.
+ceilings: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
+	  --grid=ceilings --workdir=experiments/results/fashion_mnist_ceilings --seeds=1,2,3 \
+	  --calibration=experiments/results/fashion_mnist/calibration
+
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data
 	$(PY) -m experiments.sweeps.samplers --workload=fashion --seeds=0,1,2
@@ -177,10 +190,13 @@ imagenet-run: install
 	  --workdir=$(WORKDIR)/imagenet-run --config.data.data_dir=$(DATA_DIR)
 
 # Any workload config with a sweep_grid(): the same study, in $(WORKDIR)/<config's name>.
-study: install
+# Without CONFIG, the usage at once: the install waits for a study to run.
+study: $(if $(CONFIG),install)
 	@if [ -z "$(CONFIG)" ]; then \
 	  echo "make study runs the cost-vs-time study of a config file with a sweep_grid(name):"; \
 	  echo "  make study CONFIG=path/to/config.py [GRID=full] [SEEDS=1,2,3] [STUDY_FLAGS=--set=data.data_dir=/data]"; \
+	  echo "Try the smoke grid first (two points, a minute or two; Fashion-MNIST's full grid takes about 17 h):"; \
+	  echo "  make study CONFIG=experiments/configs/fashion_mnist.py GRID=smoke SEEDS=1"; \
 	  exit 2; fi
 	$(STUDY) --config=$(CONFIG) --workdir=$(WORKDIR)/$(notdir $(basename $(CONFIG))) $(STUDY_FLAGS)
 

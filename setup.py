@@ -30,6 +30,7 @@ setup(
         "absl-py>=2.1",
         "numpy>=1.26",
         "pillow>=10.0",
+        "jinja2>=3.1",  # the results pages' templates (experiments/docs_render.py)
     ],
     extras_require={
         # torch + transformers: the reference GPT-2 the Flax model is checked against.

@@ -375,17 +375,87 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   return {"measured": dataclasses.asdict(measured), "modelled": dataclasses.asdict(modelled)}
 
 
+def at_target(results: dict, value: float) -> dict | None:
+  """`results` read at another rung of its ladder (results.json `targets`): that rung as its
+  `target`, its `cost` priced to it as its own cost block prices the run (its devices,
+  device step, collectives and overlap). None if the run did not track that rung."""
+  rung = next((t for t in results.get("targets", [results["target"]])
+               if math.isclose(t["value"], value, rel_tol=1e-9)), None)
+  if rung is None:
+    return None
+  retargeted = {**results, "target": rung}
+  return {**retargeted, "cost": repriced(retargeted)}
+
+
 def whole_run(results: dict) -> dict:
   """What a finished run cost to train, all of its steps (not to its target): a teacher's
   charge. Its FLOPs, its critical-path time per preset and its device-seconds, priced as
   its own cost block prices it (its devices, device step, collectives and overlap)."""
-  recorded = results["cost"]
-  modelled = recorded["modelled"]
-  every_step = {**results, "target": {**results["target"], "reached": False}}
-  cost = summary(every_step, devices=modelled["devices"], overlap=modelled["overlap"],
-                 simulated=recorded["measured"]["where"].startswith("one host"),
-                 device_step_time_s=modelled["device_step_time_s"])
+  cost = repriced({**results, "target": {**results["target"], "reached": False}})
   return {"flops": cost["measured"]["flops_to_target"],
           "critical_path_s": cost["modelled"]["critical_path_s"],
           "device_seconds": cost["modelled"]["device_seconds"],
-          "devices": modelled["devices"]}
+          "devices": results["cost"]["modelled"]["devices"]}
+
+
+def repriced(results: dict) -> dict:
+  """The run's `cost` block as `summary` makes it of the record now, priced as its own cost
+  block prices it (its devices, device step, collectives and overlap)."""
+  recorded = results["cost"]
+  modelled = recorded["modelled"]
+  return summary(results, devices=modelled["devices"], overlap=modelled["overlap"],
+                 simulated=recorded["measured"]["where"].startswith("one host"),
+                 device_step_time_s=modelled["device_step_time_s"])
+
+
+def charged(results: dict, teacher_results: dict) -> dict:
+  """`results` with its teacher's training (results.json `teacher`) charged as the teacher's
+  own record `teacher_results` prices it now (`whole_run`), its cost block summed again
+  with it; a run without a teacher as it is.
+
+  The `teacher` block holds the price of the day the run trained: a teacher re-priced since
+  (`--recost`) leaves it stale, so every report charges it from the teacher's record
+  (`report.read_run`). Raises ValueError if that record is another run (other steps)."""
+  teacher = results.get("teacher")
+  if not teacher:
+    return results
+  if teacher_results["steps"] != teacher["steps"]:
+    raise ValueError(
+        f"the teacher {teacher['workdir']!r} taught this run after {teacher['steps']} steps; "
+        f"its results.json now records {teacher_results['steps']}: another run, not the one "
+        "to charge. Train the teacher again as it was, or the student with this teacher.")
+  taught = {**results, "teacher": {**teacher, **whole_run(teacher_results)}}
+  return {**taught, "cost": repriced(taught)}
+
+
+def tuning_compute(runs: list[dict | None]) -> dict:
+  """What a point's tuning runs cost together: training FLOPs and modelled critical-path time
+  and device-seconds per interconnect preset, summed over the runs (one after another),
+  plus each distilled pool once: one per tuning seed (the runs on one seed read the same
+  pool). A teacher's training is in each taught run's critical path, so charged per run.
+  Diverged runs (None) stopped early with no results: they are counted in `diverged`, not
+  in the sums. The tuning record's `compute` (experiments/sweeps/tuning.py), summed again
+  at report time from its runs' records (`report.read_run`)."""
+  done = [r for r in runs if r is not None]
+  presets = tuple(INTERCONNECTS)
+  flops = sum(r["flops_per_step"] * r["steps"] for r in done)
+  time_s = dict.fromkeys(presets, 0.0)
+  device_s = dict.fromkeys(presets, 0.0)
+  pools = {}  # seed -> (build seconds, build FLOPs)
+  for r in done:
+    pool = r["cost"]["measured"]["pool_build_time_s"]
+    pools[r.get("config", {}).get("seed")] = (pool, (r.get("distill") or {}).get("build_flops",
+                                                                                  0.0))
+    devices = r["cost"]["modelled"]["devices"]
+    for p in presets:
+      train_s = r["cost"]["modelled"]["critical_path_s"][p] - pool
+      time_s[p] += train_s
+      device_s[p] += devices * train_s
+  pool_s = sum(build for build, _ in pools.values())
+  pool_flops = sum(build_flops for _, build_flops in pools.values())
+  if done:
+    devices = done[0]["cost"]["modelled"]["devices"]
+    time_s = {p: t + pool_s for p, t in time_s.items()}
+    device_s = {p: s + devices * pool_s for p, s in device_s.items()}
+  return {"runs": len(runs), "diverged": len(runs) - len(done), "flops": flops + pool_flops,
+          "time_s": time_s, "device_seconds": device_s, "pool_build_time_s": pool_s}

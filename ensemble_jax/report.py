@@ -32,6 +32,7 @@ import math
 import os
 import re
 import statistics
+import sys
 
 from ensemble_jax import config_lib, costs, stored
 
@@ -39,12 +40,30 @@ BASELINE = "data_parallel"
 PRESETS = tuple(costs.INTERCONNECTS)
 EVALUATION_PRESET = "eth10g"  # the evaluations' column: on the slowest link, where they cost most
 CHARGED = f"time {EVALUATION_PRESET}, evaluations charged (s)"  # the column's header
+PER_TARGET = "per_target"  # <point>/per_target/<run>/seed<k>: a rung's own choice's seeds
+CHECKPOINTS = "checkpoints"  # a run workdir's orbax directory (train.CHECKPOINTS)
 
 
-def load_runs(results_dir: str) -> list[dict]:
+def load_runs(results_dir: str, target_value: float | None = None) -> list[dict]:
+  """One row per seed run of a study's tree `<curve>/<point>/seed<k>/results.json`; with
+  `target_value`, each run read at that rung of its targets (`costs.at_target`: priced to
+  it), runs that did not track it left out. Where the rung's own tuning choice differs from
+  the point's, its seed runs (`<point>/per_target/<run>/seed<k>`) stand in; a row read at
+  another rung's choice says so (`rung_choice` False)."""
   runs = []
+  for workdir in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", CHECKPOINTS))):
+    _left_out_if_unfinished(os.path.dirname(workdir))
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
-    r = stored.load(path)
+    try:
+      r = read_run(path)
+    except stored.NotARun as e:
+      _skipped(path, e)
+      continue
+    rung_choice = True
+    if target_value is not None:
+      r, rung_choice = _at_rung_choice(path, r, target_value)
+      if (r := costs.at_target(r, target_value)) is None:
+        continue
     curve, point, _ = os.path.relpath(os.path.dirname(path), results_dir).split(os.sep)
     t, cost = r["target"], r["cost"]
     runs.append({
@@ -86,8 +105,66 @@ def load_runs(results_dir: str) -> list[dict]:
         "resolution_steps": t.get("resolution_steps"),
         # the point's tuning (experiments/sweeps/tuning.py): None for untuned runs
         "tuning": _tuning_row(r.get("tuning")),
+        # read at this rung's own tuning choice (False: at another rung's, none of its own)
+        "rung_choice": rung_choice,
     })
   return runs
+
+
+def _at_rung_choice(path: str, r: dict, value: float) -> tuple[dict, bool]:
+  """The seed run at `path` (`<point>/seed<k>/results.json`) as the rung `value` chose it:
+  (the run, whether it is at that rung's own choice). The point's own run where the rung
+  chose alike or the record names no per-rung choice; else the rung's seed run under
+  `<point>/per_target/`, or the point's own, flagged, when that one is absent."""
+  tuning = r.get("tuning") or {}
+  rung = next((t for t in tuning.get("chosen_per_target", [])
+               if math.isclose(t["value"], value, rel_tol=1e-9)), None)
+  if rung is None or rung["chosen_run"] == tuning.get("chosen_run"):
+    return r, True
+  point_dir, seed_dir = os.path.split(os.path.dirname(path))
+  other = os.path.join(point_dir, PER_TARGET, os.path.basename(rung["chosen_run"]), seed_dir,
+                       "results.json")
+  return (read_run(other), True) if os.path.exists(other) else (r, False)
+
+
+def read_run(path: str) -> dict:
+  """A run's results.json as every report reads it: under today's names (`stored.load_run`),
+  its teacher's training charged at what the teacher's own results.json prices it now
+  (`costs.charged`), not at the copy made when the run trained; for a taught point's seed
+  run, its tuning record's `compute` summed again from the tuning runs it names, each read
+  so. A relative teacher workdir is read from the working directory, as the study that
+  trained it ran (the repository's root)."""
+  r = stored.load_run(path)
+  teacher = r.get("teacher")
+  if not teacher:
+    return r
+  teacher_path = os.path.join(teacher["workdir"], "results.json")
+  if not os.path.isfile(teacher_path):
+    raise FileNotFoundError(f"{path} is charged its teacher's training, priced from "
+                            f"{teacher_path}, which is not there (run from where it was "
+                            "trained, or restore the teacher's results.json)")
+  r = costs.charged(r, read_run(teacher_path))
+  run_dir = os.path.dirname(path)
+  if r.get("tuning") and re.fullmatch(r"seed\d+", os.path.basename(run_dir)):
+    # its rows name runs under the point, `chosen_run` (`tune/<run>`) one of them from beside
+    # this seed's directory: the point's, or a rung's under the point's `per_target/`
+    point_dir = os.path.normpath(os.path.join(
+        os.path.dirname(run_dir), os.path.dirname(os.path.dirname(r["tuning"]["chosen_run"]))))
+    runs = [None if diverged else read_run(os.path.join(point_dir, run, "results.json"))
+            for run, diverged in _tuning_runs(r["tuning"])]
+    r["tuning"] = {**r["tuning"], "compute": costs.tuning_compute(runs)}
+  return r
+
+
+def _tuning_runs(record: dict) -> list[tuple[str, bool]]:
+  """The runs a tuning record's `compute` sums, each once in the order its axes name them:
+  (its directory under the point, whether it diverged)."""
+  runs: dict[str, bool] = {}
+  for axis in record["axes"]:
+    for row in axis["runs"]:
+      for run in (row, *row.get("other_seeds", ())):
+        runs.setdefault(run["run"], bool(run.get("diverged")))
+  return list(runs.items())
 
 
 def _charged(modelled: dict) -> float | None:
@@ -849,8 +926,8 @@ def schedule_check(results_dir: str) -> str:
   return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
-def write(results_dir: str, out: str) -> str:
-  runs = load_runs(results_dir)
+def write(results_dir: str, out: str, runs: list[dict] | None = None) -> str:
+  runs = load_runs(results_dir) if runs is None else runs
   if not runs:
     raise FileNotFoundError(f"no results.json under {results_dir}")
   os.makedirs(out, exist_ok=True)
@@ -872,14 +949,35 @@ def _plural(n: int, noun: str) -> str:
   return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+def _skipped(path: str, why) -> None:
+  """One line on stderr for what a folder of runs holds besides runs, so that the report on
+  stdout stays a report."""
+  print(f"skipped {path}: {why}", file=sys.stderr)
+
+
+def _left_out_if_unfinished(workdir: str) -> bool:
+  """Says so of a workdir with checkpoints and no results.json: a run not finished yet."""
+  unfinished = (os.path.isdir(os.path.join(workdir, CHECKPOINTS))
+                and not os.path.exists(os.path.join(workdir, "results.json")))
+  if unfinished:
+    print(f"left out {workdir}: unfinished (checkpoints, no results.json yet); rerun its "
+          "command to finish it", file=sys.stderr)
+  return unfinished
+
+
 def find_runs(folder: str) -> list[str]:
-  """The run workdirs below `folder` (any depth): each directory holding a results.json,
-  tuning runs (`tune/`) left out."""
-  found = []
-  for root, dirs, files in os.walk(folder):
-    dirs[:] = sorted(d for d in dirs if d not in ("tune", "checkpoints"))
+  """The run workdirs below `folder` (any depth, symlinked ones followed): each directory
+  holding a results.json, tuning runs (`tune/`) left out, unfinished ones said so."""
+  found, seen = [], set()
+  for root, dirs, files in os.walk(folder, followlinks=True):
+    seen.add(os.path.realpath(root))  # a link back up is walked once
+    dirs[:] = sorted(d for d in dirs if d not in ("tune", CHECKPOINTS)
+                     and not d.startswith(".")  # .git, .venv: no runs
+                     and os.path.realpath(os.path.join(root, d)) not in seen)
     if "results.json" in files:
       found.append(root)
+    else:
+      _left_out_if_unfinished(root)
   return found
 
 
@@ -899,7 +997,11 @@ def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
   told apart, since their final metrics are not comparable."""
   rows = []
   for workdir in find_runs(folder):
-    r = stored.load(os.path.join(workdir, "results.json"))
+    try:
+      r = read_run(os.path.join(workdir, "results.json"))
+    except stored.NotARun as e:
+      _skipped(os.path.join(workdir, "results.json"), e)
+      continue
     t, cost, method = r["target"], r["cost"], r["config"]["method"]
     who = (f"N={method['num_workers']}" if r["method"] in ("ensemble", "diloco")
            else f"D={cost['modelled']['devices']}")
@@ -954,10 +1056,11 @@ def main(argv=None) -> int:
   one_run = os.path.join(args.results_dir, "results.json")
   try:
     if os.path.isfile(one_run):
-      print(run_summary(stored.load(one_run)))
+      print(run_summary(read_run(one_run)))
       return 0
-    if load_runs(args.results_dir):
-      print(write(args.results_dir, args.out or args.results_dir))
+    runs = load_runs(args.results_dir)
+    if runs:
+      print(write(args.results_dir, args.out or args.results_dir, runs))
       return 0
     compared = compare_runs(args.results_dir)
     if not compared:
@@ -966,6 +1069,9 @@ def main(argv=None) -> int:
           "holding run workdirs (at any depth), or a sweep's tree "
           "<curve>/<point>/seed<k>/results.json.")
     print(compared)
+  except stored.NotARun as e:  # one run's workdir only: a folder's are skipped
+    print(f"error: {one_run}: {e}")
+    return 2
   except FileNotFoundError as e:
     print(f"error: {e}")
     return 2

@@ -95,7 +95,8 @@ def charge(config, teacher: Teacher) -> dict:
   """results.json's `teacher`: the run it was and the cost of training it, all its steps
   (the final weights are the ones taught), as its own results price them on its cluster:
   FLOPs, critical-path time per interconnect preset and device-seconds. `costs.summary`
-  adds them to this run's, as a pool's build."""
+  adds them to this run's, as a pool's build; reports charge the teacher's record's price
+  at the time they read it (`report.read_run`), not this copy."""
   whole = costs.whole_run(teacher.results)
   return {"workdir": teacher.workdir, "method": teacher.results["method"],
           "steps": teacher.step, "kd_weight": config.distill.kd_weight,

@@ -36,6 +36,8 @@ flags.DEFINE_string("grid", "demo", "demo (the headline) or smoke (seconds).",
 flags.DEFINE_string("seeds", "0", "Comma-separated seeds.", flag_values=FLAGS)
 sweeps.define_flags(FLAGS)
 
+named = docs_prose.point_name  # a point as the docs name it
+
 
 def _runs_line(rs: list[dict]) -> str:
   """Runs of one point: median [min, max] steps and compute to the target when every run
@@ -54,18 +56,6 @@ def _runs_line(rs: list[dict]) -> str:
     return f"{steps[0]} steps, {tflops[0]:.2f} TFLOPs"
   return (f"{statistics.median(steps):g} [{steps[0]}, {steps[-1]}] steps, "
           f"{statistics.median(tflops):.2f} [{tflops[0]:.2f}, {tflops[-1]:.2f}] TFLOPs")
-
-
-def named(curve: str, point: str) -> str:
-  """A point as the docs name it, one name per thing: 'small-model PCA-routed experts, N = 4'
-  for ensemble_pca_routed_small N4_L469, 'the small model at D = 8 (synchronised BatchNorm)'
-  for dp_small_model_sync_bn D8 (`docs_prose.CURVE_NAMES`)."""
-  family = curve.removesuffix("_sync_bn")  # its BatchNorm said last, as the docs say it
-  name = docs_prose.CURVE_NAMES.get(family, family.replace("_", "-"))
-  bn = " (synchronised BatchNorm)" if family != curve else ""
-  size = point.split("_")[0]  # N4 of N4_L469: the docs leave the steps out
-  return (f"{name} at D = {size[1:]}{bn}" if size[0] == "D"
-          else f"{name}, {size[0]} = {size[1:]}{bn}")
 
 
 def _against(run: dict, committed: list[dict]) -> str:

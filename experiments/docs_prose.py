@@ -164,7 +164,8 @@ def row(name: str, **match) -> dict:
 
 
 def _results(pattern: str) -> list[dict]:
-  return [stored.load(path) for path in sorted(glob.glob(os.path.join(RESULTS, pattern)))]
+  return [report.read_run(path)
+          for path in sorted(glob.glob(os.path.join(RESULTS, pattern)))]
 
 
 @functools.lru_cache(maxsize=None)
@@ -249,7 +250,22 @@ CURVE_NAMES = {  # how the prose names a curve
     "data_parallel_sync_bn": "data-parallel (synchronised BatchNorm)",
     "ensemble_pca_routed_small": "small-model PCA-routed experts",
     "ensemble_tfidf_routed_small": "small-model tf-idf-routed experts",
-    "ensemble_pca_routed": "PCA-routed experts"}
+    "ensemble_pca_routed": "PCA-routed experts", "data_parallel": "data-parallel",
+    "dp_wide_model": "the wider model (width 16)"}
+
+
+def point_name(curve: str, point: str) -> str:
+  """A point as the docs name it, one name per thing: 'small-model PCA-routed experts, N = 4'
+  for ensemble_pca_routed_small N4_L469 (the steps left out), 'the small model at D = 8
+  (synchronised BatchNorm)' for dp_small_model_sync_bn D8, 'data-parallel at D = 8, 2
+  epochs' for data_parallel D8_E2 (a fixed length said)."""
+  family = curve.removesuffix("_sync_bn")  # its BatchNorm said last
+  name = CURVE_NAMES.get(family, family.replace("_", "-"))
+  bn = " (synchronised BatchNorm)" if family != curve else ""
+  size, *rest = point.split("_")
+  length = "".join(f", {r[1:]} epochs" for r in rest if r.startswith("E"))
+  return (f"{name} at D = {size[1:]}{bn}{length}" if size[0] == "D"
+          else f"{name}, {size[0]} = {size[1:]}{bn}{length}")
 
 
 def _n(point_name: str) -> str:
@@ -339,6 +355,13 @@ def projected() -> dict:
 
 
 # ---- README.md -----------------------------------------------------------------------------
+
+@template(README, "readme_targets")
+def readme_targets() -> str:
+  """The first screen's answer at every target up to the ceiling (a Jinja2 template)."""
+  from experiments import docs_render, targets
+  return docs_render.render_template("readme_targets.md.j2",
+                                     targets.context("fashion_mnist")).rstrip("\n")
 
 @template(README, "readme_grids")
 def readme_grids() -> str:

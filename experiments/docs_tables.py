@@ -67,6 +67,8 @@ DISTILLATION = ("docs/results/distillation.md", "## Distribution matching agains
 CALIBRATION_TABLE = ((COST_VS_TIME, "### Which calibration prices which results"), (
     ("experiments/results/fashion_mnist", "experiments/results/fashion_mnist/calibration"),
     ("experiments/results/many_workers", "experiments/results/fashion_mnist/calibration"),
+    ("experiments/results/fashion_mnist_ceilings",
+     "experiments/results/fashion_mnist/calibration"),
     ("experiments/results/pydocs_gpt2", "experiments/results/pydocs_gpt2/calibration"),
     ("experiments/results/many_workers_pydocs",
      "experiments/results/pydocs_gpt2/calibration")))

@@ -70,7 +70,7 @@ import statistics
 
 from absl import flags
 
-from ensemble_jax import config_lib, costs, report, stored
+from ensemble_jax import config_lib, costs, report
 from experiments import cli
 
 DEVICES = tuple(2 ** k for k in range(3, 11))  # 8 .. 1024
@@ -142,7 +142,7 @@ def load_points(results_dir: str) -> list[Point]:
   groups: dict[tuple[str, str], list[dict]] = {}
   for path in sorted(glob.glob(os.path.join(results_dir, "*", "*", "seed*", "results.json"))):
     curve, name = os.path.relpath(path, results_dir).split(os.sep)[:2]
-    groups.setdefault((curve, name), []).append(stored.load(path))
+    groups.setdefault((curve, name), []).append(report.read_run(path))
   points = []
   for (curve, name), every in sorted(groups.items()):
     runs = report.reported(every, report.result_seeds)

@@ -1,5 +1,6 @@
 """Bad configs fail before compilation with one message naming field, value and fix."""
 import importlib
+import logging
 import os
 import shutil
 
@@ -209,11 +210,15 @@ def test_a_misspelled_variant_is_one_line_naming_the_closest(capsys):
   from ensemble_jax import main
 
   config = os.path.join(REPO, "experiments", "configs", "fashion_mnist.py")
+  # parsing applies absl's --verbosity to the loggers: put them back for the tests after
+  levels = {name: logging.getLogger(name).level for name in ("", "absl")}
   try:
     with pytest.raises(SystemExit) as exited:
       main.parse_flags(["main", f"--config={config}:smoke,ensembel", "--workdir=/nonexistent"])
   finally:
     flags.FLAGS.unparse_flags()
+    for name, level in levels.items():
+      logging.getLogger(name).setLevel(level)
   assert exited.value.code == 2
   assert capsys.readouterr().err.splitlines() == [
       "error: --config: unknown variant(s) 'ensembel' (did you mean 'ensemble'?) of "

@@ -176,7 +176,10 @@ def test_workers_are_independent():
   rng = jax.random.key(1)
   before = jax.device_get(state)
   a, _ = engine.train_step(engine.init(jax.random.key(0)), batch, rng)
-  local[("image")][3] = 255 - local["image"][3]  # change worker 3's data only
+  # Worker 3's data changed in a copy: on CPU `batch` may alias `local`'s memory, and the
+  # step above may still be reading it (a race that a loaded machine lost).
+  local = {k: v.copy() for k, v in local.items()}
+  local["image"][3] = 255 - local["image"][3]
   changed = {k: jax.device_put(v, engine.train_layout.sharding) for k, v in local.items()}
   b, _ = engine.train_step(engine.init(jax.random.key(0)), changed, rng)
   for x, y, x0 in zip(jax.tree.leaves(jax.device_get(a.params)),

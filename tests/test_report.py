@@ -3,10 +3,11 @@ computes the ratios to data-parallel the way its docstring says."""
 import json
 import math
 import os
+import shutil
 
 import pytest
 
-from ensemble_jax import report
+from ensemble_jax import costs, report, stored
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.unit
@@ -244,6 +245,29 @@ def test_a_folder_of_plain_run_workdirs_is_compared(tmp_path, capsys):
   assert "compare their steps to the target, not their final accuracy" in out
 
 
+def test_a_folder_of_runs_skips_what_is_not_a_finished_run_saying_why(tmp_path, capsys):
+  """Another tool's results.json is skipped and an unfinished workdir left out, one stderr
+  line each, and a symlinked run folder is followed. Fails on ef8466c2: KeyError 'target'
+  (on experiments/results/distillation/cpu_reduced), and the symlinked run not found."""
+  folder = tmp_path / "runs"
+  _plain_run(folder / "dp", "data_parallel", 150, 300, 150)
+  _plain_run(tmp_path / "elsewhere" / "ens", "ensemble", 300, 300, 250)
+  (folder / "linked").symlink_to(tmp_path / "elsewhere")
+  (folder / "linked" / "ens" / "loop").symlink_to(folder)  # a link back up: walked once
+  (folder / "bench").mkdir()
+  (folder / "bench" / "results.json").write_text(json.dumps({"protocol": {}, "published": {}}))
+  (folder / "half" / "checkpoints" / "100").mkdir(parents=True)
+  assert report.main([str(folder)]) == 0
+  captured = capsys.readouterr()
+  assert "| dp | data_parallel D=1 |" in captured.out
+  assert "| linked/ens | ensemble N=4 |" in captured.out
+  assert sorted(captured.err.splitlines()) == [
+      f"left out {folder}/half: unfinished (checkpoints, no results.json yet); rerun its "
+      "command to finish it",
+      f"skipped {folder}/bench/results.json: not a run's results.json (it has no method, "
+      "config, steps, final, target, cost)"]
+
+
 def test_no_runs_says_what_it_looked_for(tmp_path, capsys):
   assert report.main([str(tmp_path)]) == 2
   out = capsys.readouterr().out
@@ -432,3 +456,55 @@ def test_a_teacher_is_charged_and_amortised_only_in_the_what_if(tmp_path):
   row = next(line for line in whatif.splitlines()
              if line.startswith("| ensemble_kd_amortised | N4_L100 |"))
   assert row.endswith(" | 1.50x [1.50, 1.50] (vs data_parallel D4)" * 3 + " |"), row
+
+
+@pytest.mark.unit
+def test_a_teacher_is_charged_at_its_record_s_price_now_not_the_copy_in_the_run(tmp_path):
+  """A taught run's `teacher` block holds its teacher's price on the day it trained; the
+  report charges what the teacher's own results.json prices now (`costs.whole_run`), in the
+  run's time and FLOPs and in its point's tuning compute (once per tuning run), and a
+  teacher whose record is gone is an error, not the stale copy. Fails on ef8466c2: the
+  report read the copy (the Python docs' kd runs: 14.03 s on 10 GbE, the teacher 2.94 s)."""
+  src = os.path.join(REPO, "experiments", "results", "pydocs_gpt2_kd", "ensemble_kd",
+                     "N2_L1200")
+  with open(os.path.join(src, "seed1", "results.json")) as f:
+    workdir = json.load(f)["teacher"]["workdir"]
+  (tmp_path / "teacher").mkdir()
+  shutil.copyfile(os.path.join(REPO, workdir, "results.json"),
+                  tmp_path / "teacher" / "results.json")
+  stale = {"nvlink": 100.0, "ib_xdr800": 101.0, "eth10g": 102.0}
+  planted = {}
+  for run in ["seed1", *(f"tune/{n}" for n in os.listdir(os.path.join(src, "tune")))]:
+    with open(os.path.join(src, run, "results.json")) as f:
+      r = json.load(f)
+    r["teacher"] = {**r["teacher"], "workdir": str(tmp_path / "teacher"), "flops": 1e15,
+                    "critical_path_s": stale,
+                    "device_seconds": {p: 8 * s for p, s in stale.items()}}
+    recorded = r["cost"]
+    assert recorded["measured"]["pool_build_time_s"] == 0.0
+    r["cost"] = costs.summary(  # as the run recorded it (record.build) with the stale copy
+        r, devices=recorded["modelled"]["devices"], overlap=recorded["modelled"]["overlap"],
+        simulated=True, device_step_time_s=recorded["modelled"]["device_step_time_s"])
+    out = tmp_path / "study" / "ensemble_kd" / "N2_L1200" / run / "results.json"
+    out.parent.mkdir(parents=True)
+    out.write_text(json.dumps(r))
+    planted[run] = r
+  now = costs.whole_run(stored.load(str(tmp_path / "teacher" / "results.json")))
+  assert now["critical_path_s"]["eth10g"] < 10  # the test plants a price it is not
+
+  (row,) = [r for r in report.load_runs(str(tmp_path / "study")) if r["seed"] == 1]
+  assert row["teacher_s"] == pytest.approx(now["critical_path_s"])
+  seed1 = planted["seed1"]["cost"]
+  assert row["time_s"] == pytest.approx({p: t - stale[p] + now["critical_path_s"][p]
+                                         for p, t in seed1["modelled"]["critical_path_s"].items()})
+  assert row["flops"] == pytest.approx(seed1["measured"]["flops_to_target"] - 1e15
+                                       + now["flops"])
+  tuned = [r for run, r in planted.items() if run.startswith("tune/")]
+  assert row["tuning"]["runs"] == len(tuned)
+  assert row["tuning"]["time_s"] == pytest.approx({
+      p: sum(r["cost"]["modelled"]["critical_path_s"][p] - stale[p] + now["critical_path_s"][p]
+             for r in tuned) for p in stale})
+
+  os.remove(tmp_path / "teacher" / "results.json")
+  with pytest.raises(FileNotFoundError, match="charged its teacher's training"):
+    report.load_runs(str(tmp_path / "study"))

@@ -557,3 +557,76 @@ def test_a_seed_run_of_another_config_is_refused_not_counted_as_finished(tmp_pat
   with pytest.raises(config_lib.ConfigError, match=r"model\.width"):
     tuning.run_seed(chosen, {"chosen_run": "lr0.003"}, str(tmp_path), 2, counts)
   assert counts["skipped"] == 0
+
+
+class LadderFakeTrain:
+  """Planted eval histories on a ladder of two accuracy rungs: `steps[factor]` = (steps to
+  0.85, steps to 0.90 or None), final accuracy `finals[factor]`; honours stop_at_step as
+  the loop does (a rung not met by then is unmet)."""
+
+  def __init__(self, steps, finals, budget=1000):
+    self.steps, self.finals, self.budget, self.dirs = steps, finals, budget, []
+
+  def __call__(self, config, run_dir):
+    self.dirs.append(run_dir)
+    factor = round(config.optim.learning_rate / BASE, 4)
+    stop = config.train.stop_at_step or self.budget
+    reached = [s if s is not None and s <= stop else None for s in self.steps[factor]]
+    r = _results(reached[0], self.finals[factor], self.budget)
+    r["targets"] = [{"metric": "accuracy", "value": v, "reached": s is not None,
+                     "reached_step": s} for v, s in zip((0.85, 0.90), reached)]
+    r["steps"], r["config"] = min(stop, self.budget), config.to_dict()
+    return r
+
+
+def _ladder_config(**kw):
+  c = _config(**kw)
+  c.eval.target_values = (0.85, 0.90)
+  return c
+
+
+# x0.5 is first to 85% and never reaches 90%; x1 is first to 90%; x2 ends best; x0.25 and
+# x4 bound the edges.
+LADDER_STEPS = {0.5: (100, None), 1.0: (150, 400), 2.0: (300, 500)}
+LADDER_FINALS = {0.5: 0.88, 1.0: 0.905, 2.0: 0.91, 4.0: 0.85}
+LADDER_STEPS[4.0] = (600, None)
+LADDER_STEPS[0.25], LADDER_FINALS[0.25] = (120, None), 0.87  # bounds the low edge
+
+
+def test_each_rung_is_chosen_from_the_same_runs_by_its_own_steps():
+  fake = LadderFakeTrain(LADDER_STEPS, LADDER_FINALS)
+  chosen, record = tuning.tune(_ladder_config(), "/point", fake)
+  assert chosen.optim.learning_rate == pytest.approx(BASE / 2)  # the first rung's choice
+  per_target = record["chosen_per_target"]
+  assert [t["value"] for t in per_target] == [0.85, 0.90]
+  assert [t["chosen"]["optim.learning_rate"] for t in per_target] == pytest.approx(
+      [BASE / 2, BASE])
+  assert per_target[1]["chosen_run"] == os.path.join("tune", "lr0.003")
+  assert all(t["reached"] for t in per_target)
+  assert record["axes"][0]["chosen_per_target"] == pytest.approx([BASE / 2, BASE])
+  assert len(fake.dirs) == 4 and "rung" in record["rule"]
+
+
+def test_a_ceiling_chooses_the_best_final_metric_and_records_each_rungs_choice():
+  config = _ladder_config()
+  config.tune.objective = "final_metric"
+  chosen, record = tuning.tune(config, "/point", LadderFakeTrain(LADDER_STEPS, LADDER_FINALS))
+  # x2 ends best at the edge: extended to x4 (planted to end worse), then chosen
+  assert chosen.optim.learning_rate == pytest.approx(2 * BASE)
+  assert [t["chosen"]["optim.learning_rate"] for t in record["chosen_per_target"]] == (
+      pytest.approx([BASE / 2, BASE]))
+  assert record["rule"].startswith(tuning.FINAL_RULE)
+
+
+def test_a_ladder_stops_a_run_only_once_it_can_win_no_rung():
+  """With stop_losers, x1 (first to 90% at 400) must not be stopped at 100 (the fewest steps
+  to 85%): it can still win 90%. Once both rungs have a finisher, later runs stop at the
+  most of the two bounds. Same choices as full runs."""
+  config = _ladder_config()
+  config.tune.stop_losers = True
+  fake = LadderFakeTrain(LADDER_STEPS, LADDER_FINALS)
+  chosen, record = tuning.tune(config, "/point", fake)
+  stopped = {r["factor"]: r["stopped_at_step"] for r in record["axes"][0]["runs"]}
+  assert stopped == {0.25: 400, 0.5: None, 1.0: None, 2.0: 400}
+  assert [t["chosen"]["optim.learning_rate"] for t in record["chosen_per_target"]] == (
+      pytest.approx([BASE / 2, BASE]))

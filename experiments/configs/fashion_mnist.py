@@ -169,6 +169,8 @@ def sweep_grid(name: str = "full") -> dict:
   # large-batch ImageNet training runs it, and as the critical-batch sweep's D simulated
   # devices do): its step all-reduces the gradients alone, on the grid as in the projection
   # beyond it.
+  sync_bn = {"method.batchnorm": "synchronised"}
+
   def dp(d, **extra):
     return ("sweep", {"train.batch_size": 64 * d, "cost.devices": d,
                       "train.num_steps": budget_steps(64 * d), "method.batchnorm": "per_device",
@@ -225,6 +227,37 @@ def sweep_grid(name: str = "full") -> dict:
                               for e in CEILING_EPOCHS},
             "dp_small_model": {f"D8_E{e}": at_length(e, **{"model.width": 4})
                                for e in CEILING_EPOCHS}}
+  if name == "ladder":  # the study at every rung of LADDER, beside the ceilings' runs
+    # Fixed lengths that span the rungs, each point tuned by the rule (its first rung chooses
+    # `chosen`; each rung's own choice gets seeds too: tuning.rung_choices), scored on all
+    # 10,000 test images. Pruned for a 2-core host, never in seeds or tuning: data-parallel
+    # at D = 4 (D = 8 is the ceilings study's), the strongest baseline at 85% (the small
+    # model, synchronised BatchNorm, D = 8; per-device is the ceilings study's), the
+    # ensembles at N = 4 and 8 (random streams; small-model routed experts), each worker
+    # E epochs of its stream (E = the single model's length: the deep ensemble).
+    ladder = {"eval.num_examples": 0, "eval.score_rest_at_end": False,
+              "eval.target_values": LADDER, "train.stop_at_target": True}
+
+    def dp_at(d, epochs, **extra):
+      return dp(d, **{"train.num_steps": budget_steps(d * 64, epochs * TRAIN_EXAMPLES),
+                      **ladder, **extra})
+
+    def workers_at(n, epochs, share=1, **extra):  # each worker E epochs of its 1/share
+      return ensemble(n, budget_steps(64, epochs * TRAIN_EXAMPLES // share),
+                      **ladder, **extra)
+
+    # An N-worker evaluation of 10,000 images costs N single ones (~2.8 s each at width 8
+    # here): at N = 8 the evaluations outweigh the steps, so N = 8 stops at 2 epochs.
+    lengths, short = (1, 2, 4, 8), (1, 2, 4)
+    return {
+        "data_parallel": {f"D4_E{e}": dp_at(4, e) for e in lengths},
+        "dp_small_model_sync_bn": {f"D8_E{e}": dp_at(8, e, **{"model.width": 4}, **sync_bn)
+                                   for e in lengths},
+        "ensemble": {f"N{n}_E{e}": workers_at(n, e)
+                     for n, es in ((4, lengths), (8, (1, 2))) for e in es},
+        "ensemble_pca_routed_small": {
+            f"N{n}_E{e}": workers_at(n, e, share=n, **pca_routed, **{"model.width": 4})
+            for n in (4, 8) for e in short}}
   if name == "many_workers":  # does averaging more short runs ever reach 85%?
     # Every N trains L = 235 steps (the full grid's budget at N = 8) at what the full grid's
     # tuning chose at N = 8 (its learning rate and schedule length, `configs.tuned_choice`): a
@@ -269,8 +302,7 @@ def sweep_grid(name: str = "full") -> dict:
                 "N8_L235": _at_tuned_choice("ensemble_pca_routed_small", "N8_L235", **one)}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke, "
-                     "many_workers or one_device")
-  sync_bn = {"method.batchnorm": "synchronised"}
+                     "many_workers, one_device, ceilings or ladder")
   # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
       "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},

@@ -130,6 +130,14 @@ KD_WEIGHT = 0.5  # the soft targets' share of each worker's loss
 KD_TEMPERATURE = 2.0
 
 
+# The ladder of targets (docs/results/targets.md): perplexity 14 to 10, easiest first; the
+# study reads 14, 12 and 11, the others resolve the ceiling. Lengths that span them: the
+# 12 grid's budget and its doublings (0.46, 0.92, 1.85 passes over the corpus's ~83k
+# training windows).
+LADDER = (14.0, 13.0, 12.0, 11.5, 11.0, 10.5, 10.0)
+LADDER_BUDGETS = (1, 2, 4)  # x SWEEP_WINDOWS
+
+
 def budget_steps(windows_per_step: int, windows: int = SWEEP_WINDOWS) -> int:
   """The steps a point may take: `windows` at `windows_per_step`, rounded up."""
   return -(-windows // windows_per_step)
@@ -196,9 +204,27 @@ def sweep_grid(name: str = "full") -> dict:
     return {"ensemble_kd": {point: tuned_schedule(ensemble(
         n, **kd, **{"cost.price_like": f"../pydocs_gpt2/ensemble/{point}"}))
         for point, n in points.items()}}
+  if name == "ladder":  # the study at every rung of LADDER, fixed lengths to their end
+    ladder = {"eval.target_values": LADDER, "eval.target_value": LADDER[0],
+              "eval.num_examples": 1024, "train.stop_at_target": True}
+
+    def dp_at(d, k, **extra):
+      return dp(d, **{"train.num_steps": budget_steps(16 * d, k * SWEEP_WINDOWS), **ladder,
+                      **extra})
+
+    def routed_at(n, k):  # each expert its cluster's share of k budgets
+      return ensemble(n, **routed, **ladder, **{
+          "model.size": "micro", "method.steps_per_worker": budget_steps(16 * n,
+                                                                         k * SWEEP_WINDOWS)})
+
+    return {"data_parallel": {f"D8_W{k}": dp_at(8, k) for k in LADDER_BUDGETS},
+            "dp_small_model": {f"D8_W{k}": dp_at(8, k, **{"model.size": "micro"})
+                               for k in LADDER_BUDGETS},
+            "ensemble_tfidf_routed_small": {f"N{n}_W{k}": routed_at(n, k)
+                                            for n in (2, 4) for k in LADDER_BUDGETS}}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of pydocs_gpt2.py; choose full, smoke, "
-                     "many_workers or kd")
+                     "many_workers, kd or ladder")
   # Every curve but the fixed short schedules tunes its schedule's length too.
   return {
       "data_parallel": {f"D{d}": tuned_schedule(dp(d)) for d in (1, 2, 4, 8)},

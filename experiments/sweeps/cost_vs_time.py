@@ -357,14 +357,21 @@ def run(config_path: str, workdir: str, seeds: list[int], grid: str,
     tuning.write_record(point_dir, tuned[key][1])
 
   # 3. Seeds outermost: an interrupted sweep has whole seeds of every point, not some points.
+  # With a ladder of targets, a rung whose choice differs from the point's gets its seeds
+  # too (`tuning.rung_choices`), in <point>/per_target/<run>/.
+  chosen_at = {}  # (key, directory under the point) -> (config, record)
   for key, (chosen, record) in tuned.items():
-    tuning.ready_seeds(chosen, record, os.path.join(workdir, *key), seeds, counts)
+    chosen_at[key, ""] = chosen, record
+    for sub, choice in tuning.rung_choices(chosen, record).items():
+      chosen_at[key, sub] = choice
+  for (key, sub), (chosen, record) in chosen_at.items():
+    tuning.ready_seeds(chosen, record, os.path.join(workdir, *key, sub), seeds, counts)
   for seed in seeds:
-    for key, (chosen, record) in tuned.items():
-      run_dir = os.path.join(workdir, *key, f"seed{seed}")
-      study.counted(counts, "trained", run_dir, lambda: tuning.run_seed(
-          chosen, record, os.path.join(workdir, *key), seed, counts,
-          pool_config=point_config(key, seed)))
+    for (key, sub), (chosen, record) in chosen_at.items():
+      point_dir = os.path.join(workdir, *key, sub)
+      study.counted(counts, "trained", os.path.join(point_dir, f"seed{seed}"),
+                    lambda: tuning.run_seed(chosen, record, point_dir, seed, counts,
+                                            pool_config=point_config(key, seed)))
   sweeps.sync("points done")
   if write_report and sweeps.is_writer():
     print(report.write(workdir, workdir))

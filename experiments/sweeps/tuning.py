@@ -44,7 +44,7 @@ from typing import Callable
 import ml_collections
 
 from ensemble_jax import checkpoint as checkpoint_lib
-from ensemble_jax import config_lib, costs, optim, stored
+from ensemble_jax import config_lib, costs, optim, report, stored
 from ensemble_jax import run as run_lib
 from ensemble_jax import train as train_lib
 from experiments import sweeps
@@ -371,35 +371,9 @@ def _outcome(results: dict | None) -> dict:
           "final": results["final"].get(target["metric"])}
 
 
-def compute(runs: list[dict | None]) -> dict:
-  """What the tuning runs cost together: training FLOPs and modelled critical-path time
-  and device-seconds per interconnect preset, summed over the runs (one after another),
-  plus each distilled pool once: one per tuning seed (the runs on one seed read the same
-  pool). Diverged runs stopped early with no results: they are counted in `diverged`, not
-  in the sums."""
-  done = [r for r in runs if r is not None]
-  presets = tuple(costs.INTERCONNECTS)
-  flops = sum(r["flops_per_step"] * r["steps"] for r in done)
-  time_s = dict.fromkeys(presets, 0.0)
-  device_s = dict.fromkeys(presets, 0.0)
-  pools = {}  # seed -> (build seconds, build FLOPs)
-  for r in done:
-    pool = r["cost"]["measured"]["pool_build_time_s"]
-    pools[r.get("config", {}).get("seed")] = (pool, (r.get("distill") or {}).get("build_flops",
-                                                                                  0.0))
-    devices = r["cost"]["modelled"]["devices"]
-    for p in presets:
-      train_s = r["cost"]["modelled"]["critical_path_s"][p] - pool
-      time_s[p] += train_s
-      device_s[p] += devices * train_s
-  pool_s = sum(build for build, _ in pools.values())
-  pool_flops = sum(build_flops for _, build_flops in pools.values())
-  if done:
-    devices = done[0]["cost"]["modelled"]["devices"]
-    time_s = {p: t + pool_s for p, t in time_s.items()}
-    device_s = {p: s + devices * pool_s for p, s in device_s.items()}
-  return {"runs": len(runs), "diverged": len(runs) - len(done), "flops": flops + pool_flops,
-          "time_s": time_s, "device_seconds": device_s, "pool_build_time_s": pool_s}
+# What the tuning runs cost together: the record's `compute` (`costs.tuning_compute`, which
+# the report sums again from the runs' records, their charges priced then).
+compute = costs.tuning_compute
 
 
 def read_run(run_dir: str) -> tuple[bool, dict | None]:
@@ -436,8 +410,8 @@ def train_run(config, run_dir: str, counts: dict, what: str,
 
 def stopped_early(results: dict | None) -> int | None:
   """The step a run stopped at early (train.stop_at_step, tune.stop_losers), short of the
-  target and of its budget: it had lost by then. None for any other run."""
-  if results is None or results["target"]["reached"]:
+  target (its last rung) and of its budget: it had lost by then. None for any other run."""
+  if results is None or rung_of(results, -1)["reached"]:
     return None
   stop = results.get("config", {}).get("train", {}).get("stop_at_step", 0)
   steps = results["steps"]
@@ -449,6 +423,30 @@ def write_record(point_dir: str, record: dict) -> None:
     return
   with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
     json.dump(record, f, indent=2)
+
+
+PER_TARGET = report.PER_TARGET  # <point>/per_target/<run name>/seed<k>: a rung's choice
+
+
+def rung_choices(chosen: ml_collections.ConfigDict,
+                 record: dict) -> dict[str, tuple[ml_collections.ConfigDict, dict]]:
+  """{directory under the point: (config, record)} for each rung's choice
+  (`chosen_per_target`, among tune.report_targets; every rung if empty) that differs from
+  the point's: its seeds run there, at the rung's chosen values, the record pointing
+  `chosen_run` at that choice's tuning run."""
+  wanted = [float(v) for v in chosen.tune.report_targets]
+  out = {}
+  for rung in record.get("chosen_per_target", []):
+    if rung["chosen_run"] == record["chosen_run"] or (
+        wanted and not any(math.isclose(rung["value"], v) for v in wanted)):
+      continue
+    name = os.path.basename(rung["chosen_run"])
+    c = copy.deepcopy(chosen)
+    for key, value in rung["chosen"].items():
+      config_lib.set_dotted(c, key, value)
+    out[os.path.join(PER_TARGET, name)] = (c, {
+        **record, "chosen_run": os.path.join("..", "..", rung["chosen_run"])})
+  return out
 
 
 def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, seed: int,

@@ -1,0 +1,87 @@
+"""Results pages rendered whole: a Markdown template (docs/templates/, Jinja2) filled from a
+context built from the committed JSON. Wording lives in the template, numbers in the context.
+
+  python -m experiments.docs_render [--write]
+
+Without --write it checks: every page is what its template renders today, else one line per
+page with the fix, exit status 1. tests/test_docs_render.py runs the check.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+import jinja2
+from absl import app, flags
+
+from experiments import targets
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEMPLATES = os.path.join(REPO, "docs", "templates")
+WRITE = "python -m experiments.docs_render --write"
+
+# page (relative to the repository) -> (its template, the function building its context)
+PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
+    "docs/results/targets.md": ("targets.md.j2", lambda: targets.context("fashion_mnist")),
+}
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+  return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _ratio(x: float | None) -> str:
+  return "-" if x is None else f"{x:.2f}x"
+
+
+def environment() -> jinja2.Environment:
+  """Templates fail on any name the context lacks (StrictUndefined), never render blanks."""
+  env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
+                           undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                           trim_blocks=True, lstrip_blocks=True)
+  env.filters.update(pct=_pct, ratio=_ratio)
+  return env
+
+
+def render_template(template: str, context: dict) -> str:
+  return environment().get_template(template).render(**context)
+
+
+def render(page: str) -> str:
+  template, build = PAGES[page]
+  return render_template(template, build())
+
+
+def mismatches(pages=None) -> list[str]:
+  """One line per page that differs from its rendering (or is missing)."""
+  out = []
+  for page in pages or PAGES:
+    path = os.path.join(REPO, page)
+    text = open(path).read() if os.path.exists(path) else None
+    if text != render(page):
+      out.append(f"{page}: not what {PAGES[page][0]} renders from the committed JSON; "
+                 f"run `{WRITE}`")
+  return out
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_bool("write", False, "write every page instead of checking it")
+
+
+def main(argv) -> int:
+  del argv
+  if FLAGS.write:
+    for page in PAGES:
+      with open(os.path.join(REPO, page), "w") as f:
+        f.write(render(page))
+      print(f"wrote {page}")
+    return 0
+  errors = mismatches()
+  for e in errors:
+    print(e, file=sys.stderr)
+  return 1 if errors else 0
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,264 @@
+"""The answer at every target up to the ceilings: each model's ceiling, and at each rung of
+the ladder the closest method point against the strongest baseline.
+
+  python -m experiments.targets [--workload=fashion_mnist]   # the context, as JSON
+
+Reads only committed JSON: a ceilings study (`sweep_grid('ceilings')`: single models trained
+to their end at fixed lengths, every rung tracked, scored on the whole test split) and the
+studies whose runs track the ladder's rungs (results.json `targets`), each run priced at a
+rung as its own cost block prices it (`costs.at_target`). docs/results/targets.md renders
+it (experiments/docs_render.py).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+
+from absl import app, flags
+
+from ensemble_jax import config_lib, report, stored
+from experiments import docs_prose
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "experiments", "results")
+
+# Per workload: its ceilings study and the studies read at every rung (the first is the
+# one-target study the README's answer was measured in), under experiments/results/.
+WORKLOADS = {
+    "fashion_mnist": {"name": "Fashion-MNIST", "ceilings": "fashion_mnist_ceilings",
+                      "studies": ("fashion_mnist", "fashion_mnist_ceilings",
+                                  "fashion_mnist_ladder")},
+}
+# A rung's verdict, from its closest method point's ratio and its range over the seeds.
+VERDICTS = {"beats": "beats the strongest baseline on every seed",
+            "level": "level with it, within the seeds' spread",
+            "behind": "behind it on every seed",
+            "missed": "no method point reaches it on every seed",
+            "unmeasured": "no method point was trained to it"}
+
+
+def verdict_word(ratio: float | None, seed_range: tuple[float, float] | None,
+                 measured: bool = True) -> str:
+  """The one rule every page words a ratio by (a key of VERDICTS): above 1 over the whole
+  seed range beats, below 1 over all of it is behind, a range holding 1 is level."""
+  if not measured:
+    return "unmeasured"
+  if ratio is None or seed_range is None:
+    return "missed"
+  lo, hi = seed_range
+  return "beats" if lo > 1 else "behind" if hi < 1 else "level"
+
+
+def _spread(values: list[float]) -> dict:
+  return {"median": statistics.median(values), "min": min(values), "max": max(values),
+          "seeds": len(values)}
+
+
+def _epochs(r: dict) -> float:
+  return r["step_budget"] * r["examples_per_step"] / r["data"]["train_examples"]
+
+
+def ceilings(results_dir: str) -> list[dict]:
+  """Per model (curve) of a ceilings study: each length's final metric over its reported
+  seeds (the tuning seed's run chose the rate: left out when others ran), and the ceiling,
+  the best length's median. `plateau`: the first length whose doubling gained less than
+  the seeds' spread (max - min of either length), None if every doubling tried gained more
+  (the ceiling is then a lower bound)."""
+  out = []
+  for curve_dir in sorted(glob.glob(os.path.join(results_dir, "*", ""))):
+    curve = os.path.basename(os.path.dirname(curve_dir))
+    lengths = []
+    for point_dir in glob.glob(os.path.join(curve_dir, "*", "")):
+      runs = [stored.load(p) for p in glob.glob(os.path.join(point_dir, "seed*",
+                                                                  "results.json"))]
+      runs = report.reported(runs, seeds=report.result_seeds)
+      if not runs:
+        continue
+      metric = runs[0]["target"]["metric"]
+      tuning = runs[0].get("tuning") or {}
+      lengths.append({
+          "point": os.path.basename(os.path.dirname(point_dir)), "epochs": _epochs(runs[0]),
+          "final": _spread([r["final"][metric] for r in runs]),
+          "seed_list": sorted(r["config"]["seed"] for r in runs),
+          "eval_examples": runs[0]["final"].get("num_examples"),
+          "peak_learning_rate": tuning.get("peak_learning_rate"),
+          "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
+          "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
+          "metric": metric})
+    if not lengths:
+      continue
+    lengths.sort(key=lambda x: x["epochs"])
+    lower = lengths[0]["metric"] in config_lib.LOWER_IS_BETTER
+    sign = -1 if lower else 1
+    best = max(lengths, key=lambda x: sign * x["final"]["median"])
+    plateau = None
+    for a, b in zip(lengths, lengths[1:]):
+      spread = max(x["final"]["max"] - x["final"]["min"] for x in (a, b))
+      if sign * (b["final"]["median"] - a["final"]["median"]) < spread:
+        plateau = a
+        break
+    first = stored.load(glob.glob(os.path.join(curve_dir, best["point"], "seed*",
+                                               "results.json"))[0])
+    out.append({"curve": curve, "model": docs_prose.CURVE_NAMES.get(curve, curve),
+                "architecture": _model_name(first["config"]),
+                "params": first.get("num_params"), "lengths": lengths,
+                "ceiling": best["final"], "best_point": best["point"],
+                "best_epochs": round(best["epochs"]),
+                "plateau": plateau and plateau["point"],
+                "plateau_epochs": plateau and round(plateau["epochs"])})
+  return out
+
+
+def _model_name(config: dict) -> str:
+  m = config["model"]
+  return f"{m['name']} width {m['width']}" if m["name"].startswith("resnet") else m["name"]
+
+
+def rungs(dirs: list[str]) -> list[float]:
+  """Every rung some committed run of `dirs` tracked, easiest first."""
+  values, metric = set(), None
+  for d in dirs:
+    for path in glob.glob(os.path.join(d, "*", "*", "seed*", "results.json")):
+      r = stored.load(path)
+      metric = r["target"]["metric"]
+      values |= {t["value"] for t in r["targets"]}
+  return sorted(values, reverse=metric in config_lib.LOWER_IS_BETTER)
+
+
+def _best(pts: list[dict], methods: list[str], kind: str) -> dict | None:
+  """The method point with the best matched `kind` ('time' or 'compute') ratio over every
+  preset (`report.matched`: at its own budget against the strongest-baseline frontier)."""
+  best = None
+  for curve in methods:
+    for preset in report.PRESETS:
+      for row in report.matched(pts, curve, preset):
+        if row[kind] is not None and (best is None or row[kind][0] > best["ratio"]):
+          best = {"ratio": row[kind][0], "point": f"{curve} {row['point']}",
+                  "name": docs_prose.point_name(curve, row["point"]),
+                  "preset": docs_prose.PRESET_NAMES[preset], "vs": row[kind][1],
+                  "vs_name": docs_prose.point_name(*row[kind][1].split()),
+                  "range": list(row[f"{kind}_range"])}
+  if best is not None:
+    best["verdict"] = verdict_word(best["ratio"], best["range"])
+  return best
+
+
+def at_rung(dirs: list[str], value: float) -> dict:
+  """One rung: the points of every study in `dirs` priced to it (a run that did not track it
+  is left out), the closest method point in time and in compute (`_best`), the strongest
+  baseline (`report.verdict`) and the rung's verdict in VERDICTS' words."""
+  runs = []
+  for d in dirs:
+    if os.path.isdir(d):
+      runs += report.load_runs(d, target_value=value)
+  pts = report.points(runs)
+  baselines = set(report.baseline_curves(pts))
+  methods = sorted({p["curve"] for p in pts} - baselines)
+  v = report.verdict(pts) if pts else {"beats": False, "closest": None, "strongest": None}
+  row = {"value": value, "method_points": sum(p["curve"] in methods for p in pts),
+         "baseline_points": sum(p["curve"] in baselines for p in pts),
+         "baselines_reaching": sum(p["curve"] in baselines and p["reached"] == p["seeds"]
+                                   for p in pts),
+         # points some of whose seeds stand at another rung's choice (none of its own)
+         "off_choice_points": len({(r["curve"], r["point"]) for r in runs
+                                   if not r["rung_choice"]}),
+         "strongest": v["strongest"] and docs_prose.point_name(*v["strongest"].split()),
+         "time": _best(pts, methods, "time"),
+         "compute": _best(pts, methods, "compute")}
+  closest = max((b for b in (row["time"], row["compute"]) if b), key=lambda b: b["ratio"],
+                default=None)
+  row["verdict"] = ("beats" if v["beats"] else verdict_word(
+      closest["ratio"] if closest else None, closest["range"] if closest else None,
+      measured=row["method_points"] > 0))
+  return row
+
+
+def study_rungs(values: list[float], single_ceiling: float | None,
+                top_ceiling: float | None) -> list[float]:
+  """The rungs the page reads (every other stays in the JSON): 85%, 88%, 90%, the highest
+  rung at least half a point below the single model's ceiling, and the lowest above it that
+  the highest ceiling (a wider model's, a deep ensemble's) still reaches."""
+  named = [v for v in (0.85, 0.88, 0.90) if v in values]
+  if single_ceiling is not None:
+    below = [v for v in values if v <= single_ceiling - 0.005 + 1e-9]
+    between = [v for v in values if single_ceiling < v <= (top_ceiling or 0.0)]
+    named += [max(below)] if below else []
+    named += [min(between)] if between else []
+  return sorted(set(named))
+
+
+def context(workload: str = "fashion_mnist") -> dict:
+  """What docs/results/targets.md is rendered from."""
+  w = WORKLOADS[workload]
+  dirs = [os.path.join(RESULTS, s) for s in w["studies"]]
+  ceiling_rows = ceilings(os.path.join(RESULTS, w["ceilings"]))
+  single = next((c for c in ceiling_rows if c["curve"] == report.BASELINE), None)
+  single_ceiling = single["ceiling"]["median"] if single else None
+  values = rungs(dirs)
+  top_ceiling = max((c["ceiling"]["median"] for c in ceiling_rows), default=None)
+  ladder = [at_rung(dirs, v) for v in study_rungs(values, single_ceiling, top_ceiling)]
+  for row in ladder:
+    row["above_single_ceiling"] = bool(single and row["value"] > single_ceiling)
+  by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
+  return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
+          "by_verdict": by_verdict, "verdicts": VERDICTS,
+          "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
+          "tracked_rungs": values, "single": single,
+          "figure": f"experiments/results/targets/{workload}.png"}
+
+
+def plot(ctx: dict, path: str) -> None:
+  """The best matched time and compute ratios (median, seeds' range) at every rung read,
+  the 1x line, the ceilings measured marked."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(8.4, 3.6))
+  for kind, marker, shift in (("time", "o", -0.0008), ("compute", "s", 0.0008)):
+    rows = [r for r in ctx["ladder"] if r[kind]]
+    if rows:
+      xs = [100 * (r["value"] + shift) for r in rows]
+      ys = [r[kind]["ratio"] for r in rows]
+      err = [[y - r[kind]["range"][0] for y, r in zip(ys, rows)],
+             [r[kind]["range"][1] - y for y, r in zip(ys, rows)]]
+      ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=3,
+                  label=f"best matched {kind} ratio (seeds' range)")
+  ax.axhline(1.0, color="black", lw=0.8, ls="--", label="1x: level with the strongest baseline")
+  ax.set_yscale("log")
+  for c in ctx["ceilings"]:
+    ax.axvline(100 * c["ceiling"]["median"], color="gray", lw=0.8, ls=":")
+    ax.text(100 * c["ceiling"]["median"], ax.get_ylim()[1],
+            f" {c['model']} ceiling" + ("" if c["plateau"] else " (a lower bound)"),
+            rotation=90, va="top", ha="right", fontsize=7, color="gray")
+  unmeasured = [100 * r["value"] for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
+  if unmeasured:
+    ax.plot(unmeasured, [1.0] * len(unmeasured), "x", color="red",
+            label="no method point trained to this target")
+  ax.set_xlabel("target: test accuracy (%)")
+  ax.set_ylabel("baseline / method (above 1: method better)")
+  report.plain_log_ticks(ax, "y")
+  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=120, metadata={"Software": None})
+  plt.close(fig)
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("workload", "fashion_mnist", "a key of WORKLOADS")
+flags.DEFINE_bool("plot", False, "also draw the figure (the context's `figure`)")
+
+
+def main(argv) -> None:
+  del argv
+  ctx = context(FLAGS.workload)
+  if FLAGS.plot:
+    plot(ctx, os.path.join(REPO, ctx["figure"]))
+  print(json.dumps(ctx, indent=1))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,139 @@
+"""The answer at every target: ceilings, each rung priced from the runs, one verdict rule,
+and the pages rendered whole from it."""
+import json
+import os
+import shutil
+
+import pytest
+
+from ensemble_jax import costs, report, stored
+from experiments import docs_render, targets
+
+pytestmark = pytest.mark.unit
+
+COMMITTED = os.path.join(targets.RESULTS, "fashion_mnist")
+
+
+def test_one_verdict_rule_words_a_ratio_by_its_seed_range():
+  assert targets.verdict_word(1.3, (1.1, 1.5)) == "beats"
+  assert targets.verdict_word(0.92, (0.75, 1.09)) == "level"
+  assert targets.verdict_word(0.70, (0.65, 0.76)) == "behind"
+  assert targets.verdict_word(None, None) == "missed"
+  assert targets.verdict_word(None, None, measured=False) == "unmeasured"
+
+
+def test_a_run_priced_at_its_own_target_is_its_cost_block():
+  """`costs.at_target` at the rung a run was priced to gives back its recorded cost, and at a
+  rung it did not track, None."""
+  r = stored.load(os.path.join(COMMITTED, "data_parallel", "D8", "seed1", "results.json"))
+  again = costs.at_target(r, r["target"]["value"])
+  assert again["cost"]["modelled"]["critical_path_s"] == pytest.approx(
+      r["cost"]["modelled"]["critical_path_s"], rel=1e-12)
+  assert costs.at_target(r, 0.9) is None
+
+
+def _plant(tree, curve, point, seed, final, rungs, source="data_parallel/D8/seed1",
+           budget=None):
+  """A committed run copied into `tree` as `curve/point/seed<k>`, its final accuracy, its
+  ladder (value -> step reached or None) and its step budget planted."""
+  r = stored.load(os.path.join(COMMITTED, source, "results.json"))
+  r["step_budget"] = budget or r["step_budget"]
+  r["config"]["seed"] = seed
+  r["final"]["accuracy"] = final
+  r["targets"] = [{**r["target"], "value": v, "reached": s is not None, "reached_step": s,
+                   "resolution_steps": 1 if s else None} for v, s in rungs.items()]
+  r["target"] = r["targets"][0]
+  d = tree / curve / point / f"seed{seed}"
+  d.mkdir(parents=True)
+  (d / "results.json").write_text(json.dumps(r))
+
+
+def test_the_ceiling_is_the_best_length_and_the_plateau_where_a_doubling_gains_less(tmp_path):
+  for epochs, finals in ((2, (0.880, 0.884, 0.882)), (4, (0.900, 0.904, 0.902)),
+                         (8, (0.905, 0.899, 0.903))):
+    for seed, final in zip((1, 2, 3), finals):
+      _plant(tmp_path, "data_parallel", f"D8_E{epochs}", seed, final, {0.85: 80},
+             budget=epochs * 60_000 // 512)
+  [c] = targets.ceilings(str(tmp_path))
+  assert [l["point"] for l in c["lengths"]] == ["D8_E2", "D8_E4", "D8_E8"]
+  assert c["best_point"] == "D8_E8" and c["ceiling"]["median"] == pytest.approx(0.903)
+  # E2 -> E4 gains 2 points (spread 0.4): not flat; E4 -> E8 gains 0.1 (spread 0.6): flat
+  assert c["plateau"] == "D8_E4"
+  assert c["lengths"][0]["eval_examples"] == 2000 and c["architecture"] == "resnet18 width 8"
+  assert c["model"] == "data-parallel" and (c["best_epochs"], c["plateau_epochs"]) == (8, 4)
+
+
+def test_each_rung_reads_the_runs_that_tracked_it_and_labels_one_above_the_ceiling(
+    tmp_path, monkeypatch):
+  """A planted study: the single model tops out at 90.0%; the 90.5% rung is reached by the
+  wider model only and labelled above the single model's ceiling; a method point trained to
+  85% alone makes 85% measured and leaves the higher rungs unmeasured."""
+  ceilings, ladder = tmp_path / "ceil", tmp_path / "ladder"
+  for seed in (1, 2, 3):
+    _plant(ceilings, "data_parallel", "D8_E4", seed, 0.900,
+           {0.85: 80, 0.88: 150, 0.90: 230, 0.905: None})
+    _plant(ceilings, "dp_wide_model", "D8_E4", seed, 0.910,
+           {0.85: 70, 0.88: 120, 0.90: 200, 0.905: 220})
+    _plant(ladder, "ensemble", "N4_L469", seed, 0.86, {0.85: 300},
+           source="ensemble/N4_L469/seed1")
+  monkeypatch.setattr(targets, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted",
+                      {"name": "planted", "ceilings": "ceil", "studies": ("ceil", "ladder")})
+  ctx = targets.context("planted")
+  assert ctx["tracked_rungs"] == [0.85, 0.88, 0.90, 0.905]
+  rows = {r["value"]: r for r in ctx["ladder"]}
+  # 85, 88, 90 (also half a point below 90.0%), and 90.5%, between the two ceilings
+  assert sorted(rows) == [0.85, 0.88, 0.90, 0.905]
+  assert rows[0.85]["method_points"] == 1 and rows[0.85]["verdict"] in targets.VERDICTS
+  assert rows[0.88]["verdict"] == "unmeasured" and rows[0.88]["baselines_reaching"] == 2
+  assert [v for v, r in rows.items() if r["above_single_ceiling"]] == [0.905]
+  assert rows[0.905]["baselines_reaching"] == 1  # the wider model alone: compared with it
+  assert rows[0.905]["strongest"] == "the wider model (width 16) at D = 8, 4 epochs"
+  assert ctx["single"]["ceiling"]["median"] == pytest.approx(0.90)
+  # the time to each rung is the run's own, priced at that rung's steps
+  runs = {r["curve"]: r for r in report.load_runs(str(ceilings), target_value=0.88)}
+  assert runs["data_parallel"]["steps"] == 150 and runs["dp_wide_model"]["steps"] == 120
+  text = docs_render.render_template("targets.md.j2", ctx)
+  assert "no method point was trained to it" in text and "88.0%" in text
+
+
+def test_every_rendered_page_is_what_its_template_renders():
+  assert docs_render.mismatches() == []
+
+
+def test_a_rung_whose_choice_differs_reads_its_own_seeds_or_says_it_has_none(tmp_path):
+  """The point chose lr0.006 (its first rung); 88% chose lr0.003, whose seed 1 ran under
+  per_target/: 88% reads that run; seed 2 has none and is read at the point's choice,
+  flagged."""
+  tuning = {"chosen_run": "tune/lr0.006", "chosen": {"optim.learning_rate": 0.006},
+            "chosen_per_target": [
+                {"value": 0.85, "chosen_run": "tune/lr0.006", "reached": True,
+                 "chosen": {"optim.learning_rate": 0.006}},
+                {"value": 0.88, "chosen_run": "tune/lr0.003", "reached": True,
+                 "chosen": {"optim.learning_rate": 0.003}}],
+            "axes": [], "peak_learning_rate": 0.017,
+            "compute": {"runs": 3, "diverged": 0, "flops": 1.0, "time_s": {},
+                        "device_seconds": {}}}
+  for seed in (1, 2):
+    _plant(tmp_path, "data_parallel", "D8_E4", seed, 0.9, {0.85: 80, 0.88: 150})
+  _plant(tmp_path / "data_parallel" / "D8_E4" / "per_target", "lr0.003", "", 1, 0.9,
+         {0.85: 90, 0.88: 120})
+  for path in tmp_path.glob("**/results.json"):
+    r = json.loads(path.read_text())
+    path.write_text(json.dumps({**r, "tuning": tuning}))
+  rows = {r["seed"]: r for r in report.load_runs(str(tmp_path), target_value=0.88)}
+  assert rows[1]["steps"] == 120 and rows[1]["rung_choice"]
+  assert rows[2]["steps"] == 150 and not rows[2]["rung_choice"]
+  at_85 = {r["seed"]: r["steps"] for r in report.load_runs(str(tmp_path), target_value=0.85)}
+  assert at_85 == {1: 80, 2: 80}
+  # the sweep runs the 88% choice's seeds there, its record pointing at its tuning run
+  from ensemble_jax import config_lib
+  from experiments.sweeps import tuning as tuning_lib
+  c = config_lib.base_config()
+  [(sub, (config, record))] = tuning_lib.rung_choices(c, tuning).items()
+  assert sub == os.path.join("per_target", "lr0.003")
+  assert config.optim.learning_rate == 0.003
+  assert os.path.normpath(os.path.join("p", sub, record["chosen_run"])) == os.path.join(
+      "p", "tune", "lr0.003")
+  c.tune.report_targets = (0.85,)
+  assert tuning_lib.rung_choices(c, tuning) == {}
