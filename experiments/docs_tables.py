@@ -344,6 +344,17 @@ def _first_difference(mine: list[str], rendered: list[str]) -> str:
           f"{' '.join(b[max(0, i - 4):i + 4])!r}")
 
 
+_RENDERED: dict[Callable, list[str]] = {}
+
+
+def _rendered(render: Callable[[], str]) -> list[str]:
+  """A template's lines, rendered once per process: the committed JSON it reads does not
+  change under a check (the docs tests check many edited copies of the pages against it)."""
+  if render not in _RENDERED:
+    _RENDERED[render] = render().split("\n")
+  return list(_RENDERED[render])
+
+
 def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], list[str]]:
   """The pages with every generated paragraph (docs_prose) rendered in its region; the
   regions that are unknown, missing or contradicted by the results; and those that differ
@@ -364,7 +375,7 @@ def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], l
                     f"region in {page}; put one where the paragraph goes and run `{WRITE}`")
       continue
     try:
-      rendered = render().split("\n")
+      rendered = _rendered(render)
     except docs_prose.Contradicted as e:
       errors.append(f"prose {name}: the results contradict its template's wording ({e}); "
                     "rewrite the template in experiments/docs_prose.py")
