@@ -6,9 +6,9 @@ workdir, each in a fork of one process that imported the package once
 (tests/forked_cli.py); commands that need data or hardware a test machine lacks are
 skipped with the reason. A command this file does not know fails until it is given its
 overrides or a skip reason. Data-parallel commands run on two simulated CPU devices. Every
-ensemble and DiLoCo command runs on 1 and on 8 (a user's laptop, an 8-GPU server or a
-TPU v3-8), with overrides that leave its workers, its batches' divisibility and so its
-layout as written (`LAYOUT_FREE`; checked against the command as written): the default
+ensemble and DiLoCo command runs on 8 (an 8-GPU server or a TPU v3-8), the smoke-sized
+ones on 1 too (a user's laptop), every one's layout on both checked, with overrides that
+leave its workers, its batches' divisibility and so its layout as written (`LAYOUT_FREE`; checked against the command as written): the default
 mesh must fit its N workers to either count. (It once ran them with num_workers=2 on two
 devices, and `:smoke,ensemble` failed on every 8-device host unseen.) The quickest
 documented run (`:smoke`) runs at its own size, as written: it must learn
@@ -195,6 +195,12 @@ def test_commands_in_docs_pages_are_collected():
 
 RUNS = [c for c in COMMANDS if _plan(c)[0] and not stacked(c)]
 STACKED = [c for c in COMMANDS if _plan(c)[0] and stacked(c)]
+# What trains on how many devices: every stacked command on 8 (several workers per device
+# where N > 8), the smoke-sized ones on 1 too (a laptop: every worker on one device). The
+# layout of every command on both counts is checked without training (the test below):
+# training the full-size ones on 1 device too cost about a minute of the suite's compiles.
+STACKED_RUNS = [(c, d) for c in STACKED for d in STACKED_DEVICES
+                if d > 1 or "smoke" in _config_arg(c)[1]]
 
 
 def test_ensemble_and_diloco_commands_are_documented_and_run_at_their_layout():
@@ -220,7 +226,8 @@ def runs(tmp_path_factory):
   runs here (data-parallel: 2 devices)."""
   root = tmp_path_factory.mktemp("readme_commands")
   out = {}
-  for devices, commands in ((2, RUNS), *((d, STACKED) for d in STACKED_DEVICES)):
+  for devices, commands in ((2, RUNS), *((d, [c for c, e in STACKED_RUNS if e == d])
+                                         for d in STACKED_DEVICES)):
     workdirs = [root / f"{devices}dev" / str(i) / "wd" for i in range(len(commands))]
     argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
              for command, workdir in zip(commands, workdirs)]
@@ -246,8 +253,7 @@ def test_readme_command_runs(command, request):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", STACKED_DEVICES)
-@pytest.mark.parametrize("command", STACKED)
+@pytest.mark.parametrize("command,devices", STACKED_RUNS)
 def test_ensemble_and_diloco_commands_run_on_1_and_8_devices(command, devices, runs):
   """As written (the layout's fields untouched): the default mesh fits the workers to the
   devices, the first lines say the layout chosen and results.json records it. Fails on
