@@ -48,6 +48,11 @@ def ladder(eval_config) -> list[TargetTracker]:
           for v in config_lib.target_ladder(eval_config)]
 
 
+def trackers(record: dict) -> list[TargetTracker]:
+  """The trackers a checkpoint's record holds (one `target` before the ladder)."""
+  return [TargetTracker(**t) for t in record.get("targets", [record["target"]])]
+
+
 def unreached(trackers: Sequence[TargetTracker]) -> list[float]:
   """The rungs not met yet."""
   return [t.value for t in trackers if not t.reached]
@@ -64,6 +69,12 @@ def too_coarse(tracker: TargetTracker, eval_config) -> bool:
   (the metric jumped past the near-target window between two regular evals)."""
   return (eval_config.target_resolution > 0 and tracker.reached
           and tracker.resolution_steps > fine_interval(tracker.reached_step, eval_config))
+
+
+def too_coarse_at(trackers: Sequence[TargetTracker], step: int, eval_config) -> bool:
+  """Whether a target first met by the eval at `step` is known too coarsely (`too_coarse`);
+  every target met there shares that eval's resolution."""
+  return any(t.reached_step == step and too_coarse(t, eval_config) for t in trackers)
 
 
 def near_target(history: list[dict], metric: str, value: float, eval_config,

@@ -64,6 +64,19 @@ class Progress:
   last_eval: dict | None = None
   noise: noise_scale.NoiseScaleTracker | None = None  # config.train.noise_scale
 
+  @staticmethod
+  def fresh_record(eval_config) -> dict:
+    """A run's record before its first step: no history, a tracker per target."""
+    trackers = [dataclasses.asdict(t) for t in eval_schedule.ladder(eval_config)]
+    return {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
+            "target": trackers[0], "targets": trackers}
+
+  def track(self, metrics: dict, step: int) -> None:
+    """Each target's tracker reads the eval at `step` (before it joins the history)."""
+    for t in self.trackers:
+      t.update(metrics, step, self.chrono.train_s, self.chrono.wall_s(),
+               self.history[-1]["step"] if self.history else 0)
+
   @property
   def tracker(self) -> eval_schedule.TargetTracker:
     """The first rung's: the run's target."""

@@ -33,7 +33,6 @@ from ensemble_jax import data as data_lib
 from ensemble_jax import methods as methods_lib
 from ensemble_jax.data import pipeline
 from ensemble_jax.distill import pool as pool_lib
-from ensemble_jax.eval_schedule import TargetTracker
 from ensemble_jax.methods import Method
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.progress import Chrono, Progress
@@ -168,9 +167,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
                                                      train_batches.layout),
                            config.model.sparsity)
   writer = writers.MetricWriter(workdir, enabled=s.is_main, start_step=int(meta["step"]))
-  progress = Progress(int(meta["step"]),
-                      [TargetTracker(**t) for t in meta.get("targets", [meta["target"]])],
-                      meta["history"],
+  progress = Progress(int(meta["step"]), eval_schedule.trackers(meta), meta["history"],
                       Chrono(meta["train_time_s"], meta["eval_time_s"]), record.as_json(config),
                       meta.get("config_changes", []))
   if config.train.noise_scale:
@@ -194,10 +191,7 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
   """The state to train from and the run's record: the workdir's latest checkpoint, else
   `state` (with config.train.init_from's weights if set) and a fresh record."""
   state, meta = checkpointer.restore(state)
-  if meta is None:
-    trackers = [dataclasses.asdict(t) for t in eval_schedule.ladder(config.eval)]
-    meta = {"step": 0, "train_time_s": 0.0, "eval_time_s": 0.0, "history": [],
-            "target": trackers[0], "targets": trackers}
+  meta = meta or Progress.fresh_record(config.eval)
   changes = resume.changed_fields(meta, config, workdir)
   if changes:  # allowed ones, kept in the record and results.json
     logging.info("Resuming at step %d with changed fields: %s", meta["step"],
@@ -258,9 +252,8 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
   next_eval = _next_eval(config, s, p)
   bar = writers.progress_bar(p.step, num_steps, s.is_main)
   watch, own_watch = checkpoint_lib.PreemptionWatch.current()
-  # Steps-to-target runs (and runs with a ladder of targets) keep the state at the last
-  # eval that left a target unmet, to replay a crossing found too coarsely
-  # (`replay.refine`); from the start, if an eval's.
+  # Steps-to-target and ladder runs keep the state at the last eval that left a target
+  # unmet, to replay a crossing found too coarsely (`replay.refine`); from the start.
   refine = config.eval.target_resolution > 0 and (config.train.stop_at_target
                                                   or len(p.trackers) > 1)
   snapshot = replay.Snapshot.after_eval(state, p, method) if refine else None
@@ -279,8 +272,7 @@ def _train(config, workdir: str, s: Setup, state, train_batches, eval_batches, p
       evaluated = done >= next_eval or done == num_steps
       if evaluated:
         evaluate(state, batch, done)
-        if snapshot is not None and any(t.reached_step == done and eval_schedule.too_coarse(
-            t, config.eval) for t in p.trackers):
+        if snapshot is not None and eval_schedule.too_coarse_at(p.trackers, done, config.eval):
           checkpointer.discard_after(snapshot.step)  # the replay rewrites what followed
           state, batch, done = replay.refine(config, method, snapshot, train_batches, p,
                                              take_step, evaluate, config.train.stop_at_target)
@@ -317,12 +309,10 @@ _END_REASONS = {
 }
 
 
-def _end_reason(config, done: int, num_steps: int, evaluated: bool,
-                p: Progress) -> str | None:
+def _end_reason(config, done: int, num_steps: int, evaluated: bool, p: Progress) -> str | None:
   """Why the run ends after step `done` (a key of `_END_REASONS`), or None.
 
-  Steps-to-target runs stop at the first eval that reaches the target (the last rung of a
-  ladder, `eval.target_values`: every rung is then reached). With
+  Steps-to-target runs stop at the first eval that reaches the target (every rung). With
   train.stop_at_step, any run stops at its first eval at or past that step; its evals are
   the full run's up to there, and its schedule stays the budget's.
   """
@@ -409,9 +399,7 @@ def _evaluate(method: Method, eval_batches, p: Progress, writer, state, batch,
   with p.chrono.paused("eval"):
     p.last_eval = _eval(method, method.deployable(state, step, batch), eval_batches)
   scalars = record.scalars(p.last_eval)
-  for tracker in p.trackers:
-    tracker.update(p.last_eval, step, p.chrono.train_s, p.chrono.wall_s(),
-                   p.history[-1]["step"] if p.history else 0)
+  p.track(p.last_eval, step)
   p.history.append({"step": step, "train_time_s": p.chrono.train_s, **scalars})
   writer.write_scalars(step, {f"eval/{k}": v for k, v in scalars.items()})  # logs it once
 
