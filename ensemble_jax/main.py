@@ -155,6 +155,11 @@ def _config_error(e: BaseException | None) -> config_lib.ConfigError | None:
   return found
 
 
+def _in_schema(dotted: str, known: list[str]) -> bool:
+  """Whether `dotted` is a field or a group of base_config()'s."""
+  return any(k == dotted or k.startswith(dotted + ".") for k in known)
+
+
 def unknown_field_error(e: Exception, overrides: list[str]) -> str:
   """One line for config_flags' error on an override of an unknown field: the override, the
   group that lacks the field, and ml_collections' suggestion as an override to type.
@@ -166,10 +171,15 @@ def unknown_field_error(e: Exception, overrides: list[str]) -> str:
   names = re.findall(r"[\"']([A-Za-z_]\w*)[\"']", text)
   unknown = names[0] if names else text.strip("'\" ")
   suggestion = re.search(r'Did you mean "(\w+)"', text)
+  known = [k for k, _ in config_lib.flat(config_lib.base_config())]
   for override in overrides:
     path = override.split("=", 1)[0].split(".")[1:]  # --config.optim.x -> ["optim", "x"]
-    if unknown in path:
-      i = path.index(unknown)
+    # the override whose path stops being the schema's at the unknown name (`method` is a
+    # field of distill.method's, not of method.steps_per_worker's)
+    at = [i for i, name in enumerate(path) if name == unknown
+          and not _in_schema(".".join(path[:i + 1]), known)]
+    if at:
+      i = at[0]
       if (field := ".".join(path[:i + 1])) in stored.RENAMED:
         new = stored.RENAMED[field]
         fixed = f"--config.{new}{override[len(f'--config.{field}'):]}"

@@ -201,6 +201,18 @@ def test_an_unknown_field_is_one_clean_line_with_the_override_to_type():
       "ensemble_jax/config_lib.py:base_config().")
 
 
+def test_the_unknown_field_is_matched_to_the_override_that_names_it():
+  """A renamed field after an override whose path holds the same word: the error names the
+  renamed one. Fails on ab915d1b: `error: --config.method.steps_per_worker=48: config has
+  no field 'method'`."""
+  from ensemble_jax import main
+
+  overrides = ["--config.method.steps_per_worker=48", "--config.distill.method=el2n"]
+  assert main.unknown_field_error(KeyError("'method'"), overrides) == (
+      "error: --config.distill.method=el2n: config.distill.method was renamed "
+      "config.distill.builder; use --config.distill.builder=el2n.")
+
+
 def test_a_misspelled_variant_is_one_line_naming_the_closest(capsys):
   """Through main's flag parser, as `python -m ensemble_jax.main` parses. Fails on ef8466c2:
   13 lines of config_flags' traceback, ending `ValueError: unknown variant(s) ['ensembel']`
