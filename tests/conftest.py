@@ -115,15 +115,15 @@ def _only_tier(item, tier: str) -> None:
 # `make test` hands whole files to its two workers (--dist loadfile), the next file to the
 # first worker nearly done with its own. Longest first, the two end close together; in
 # xdist's default order (most tests first) a long file drawn last ran alone for minutes.
-# The order: each file's measured time (the heaviest first), as of the 8-minute goal.
+# The order: each file's measured time (the heaviest first; --durations=0, summed per file).
 HEAVIEST_FIRST = {name: rank for rank, name in enumerate([
-    "test_resume.py", "test_sweep.py", "test_readme_commands.py", "test_microbatches.py",
-    "test_pools.py", "test_workload_study.py", "test_ensemble.py", "test_config.py",
-    "test_train.py", "test_notebooks.py", "test_critical_batch.py", "test_multihost.py",
-    "test_pools_multihost.py",
-    "test_lm.py", "test_samplers_sweep.py", "test_data.py", "test_communication.py",
-    "test_eval_cadence.py", "test_diloco.py", "test_gpt2.py", "test_flops.py",
-    "test_golden.py"])}
+    "test_readme_commands.py", "test_synthetic.py", "test_resume.py", "test_sweep.py",
+    "test_pools.py", "test_workload_study.py", "test_gpt2.py", "test_readme.py",
+    "test_notebooks.py", "test_study_safety.py", "test_train.py", "test_microbatches.py",
+    "test_eval_cadence.py", "test_knowledge_distillation.py", "test_critical_batch.py",
+    "test_lm.py", "test_multihost.py", "test_samplers_sweep.py", "test_pools_multihost.py",
+    "test_communication.py", "test_config.py", "test_ensemble.py", "test_golden.py",
+    "test_docs.py"])}
 
 
 def pytest_configure(config):
