@@ -630,3 +630,26 @@ def test_a_ladder_stops_a_run_only_once_it_can_win_no_rung():
   assert stopped == {0.25: 400, 0.5: None, 1.0: None, 2.0: 400}
   assert [t["chosen"]["optim.learning_rate"] for t in record["chosen_per_target"]] == (
       pytest.approx([BASE / 2, BASE]))
+
+
+def test_a_schedule_seed_that_missed_the_last_rung_is_not_read_as_a_number():
+  """Schedule lengths tried on two tuning seeds with stop_losers: once each rung has a
+  rival's steps, a length whose first seed met 85% but missed 90% has lost every rung it
+  can: its second seed is not trained. Fails on 3981cc38 with a TypeError (None > int)."""
+  steps = {0.25: (100, 450), 0.5: (200, 400), 1.0: (300, None)}  # fraction -> rung steps
+
+  class ScheduleFake(LadderFakeTrain):
+    def __call__(self, config, run_dir):
+      self.steps = {1.0: steps[config.train.schedule_fraction]}
+      return super().__call__(config, run_dir)
+
+  config = _ladder_config(fields=("optim.learning_rate", "train.schedule_fraction"),
+                          factors=(1.0,))
+  config.tune.stop_losers = True
+  fake = ScheduleFake({}, {1.0: 0.9})
+  chosen, record = tuning.tune(config, "/point", fake)
+  assert chosen.train.schedule_fraction == 0.25  # first to 85% on both seeds
+  # the whole length lost every rung on seed 0: not trained on seed 1000
+  assert os.path.join("/point", "tune", "lr0.003_seed1000") not in fake.dirs
+  assert [t["chosen"]["train.schedule_fraction"] for t in record["chosen_per_target"]] == [
+      0.25, 0.5]

@@ -203,14 +203,24 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
   ladder = rungs(config)
   examined = {}  # run name -> (config, its runs on the tuning seeds, its margin)
 
-  def bound(rivals) -> int | None:
-    """The step past which a run can win no rung: the most, over the rungs, of the fewest
-    steps to that rung of `rivals` (its own grid's candidates, each a list of run names,
-    one per seed: each rung's choice is made among them) run so far; None while some rung
-    has none (a run may still win it)."""
+  def fewest(rivals) -> list[int | None]:
+    """Per rung, the fewest steps to it of `rivals` (its own grid's candidates, each a list
+    of run names, one per seed: each rung's choice is made among them) run so far."""
     groups = [[runs.get(n, False) for n in group] for group in rivals]
-    fewest = [_fewest_steps(groups, margin, i) for i in range(ladder)]
-    return None if None in fewest else max(fewest)
+    return [_fewest_steps(groups, margin, i) for i in range(ladder)]
+
+  def bound(rivals) -> int | None:
+    """The step past which a run can win no rung: the most of `fewest`; None while some
+    rung has none (a run may still win it)."""
+    steps = fewest(rivals)
+    return None if None in steps else max(steps)
+
+  def lost(results, rivals) -> bool:
+    """Whether a run can win no rung against `rivals`: every rung has a rival's steps, and
+    the run missed it or took more."""
+    return all(f is not None and (not reached(results, margin, i)
+                                  or rung_of(results, i)["reached_step"] > f)
+               for i, f in enumerate(fewest(rivals)))
 
   def result(c, rivals=()):
     """The run at `c`; with tune.stop_losers, stopped once it cannot beat `rivals`."""
@@ -229,8 +239,7 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       if done and not reached(done[-1], margin):
         break
       run = on_seed(c, seed)
-      if done and t.stop_losers and (best := bound(rivals)) is not None and (
-          rung_of(done[-1], ladder - 1)["reached_step"] > best) and not os.path.exists(
+      if done and t.stop_losers and lost(done[-1], rivals) and not os.path.exists(
               os.path.join(point_dir, "tune", run_name(run), run_lib.RESULTS_FILE)):
         break  # (one trained before, by an earlier bound, is read: its compute was spent)
       done.append(result(run, rivals))
