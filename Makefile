@@ -98,14 +98,15 @@ projection: install
 
 # Every results table of the README and docs/ rewritten from the committed results, each
 # page keeping its columns (experiments/docs_tables.py; without --write it only checks).
-# SKIP=critical_batch (comma-separated families) leaves a sweep still running alone.
+# SKIP=a,b (families among --skip's choices) leaves those tables alone.
 docs-tables: install
 	$(PY) -m experiments.docs_tables --write $(if $(SKIP),--skip=$(SKIP))
 
 # Every results page: the generated tables and regions, then the pages rendered whole from
-# docs/templates/ (experiments/docs_render.py) and the targets figure.
+# docs/templates/ (experiments/docs_render.py) and the targets and distillation figures.
 docs: docs-tables
 	$(PY) -m experiments.targets --plot >/dev/null
+	$(PY) -m experiments.distillation_page
 	$(PY) -m experiments.docs_render --write
 
 # The ceilings (docs/results/targets.md): the sweep, wider and small models at D = 8 trained

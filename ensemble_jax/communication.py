@@ -24,7 +24,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from ensemble_jax import config_lib, costs, sharding
+from ensemble_jax import config_lib, costs, plugins, sharding
 from ensemble_jax import methods as methods_lib
 from ensemble_jax.sharding import make_mesh
 
@@ -128,6 +128,7 @@ def read(method: methods_lib.Method, req: Request) -> list[costs.ProgramCollecti
 def build(req: Request, devices) -> methods_lib.Method:
   """The request's method on the first of `devices` its cluster mesh needs."""
   config = ml_collections.ConfigDict(req.config)
+  plugins.load(config)  # a child process has imported none of them
   shape, dtype = req.init_input
   return methods_lib.build(config, make_mesh(config.mesh, devices),
                            num_classes=req.num_classes,
@@ -163,12 +164,16 @@ def _read_in_child(req: Request, devices: int) -> list[costs.ProgramCollective]:
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   flags = _DEVICE_COUNT.sub("", env.get("XLA_FLAGS", ""))
   env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+  # the plugins' modules where this process finds them (a directory put on sys.path here)
+  env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
   child = subprocess.run([sys.executable, "-m", "ensemble_jax.communication"],
                          input=json.dumps(dataclasses.asdict(req)), env=env,
                          capture_output=True, text=True, check=False)
-  if child.returncode:
-    raise RuntimeError(f"compiling the {devices}-device programs in a child process failed "
-                       f"(exit {child.returncode}):\n{child.stderr[-3000:]}")
+  if child.returncode:  # before training: the run stops with the child's last line
+    lines = [line for line in child.stderr.splitlines() if line.strip()]
+    raise config_lib.ConfigError(
+        f"cost model: compiling the {devices}-device programs in a child process (python -m "
+        f"ensemble_jax.communication) failed: {lines[-1] if lines else child.returncode}")
   return [costs.ProgramCollective(**r) for r in json.loads(child.stdout.splitlines()[-1])]
 
 
@@ -178,7 +183,11 @@ def main() -> int:
   devices = math.prod(req.mesh.values())
   if jax.device_count() < devices:
     raise SystemExit(f"error: {jax.device_count()} devices, the cluster needs {devices}")
-  found = read(build(req, jax.devices()[:devices]), req)
+  try:
+    found = read(build(req, jax.devices()[:devices]), req)
+  except config_lib.ConfigError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   print(json.dumps([dataclasses.asdict(c) for c in found]))
   return 0
 

@@ -6,8 +6,11 @@ before anything is compiled, with a message naming the field, the value and the 
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import difflib
 import math
+from typing import Callable
 
 import ml_collections
 
@@ -33,6 +36,108 @@ class ConfigError(ValueError):
   """A config value that cannot work; the message names the field and the fix."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """A config field a registered entry declares as its own (`Registry.register(own_fields=)`):
+  its default, and the check validation runs on it when its entry is chosen."""
+  default: object
+  ok: Callable | None = None  # value -> bool
+  fix: str = "is not a value its entry can use."
+
+
+# The fields registered entries declare, dotted ('distill.first_k') -> (Field, the config
+# field that chooses the entry, the entry's name). `base_config()` holds them with their
+# defaults; validation checks those of the entries a config chooses.
+DECLARED: dict[str, tuple[Field, str, str]] = {}
+
+
+def declare(group: str, own_fields: dict, chooser: str, entry: str) -> tuple[str, ...]:
+  """Adds `own_fields` ({name: Field or default}) to `group` of the schema for the entry
+  `chooser`=`entry`; their dotted names. A name the schema has already is refused."""
+  schema = dict(flat(base_config()))
+  dotted = {f"{group}.{name}": f if isinstance(f, Field) else Field(f)
+            for name, f in own_fields.items()}
+  for name in dotted:
+    if name in schema:
+      owner = DECLARED.get(name)
+      by = f"{owner[1]}={owner[2]!r}" if owner else "config_lib.base_config()"
+      raise ConfigError(f"{chooser}={entry!r}: config.{name} is declared by {by} already; "
+                        "name its field otherwise.")
+  for name, f in dotted.items():
+    DECLARED[name] = (f, chooser, entry)
+  return tuple(dotted)
+
+
+def undeclare(names) -> None:
+  for name in names:
+    DECLARED.pop(name, None)
+
+
+def add_declared(config) -> None:
+  """Gives `config` the declared fields it lacks (it was built before their entries were
+  registered: a plugin imported after its config file ran), at their defaults."""
+  for name, (f, _, _) in DECLARED.items():
+    *parents, leaf = name.split(".")
+    node = get(config, ".".join(parents)) if parents else config
+    if leaf not in node:
+      with node.unlocked() if hasattr(node, "unlocked") else contextlib.nullcontext():
+        node[leaf] = f.default
+
+
+class UndeclaredField(ConfigError):
+  """A registered entry read a config field it did not declare."""
+
+
+class View:
+  """`config` as an entry that declared `fields` reads it: any other field is refused.
+
+  `fields` are dotted ('distill.fraction', 'seed', or a whole group: 'data'); a whole
+  group comes back as the config's own. What the entry declares is what its cache key
+  holds, so a field read past it could leave a stale pool: refused, in one line."""
+
+  def __init__(self, config, fields, owner: str, prefix: str = ""):
+    object.__setattr__(self, "_view", (config, tuple(fields), owner, prefix))
+
+  def _read(self, name: str, default=None, has_default: bool = False):
+    config, fields, owner, prefix = self._view
+    path = prefix + name
+    if name not in config:
+      if has_default:
+        return default
+      raise AttributeError(f"config.{path}: no such field")
+    value = config[name]
+    if any(path == f or path.startswith(f + ".") for f in fields):
+      return value
+    if isinstance(value, (ml_collections.ConfigDict, dict)):
+      return View(value, fields, owner, path + ".")
+    raise UndeclaredField(
+        f"{owner} read config.{path}, which it does not declare: add {path!r} to its "
+        "fields (its cache key and validation then cover it).")
+
+  def __getattr__(self, name: str):
+    if name.startswith("__"):
+      raise AttributeError(name)
+    return self._read(name)
+
+  def __getitem__(self, name: str):
+    return self._read(name)
+
+  def get(self, name: str, default=None):
+    return self._read(name, default, has_default=True)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._view[0]
+
+  def __setattr__(self, name, value):
+    raise TypeError(f"{self._view[2]} may not change its config (config.{name})")
+
+
+def full_config(config):
+  """The whole config behind a `View` (the package's own helpers that read what their
+  caller declared for it, e.g. a proxy's run); a config as it is."""
+  return object.__getattribute__(config, "_view")[0] if isinstance(config, View) else config
+
+
 # The schedule's length, a fraction of the step budget: the one tuned field that is not a
 # rate (the sweeps try it at tune.schedule_fractions).
 SCHEDULE_FRACTION = "train.schedule_fraction"
@@ -46,6 +151,9 @@ def base_config() -> ml_collections.ConfigDict:
   # Mesh axes "name:size,..." (-1: all remaining devices), e.g. "worker:8,data:1"; config
   # files may also give [(name, size)]. Read it through mesh_axes().
   c.mesh = ml_collections.FieldReference("data:-1", field_type=object)
+  # Modules or .py files that register entries (a mode, a builder, a model, a method),
+  # imported by every process before it reads the config: "a,b" or [a, b]; plugins.py.
+  c.plugins = ml_collections.FieldReference("", field_type=object)
   c.method = _method()
   c.data = _data()
   c.model = _model()
@@ -57,6 +165,8 @@ def base_config() -> ml_collections.ConfigDict:
   c.cost = _cost()
   c.tune = _tune()
   c.checkpoint = _checkpoint()
+  for name, (f, _, _) in DECLARED.items():  # the registered entries' own fields
+    set_dotted(c, name, f.default)
   return c
 
 
@@ -419,12 +529,13 @@ def aggregation_modes(config) -> tuple[str, ...]:
   """config.method.aggregation as a tuple of modes, headline first.
 
   The field stays a comma string so that `--config.method.aggregation=logits,soup` works
-  on the command line; read it through this, never by splitting it again. `config` may
+  on the command line (spaces around the commas allowed); read it through this, never by
+  splitting it again. `config` may
   also be a run's saved config (a plain dict).
   """
   method = config["method"] if isinstance(config, dict) else config.method
   aggregation = method["aggregation"] if isinstance(method, dict) else method.aggregation
-  return tuple(mode for mode in aggregation.split(",") if mode)
+  return tuple(mode.strip() for mode in aggregation.split(",") if mode.strip())
 
 
 def parse_variants(arg: str, known, config_name: str) -> set[str]:
@@ -437,28 +548,6 @@ def parse_variants(arg: str, known, config_name: str) -> set[str]:
     raise ConfigError(f"unknown variant(s) {said} of {config_name}; choose from "
                       f"{sorted(known)}")
   return variants
-
-
-def budget_per_worker(method_name: str, steps_per_worker) -> bool:
-  """Whether a run's budget is method.steps_per_worker (train.num_steps / num_epochs then
-  unread): an ensemble's or DiLoCo's, when it is set."""
-  return method_name in ("ensemble", "diloco") and (steps_per_worker or 0) > 0
-
-
-def num_train_steps(config, num_train_examples: int) -> int:
-  """Durations are given in steps or epochs; this is the one place they become steps
-  (times train.schedule_fraction).
-
-  Epochs count one model's passes over the data: for the ensemble, one worker's.
-  """
-  if budget_per_worker(config.method.name, config.method.steps_per_worker):
-    steps = int(config.method.steps_per_worker)
-  elif config.train.num_steps > 0:
-    steps = int(config.train.num_steps)
-  else:
-    steps = int(math.ceil(config.train.num_epochs * num_train_examples
-                          / config.train.batch_size))
-  return max(1, round(steps * config.train.schedule_fraction))
 
 
 def steps_per_epoch(config, num_train_examples: int) -> int:

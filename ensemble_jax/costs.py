@@ -181,10 +181,17 @@ class Communication:
 def legacy_devices(results: dict) -> int:
   """The device count D for results that do not record it.
 
-  One device per data-parallel replica of the mesh, or one per worker."""
-  if results["method"] == "data_parallel":
+  One device per worker of a stacked method's (its results carry `num_workers`), else one
+  per data-parallel replica of the mesh."""
+  if "num_workers" not in results:
     return results["mesh"].get("data", math.prod(results["mesh"].values()))
   return results.get("num_workers", 1)
+
+
+# How the legacy model priced the records of the methods it priced, by the name results.json
+# records (a stored fact of those records, not a capability): the units (`UNITS`) per which
+# each all-reduces its fp32 parameters once. A method not here has no legacy price.
+LEGACY_ALLREDUCES = {"data_parallel": ("step",), "diloco": ("sync", "run"), "ensemble": ()}
 
 
 def legacy_communication(results: dict, devices: int, why: str) -> Communication:
@@ -192,18 +199,18 @@ def legacy_communication(results: dict, devices: int, why: str) -> Communication
 
   `why` says why they lack them. Data-parallel pays a gradient all-reduce per step. DiLoCo
   pays a weight all-reduce per outer step before the model, and one for the model itself:
-  the outer step a run stopping there takes. The ensemble pays nothing."""
+  the outer step a run stopping there takes. The ensemble pays nothing. Any other method
+  raises: its costs are read from its compiled programs or not at all."""
+  if results["method"] not in LEGACY_ALLREDUCES:
+    raise ValueError(f"method {results['method']!r} has no legacy cost model (only "
+                     f"{', '.join(LEGACY_ALLREDUCES)}): its costs must be read from its "
+                     f"compiled programs ({why}).")
   param_bytes = 4 * results.get("num_params", results.get("num_params_per_worker", 0))
 
   def allreduce(per):
     return ProgramCollective("assumed", per, "all-reduce", param_bytes, devices, 1)
 
-  if results["method"] == "data_parallel":
-    collectives = (allreduce("step"),)
-  elif results["method"] == "diloco":
-    collectives = (allreduce("sync"), allreduce("run"))
-  else:
-    collectives = ()
+  collectives = tuple(allreduce(per) for per in LEGACY_ALLREDUCES[results["method"]])
   return Communication(collectives, f"legacy, not read from HLO ({why}): one ring "
                        "all-reduce of the fp32 parameters over the D devices per step "
                        "(data_parallel) or per outer step (diloco), none for the ensemble")

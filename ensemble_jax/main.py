@@ -6,17 +6,19 @@ import ast
 import contextlib
 import difflib
 import glob
+import importlib.util
 import os
 import re
 import sys
 
 import jax
 from absl import app, flags
+import ml_collections
 from ml_collections import config_flags
 
 from ensemble_jax import aggregate, checkpoint, config_lib, distributed, logs, methods, models
 from ensemble_jax import run as run_lib
-from ensemble_jax import sharding, stored, validation
+from ensemble_jax import plugins, sharding, stored, validation
 from ensemble_jax.data import samplers
 from ensemble_jax.distill.registry import BUILDERS
 
@@ -77,7 +79,7 @@ def run(config, workdir: str) -> int:
     validation.validate(config)
     # Before anything asks JAX about devices: the runtime must exist when backends start.
     distributed.maybe_initialize(config.distributed)
-    layout = sharding.fit_workers_to_devices(config, jax.device_count())
+    layout = methods.fit_workers_to_devices(config, jax.device_count())
     mesh = sharding.mesh_shape(config.mesh, jax.device_count())
     print(f"ensemble_jax: jax {jax.__version__} on {jax.default_backend()}, "
           f"{jax.process_count()} process(es), {jax.device_count()} device(s); mesh "
@@ -121,15 +123,46 @@ def _check_config_file(argv) -> None:
         sys.exit(2)
 
 
+HELP_FLAGS = ("-h", "--help", "--helpshort", "-?")
+
+
+def _load_plugins(argv) -> bool:
+  """Imports the config file's `config.plugins` (or a `--config.plugins=` override's): the
+  file's get_config is called apart from config_flags, which applies every override while
+  it reads the file, so that an override of a field a plugin declares
+  (`--config.distill.first_k=10`) can be parsed after. Whether any plugin was named; a
+  config that cannot be read is left to the parse that follows, which says why."""
+  files = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config=")]
+  named = [a.split("=", 1)[1] for a in argv[1:] if a.startswith("--config.plugins=")]
+  if not files:
+    return False
+  _check_config_file(argv)
+  path, _, variants = files[-1].partition(":")
+  try:
+    if named:
+      config = ml_collections.ConfigDict({"plugins": ast.literal_eval(named[-1])
+                                          if named[-1][:1] in "[(" else named[-1]})
+    else:
+      spec = importlib.util.spec_from_file_location("config_plugins_probe", path)
+      module = importlib.util.module_from_spec(spec)
+      spec.loader.exec_module(module)
+      config = module.get_config(variants) if variants else module.get_config()
+    return bool(plugins.load(config))
+  except (SyntaxError, ValueError, AttributeError, KeyError, config_lib.ConfigError):
+    return False
+
+
 def parse_flags(argv):
   """absl's parser, but a bad flag, config file or override is one line and exit status 2,
   and --help exits 0."""
-  if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[1:]):
+  if any(arg in HELP_FLAGS for arg in argv[1:]):
+    _load_plugins([a for a in argv if a not in HELP_FLAGS])  # --help lists their entries
     # the listing reads the config files: only when asked for, not at every start
     sys.modules["__main__"].__doc__ = __doc__ + HELP_TAIL.format(config_files_help(),
                                                                 registered_choices_help())
     app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   _check_config_file(argv)
+  _load_plugins(argv)  # their own fields join the schema before the overrides are parsed
   try:
     return flags.FLAGS(argv)
   except SyntaxError as e:  # raised while config_flags imports the file

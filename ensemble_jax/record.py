@@ -15,13 +15,14 @@ from absl import logging
 from clu import parameter_overview
 
 from ensemble_jax import communication, costs, sharding, stored
-from ensemble_jax import teacher as teacher_lib
 
 RESULTS_FILE = "results.json"
 
 
-def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
-  """results.json: what was trained, how long it took and cost, how good it is."""
+def build(config, s, pool, state, p, train_batches, eval_batches,
+          comm: costs.Communication) -> dict:
+  """results.json: what was trained, how long it took and cost, how good it is. `comm`:
+  `communication_of`, read before training (a run that cannot be priced does not train)."""
   method = s.method
   results = {
       "method": method.name,
@@ -30,8 +31,8 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
       "host": host_info(),
       "mesh": dict(s.mesh.shape),
       # what runs where, in words: the default mesh fitted to the workers and devices
-      # (`sharding.fit_workers_to_devices`) or the one the config chose
-      "layout": sharding.describe_layout(method.name, method.num_workers, dict(s.mesh.shape),
+      # (`methods.fit_workers_to_devices`) or the one the config chose
+      "layout": sharding.describe_layout(method.stacked, method.num_workers, dict(s.mesh.shape),
                                          jax.device_count()),
       "data": s.data.info,
       "steps": p.step,  # trained; fewer than step_budget when stopped at the target
@@ -58,15 +59,10 @@ def build(config, s, pool, state, p, train_batches, eval_batches) -> dict:
   if pool.info is not None:
     results["distill"] = pool.info
   if s.teacher is not None:  # charged in `cost` as its own results price its training
-    results["teacher"] = teacher_lib.charge(config, s.teacher)
+    results["teacher"] = s.teacher.charge(config)
   if p.noise is not None:
     results["noise_scale"] = p.noise.results(p.tracker.reached_step)
   devices = math.prod(method.cluster_mesh(config.cost.devices).values())
-  try:
-    comm = communication_of(config, s, train_batches, eval_batches)
-  except Exception as e:  # noqa: BLE001 -- results.json is still written, labelled
-    logging.warning("communication not read from HLO; the legacy model stands in: %s", e)
-    comm = costs.legacy_communication(results, devices, f"compiling failed: {e}")
   results["cost"] = costs.summary(results, comm, devices, config.cost.overlap,
                                   simulated=jax.devices()[0].platform == "cpu",
                                   device_step_time_s=config.cost.device_step_time_s)

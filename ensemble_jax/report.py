@@ -455,7 +455,7 @@ def calibrations(results_dir: str, calibration_dir: str) -> list[dict]:
     modelled = r["cost"]["modelled"]
     curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
     per_device = r["config"]["train"]["batch_size"] // (
-        modelled["devices"] if r["method"] == BASELINE else 1)
+        1 if "num_workers" in r else modelled["devices"])  # a worker's, or one model's split
     row = steps.setdefault(modelled["device_step_time_s"], {
         "device_step_s": modelled["device_step_time_s"],
         "params": r.get("num_params", r.get("num_params_per_worker")),
@@ -803,6 +803,20 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
         gridspec_kw={"height_ratios": [5.2, 0.3 + 0.25 * len(rows)]})
   else:
     (fig, ax), strip = plt.subplots(figsize=(8.6, 5.2)), None
+  labels, strip_labels = _plot_curves(ax, strip, pts, rows, preset)
+  _shade_baseline(ax, pts, preset)
+  _describe_axes(ax, strip, runs, pts, rows, preset)
+  fig.tight_layout()
+  label_points(ax, labels)
+  if strip is not None:
+    label_points(strip, strip_labels)
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def _plot_curves(ax, strip, pts: list[dict], rows: list[tuple], preset: str):
+  """Each curve's points (in the plane, or in the strip where a seed missed) and its
+  frontier; (the plane's labels, the strip's labels)."""
   labels, strip_labels, named = [], [], set()
   curves = sorted({p["curve"] for p in pts})
   for i, curve in enumerate(curves):
@@ -827,6 +841,12 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
     front = pareto([(p["time_s"][preset]["median"], p["flops"]["median"]) for p in mine
                     if p["reached"] == p["seeds"]])
     ax.plot([f[0] for f in front], [f[1] / 1e12 for f in front], color=color, lw=1)
+  return labels, strip_labels
+
+
+def _shade_baseline(ax, pts: list[dict], preset: str) -> None:
+  """Log axes with room for the labels, the strongest baseline's frontier and the region
+  it beats."""
   ax.set_xscale("log")
   ax.set_yscale("log")
   (left, right), (bottom, top) = ax.get_xlim(), ax.get_ylim()
@@ -843,6 +863,11 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   ax.set_xlim(left, right)
   ax.set_ylim(bottom, top)
   plain_log_ticks(ax)
+
+
+def _describe_axes(ax, strip, runs: list[dict], pts: list[dict], rows: list[tuple],
+                   preset: str) -> None:
+  """The axes' labels, the title (targets, preset, seeds) and the legend of both panels."""
   xlabel = f"time to target on D devices (s; modelled from measured steps, {preset})"
   if strip is not None:
     strip.set_ylim(-0.7, len(rows) - 0.3)
@@ -857,7 +882,7 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   seeds = sorted({p["seeds"] for p in pts})
   spread = ("one seed per point" if seeds == [1] else
             "median and min-max over seeds")
-  apart = f"; {MISSED_CAPTION}" if missed else ""
+  apart = f"; {MISSED_CAPTION}" if rows else ""
   ax.set_title(f"cost vs time to {targets}; interconnect {preset}; lower left is better\n"
                f"{spread}; in the plane only points that reached the target on every seed"
                f"{apart}", fontsize=8, wrap=True)
@@ -865,12 +890,6 @@ def plot(runs: list[dict], path: str, preset: str) -> None:
   names = [n for a in (ax, strip) if a is not None for n in a.get_legend_handles_labels()[1]]
   ax.legend(handles, names, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
             borderaxespad=0)
-  fig.tight_layout()
-  label_points(ax, labels)
-  if strip is not None:
-    label_points(strip, strip_labels)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
 
 
 def _whole_budget_seeds(point_dir: str, tuning_seed: int) -> list[int | None]:
@@ -955,11 +974,15 @@ def _skipped(path: str, why) -> None:
   print(f"skipped {path}: {why}", file=sys.stderr)
 
 
+_SAID_UNFINISHED: set[str] = set()  # said once per process: one reading loads a tree often
+
+
 def _left_out_if_unfinished(workdir: str) -> bool:
   """Says so of a workdir with checkpoints and no results.json: a run not finished yet."""
   unfinished = (os.path.isdir(os.path.join(workdir, CHECKPOINTS))
                 and not os.path.exists(os.path.join(workdir, "results.json")))
-  if unfinished:
+  if unfinished and workdir not in _SAID_UNFINISHED:
+    _SAID_UNFINISHED.add(workdir)
     print(f"left out {workdir}: unfinished (checkpoints, no results.json yet); rerun its "
           "command to finish it", file=sys.stderr)
   return unfinished
@@ -1003,7 +1026,7 @@ def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
       _skipped(os.path.join(workdir, "results.json"), e)
       continue
     t, cost, method = r["target"], r["cost"], r["config"]["method"]
-    who = (f"N={method['num_workers']}" if r["method"] in ("ensemble", "diloco")
+    who = (f"N={method['num_workers']}" if "num_workers" in r  # a stacked method's workers
            else f"D={cost['modelled']['devices']}")
     time_s = cost["modelled"]["critical_path_s"]
     time_s = time_s.get(preset, next(iter(time_s.values())))
@@ -1012,8 +1035,8 @@ def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
         f"| {r['steps']} / {r.get('step_budget')} | {_ending(r)} | "
         f"{t['reached_step'] if t['reached'] else 'not reached'} | "
         f"{r['final'].get(t['metric'], float('nan')):.4g} | "
-        + (f"{cost['measured']['flops_to_target'] / 1e12:.3g} | {time_s:.1f} |"
-           if t["reached"] else "- | - |"))
+        + (f"{cost['measured']['flops_to_target'] / 1e12:.3g} | {time_s:.1f}"
+           f"{legacy_label(cost)} |" if t["reached"] else "- | - |"))
   if not rows:
     return ""
   metric = t["metric"]
@@ -1025,6 +1048,13 @@ def compare_runs(folder: str, preset: str = "ib_xdr800") -> str:
           f"final {metric} | TFLOPs to target | time to target (s, {preset}, modelled) |",
           "|---|---|---|---|---|---|---|---|---|"]
   return f"Target: {metric} {t['value']}.{note}\n" + "\n".join(head + rows)
+
+
+def legacy_label(cost: dict) -> str:
+  """' (legacy communication model)' for a run priced by the single-all-reduce model (its
+  programs' collectives never read: `costs.legacy_communication`), else ''."""
+  source = cost.get("modelled", {}).get("collectives_source", "legacy")
+  return " (legacy communication model)" if source.startswith("legacy") else ""
 
 
 def run_summary(results: dict) -> str:
@@ -1041,7 +1071,7 @@ def run_summary(results: dict) -> str:
            f"{cost['measured']['flops_to_target'] / 1e12:.3g} TFLOPs; modelled time on "
            f"{_plural(cost['modelled']['devices'], 'device')}: "
            + ", ".join(f"{k} {v:.1f} s" for k, v in
-                       cost["modelled"]["critical_path_s"].items()),
+                       cost["modelled"]["critical_path_s"].items()) + legacy_label(cost),
            "", "| step | train time (s) | " + metric + " |", "|---|---|---|"]
   lines += [f"| {h['step']} | {h['train_time_s']:.1f} | {h.get(metric)} |"
             for h in results["history"]]

@@ -12,7 +12,9 @@ import os
 import ml_collections
 from absl import logging
 
-from ensemble_jax import config_lib, record, sharding, stored, validation
+from ensemble_jax import (config_lib, methods, models, plugins, record, sharding, stored,
+                          validation)
+from ensemble_jax.methods import METHODS
 
 # What a resumed run may change: fields that alter neither the trained trajectory nor what
 # results.json measures ('x.' covers a group). Everything else must match the checkpoints.
@@ -25,7 +27,7 @@ FREE_ON_RESUME = ("mesh", "method.fsdp", "method.fsdp_min_size", "method.local_s
 # keep the learning-rate schedule of the shorter budget.
 EXTENSIBLE = ("train.num_steps", "train.num_epochs", "method.steps_per_worker")
 # The durations a run whose budget is method.steps_per_worker does not read
-# (`config_lib.budget_per_worker`).
+# (`methods.budget_per_worker`).
 UNREAD_DURATIONS = ("train.num_steps", "train.num_epochs")
 
 
@@ -33,12 +35,16 @@ def config_changes(saved: dict, config) -> dict[str, tuple]:
   """{field: (saved, now)} for each field whose value differs between a run's saved config
   (`config.to_dict()` as JSON, read under today's names) and `config`; fields the saved one
   lacks are not compared, nor train.num_steps / num_epochs where both budgets are
-  method.steps_per_worker (unread)."""
+  method.steps_per_worker (unread), nor model fields its model does not read
+  (`models.unread_fields`)."""
+  plugins.load(saved)  # the saved run's method may be a plugin's
   saved = dict(config_lib.flat(stored.migrate_config(saved)))
   current = dict(config_lib.flat(json.loads(json.dumps(config.to_dict()))))
   unread = UNREAD_DURATIONS if _per_worker_budget(saved) and _per_worker_budget(current) else ()
   if _one_device_per_model(saved) and _one_device_per_model(current):
     unread += ("method.batchnorm",)
+  if saved.get("model.name") == current["model.name"]:  # fields its model does not read
+    unread += models.unread_fields(current["model.name"])
   changes = {}
   for key, now in current.items():
     if key not in saved or key in unread:
@@ -55,13 +61,14 @@ def _one_device_per_model(flat: dict) -> bool:
   """Whether the run stands for one device per model (data-parallel on 1, an ensemble's
   workers on at most one each): its BatchNorm is the same either way (`method.batchnorm`)."""
   devices = flat.get("cost.devices", 0)
-  if flat.get("method.name") == "data_parallel":
+  name = flat.get("method.name")
+  if name is not None and not METHODS[name].stacked:  # one model over the devices
     return devices == 1
   return 0 < devices <= flat.get("method.num_workers", 0)
 
 
 def _per_worker_budget(flat: dict) -> bool:
-  return config_lib.budget_per_worker(flat.get("method.name"), flat.get("method.steps_per_worker"))
+  return methods.budget_per_worker(flat.get("method.name"), flat.get("method.steps_per_worker"))
 
 
 def may_change_on_resume(field: str, before, now) -> bool:
@@ -155,8 +162,8 @@ def described(config: dict) -> str:
   """A run's config in a few words, said before the fields that differ: no record keeps
   the config file and variant a run was started with, so its method, model and workers."""
   method, model = config.get("method", {}), config.get("model", {})
-  workers = ("" if method.get("name") == "data_parallel"  # one model, whatever num_workers
-             else f", {method.get('num_workers')} workers")
+  stacked = method.get("name") not in METHODS or METHODS[method["name"]].stacked
+  workers = f", {method.get('num_workers')} workers" if stacked else ""  # else one model
   return f"{method.get('name')} ({model.get('name')}{workers})"
 
 

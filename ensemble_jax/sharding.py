@@ -60,7 +60,7 @@ def mesh_shape(mesh_config, num_devices: int) -> list[tuple[str, int]]:
 
 
 # The stacked methods' default mesh: one worker per device (several per device when N is a
-# multiple of the devices). `fit_workers_to_devices` fits it to N workers on other counts.
+# multiple of the devices). `fit_worker_mesh` fits it to N workers on other counts.
 WORKER_MESH = "worker:-1,data:1"
 
 
@@ -89,16 +89,17 @@ def batch_sizes(config) -> tuple[int, ...]:
           config.train.batch_size, config.eval.batch_size)
 
 
-def fit_workers_to_devices(config, devices: int) -> str | None:
-  """Fits an ensemble's or DiLoCo's default mesh (`WORKER_MESH`) to its N workers on the
-  `devices` present (`fitted_mesh`), in place; the one place every entry point (main, the
-  run API, the sweeps) fits them. Returns a line saying what it chose, None when the
-  config stays as it is (data-parallel, a mesh the user chose, N a multiple of D).
+def fit_worker_mesh(config, devices: int) -> str | None:
+  """Fits a stacked method's default mesh (`WORKER_MESH`) to its N workers on the
+  `devices` present (`fitted_mesh`), in place; `methods.fit_workers_to_devices`, which
+  every entry point (main, the run API, the sweeps) calls, calls it for a stacked method.
+  Returns a line saying what it chose, None when the config stays as it is (a mesh the
+  user chose, N a multiple of D).
 
   A layout field: it changes what runs where, not what is trained, nor the cluster the run
   stands for and is priced on: N devices, one worker each (`cost.devices`, unless the config
   sets it)."""
-  if config.method.name == "data_parallel" or mesh_string(config.mesh) != WORKER_MESH:
+  if mesh_string(config.mesh) != WORKER_MESH:
     return None
   n = config.method.num_workers
   mesh = fitted_mesh(n, devices, batch_sizes(config))
@@ -115,11 +116,12 @@ def fit_workers_to_devices(config, devices: int) -> str | None:
           "--config.mesh=... chooses another.")
 
 
-def describe_layout(method: str, num_workers: int, mesh: dict, devices: int) -> str:
-  """What runs where, in words (results.json `layout`)."""
+def describe_layout(stacked: bool, num_workers: int, mesh: dict, devices: int) -> str:
+  """What runs where, in words (results.json `layout`): `stacked` workers
+  (`Method.stacked`) or one model."""
   used = math.prod(mesh.values())
   data = mesh.get("data", 1)
-  if method == "data_parallel":
+  if not stacked:
     return f"one model on {used} of {devices} device(s), its batch split {data} ways"
   groups = mesh.get("worker", 1)
   per = num_workers // groups

@@ -4,8 +4,8 @@ The teacher is a finished data-parallel run of the student's model: its final ch
 params (and BatchNorm statistics) are read once, replicated on every device and handed to
 every train step as an input (`Method.step_args`), never stacked, trained or checkpointed
 with the students. Training it cost time and compute, which the run that learns from it is
-charged (`charge`: results.json's `teacher`, added by `costs.summary` to the run's FLOPs and
-critical path, as a pool's build).
+charged (`Teacher.charge`: results.json's `teacher`, added by `costs.summary` to the run's
+FLOPs and critical path, as a pool's build).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import os
 
 import orbax.checkpoint as ocp
 
-from ensemble_jax import config_lib, costs, record
+from ensemble_jax import config_lib, costs, models, record
 from ensemble_jax.config_lib import ConfigError
 
 # What must match between the teacher's run and the student's: the model the student's
@@ -34,6 +34,17 @@ class Teacher:
   def step(self) -> int:
     return int(self.results["steps"])
 
+  def charge(self, config) -> dict:
+    """results.json's `teacher`: the run it was and the cost of training it, all its steps
+    (the final weights are the ones taught), as its own results price them on its cluster:
+    FLOPs, critical-path time per interconnect preset and device-seconds. `costs.summary`
+    adds them to this run's, as a pool's build; reports charge the teacher's record's price
+    at the time they read it (`report.read_run`), not this copy."""
+    whole = costs.whole_run(self.results)
+    return {"workdir": self.workdir, "method": self.results["method"],
+            "steps": self.step, "kd_weight": config.distill.kd_weight,
+            "kd_temperature": config.distill.kd_temperature, **whole}
+
 
 def find(config, checkpoints: str) -> Teacher:
   """The finished run `config.distill.teacher` names, checked against `config` without
@@ -46,12 +57,13 @@ def find(config, checkpoints: str) -> Teacher:
     raise ConfigError(f"config.distill.teacher={workdir!r}: no finished run there (no "
                       f"{record.RESULTS_FILE}); train the teacher first: python -m "
                       f"ensemble_jax.main --config=<its config> --workdir={workdir}")
-  if results.get("method") != "data_parallel":
+  if "num_workers" in results:  # a stacked method's record: its workers, not one model
     raise ConfigError(f"config.distill.teacher={workdir!r} holds a {results.get('method')} "
                       "run; a teacher is one model: name a finished data_parallel run.")
   theirs = dict(config_lib.flat(results.get("config") or {}))
   mine = dict(config_lib.flat(record.as_json(config)))
-  for name in SAME_FIELDS:  # a field its record lacks (an older config's) is not compared
+  unread = models.unread_fields(config.model.name)  # they do not apply to the model
+  for name in (f for f in SAME_FIELDS if f not in unread):  # nor those its record lacks
     if name in theirs and mine.get(name) != theirs[name]:
       raise ConfigError(f"config.distill.teacher={workdir!r} was trained with "
                         f"{name}={theirs[name]!r}, this run has {mine.get(name)!r}; the teacher "
@@ -90,14 +102,3 @@ def load(teacher: Teacher, like) -> dict:
     manager.close()
   return dict(restored["state"])
 
-
-def charge(config, teacher: Teacher) -> dict:
-  """results.json's `teacher`: the run it was and the cost of training it, all its steps
-  (the final weights are the ones taught), as its own results price them on its cluster:
-  FLOPs, critical-path time per interconnect preset and device-seconds. `costs.summary`
-  adds them to this run's, as a pool's build; reports charge the teacher's record's price
-  at the time they read it (`report.read_run`), not this copy."""
-  whole = costs.whole_run(teacher.results)
-  return {"workdir": teacher.workdir, "method": teacher.results["method"],
-          "steps": teacher.step, "kd_weight": config.distill.kd_weight,
-          "kd_temperature": config.distill.kd_temperature, **whole}

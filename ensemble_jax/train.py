@@ -88,10 +88,10 @@ def check(config: ml_collections.ConfigDict) -> None:
 
 def fit_layout(config: ml_collections.ConfigDict) -> str | None:
   """Joins the multi-process runtime (if configured), then fits an ensemble's or DiLoCo's
-  default mesh to its workers on the devices present (`sharding.fit_workers_to_devices`,
+  default mesh to its workers on the devices present (`methods.fit_workers_to_devices`,
   in place); the line saying what it chose, logged, or None."""
   distributed.maybe_initialize(config.distributed)
-  layout = sharding_lib.fit_workers_to_devices(config, jax.device_count())
+  layout = methods_lib.fit_workers_to_devices(config, jax.device_count())
   if layout:
     logging.info("%s", layout)
   return layout
@@ -108,7 +108,7 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
     resume.changed_fields(saved, config, workdir)
   data = data_lib.load(config)
   validation.check_batch_fits(config, len(data.train))
-  num_steps = config_lib.num_train_steps(config, len(data.train))
+  num_steps = methods_lib.num_train_steps(config, len(data.train))
   steps_per_epoch = config_lib.steps_per_epoch(config, len(data.train))
   built = methods_lib.build(config, mesh, num_classes=data.num_classes,
                             init_input=data.init_input, num_steps=num_steps,
@@ -162,6 +162,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
     s.method.teacher = teacher_lib.load(s.teacher, s.method.abstract_teacher())
   pool = _pool_or_own(config, s, pool)
   train_batches, eval_batches = _streams(config, s, pool)
+  comm = record.communication_of(config, s, train_batches, eval_batches)  # before training
   if config.model.sparsity > 0 and meta["step"] == 0:  # SNIP on the first batch, fixed after
     state = s.method.prune(state, pipeline.to_global(train_batches.local_batch(0),
                                                      train_batches.layout),
@@ -179,7 +180,7 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   if progress.last_eval is None:  # resumed after the last step: evaluate the restored state
     progress.last_eval = _eval(s.method, s.method.deployable(state, progress.step, None),
                                eval_batches)
-  results = record.build(config, s, pool, state, progress, train_batches, eval_batches)
+  results = record.build(config, s, pool, state, progress, train_batches, eval_batches, comm)
   if config.eval.score_rest_at_end:
     results["rest"] = _score_rest(config, s, pool, state, progress.step)
   if s.is_main:
@@ -430,9 +431,8 @@ def _eval(method: Method, state, eval_batches) -> dict:
 
 def read_communication(config: ml_collections.ConfigDict, s: Setup,
                        pool: pool_lib.Pool | None) -> costs.Communication:
-  """The communication a run of `config` on `pool` reads at its end, read again without
-  training: for a finished run whose own reading failed (its results.json then carries
-  the legacy model, labelled so)."""
+  """The communication a run of `config` on `pool` reads before training, read without
+  training (for a finished run priced by the legacy model, labelled so)."""
   return record.communication_of(config, s, *_streams(config, s, _pool_or_own(config, s, pool)))
 
 

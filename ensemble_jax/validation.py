@@ -6,12 +6,16 @@ before anything is loaded; `check_batch_fits` once the data's size is known.
 from __future__ import annotations
 
 import difflib
+import functools
+import json
 import math
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 
-from ensemble_jax import aggregate, models, sharding
-from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, BATCHNORMS, DILOCO_MODES,
+from ensemble_jax import aggregate, config_lib, models, plugins, sharding
+from ensemble_jax.config_lib import (ATTENTIONS, AUGMENTS, BATCHNORMS,
                                      LOWER_IS_BETTER, LR_SCALINGS, OPTIMIZERS, TARGET_METRICS,
                                      TARGET_RANGES, TASKS, TUNE_OBJECTIVES, ConfigError,
                                      aggregation_modes, base_config, flat, get)
@@ -29,6 +33,8 @@ def _need(ok: bool, field: str, value, fix: str):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ConfigError on the first key or value that cannot work."""
+  plugins.load(config)  # their entries are the registries' before any name is checked
+  config_lib.add_declared(config)  # their own fields, if the config was built before them
   _validate_keys_and_types(config)
   _validate_method(config)
   _validate_model(config)
@@ -37,6 +43,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _validate_microbatches(config.train)
   _validate_warm_start_and_sparsity(config)
   _validate_distill(config)
+  _validate_declared(config)
   _validate_tune(config)
   _validate_cost(config)
   _validate_durations_and_target(config)
@@ -55,7 +62,7 @@ def _validate_keys_and_types(config) -> None:
       raise ConfigError(f"config.{key}: unknown key.{hint} Known keys are listed in "
                         "ensemble_jax/config_lib.py:base_config().")
   for key, default in known.items():
-    if key == "mesh":  # a string or a list of pairs: _validate_mesh reads both
+    if key in ("mesh", "plugins"):  # a string or a list: _validate_mesh, plugins.names
       continue
     try:
       value = get(config, key)
@@ -73,14 +80,12 @@ def _validate_keys_and_types(config) -> None:
 
 
 def _validate_method(config) -> None:
-  METHODS[config.method.name]  # noqa: B018  (a name not registered raises)
+  method = METHODS[config.method.name]  # a name not registered raises
   _need(config.method.num_workers > 0, "method.num_workers", config.method.num_workers,
         "must be > 0.")
   _need(config.method.steps_per_worker >= 0, "method.steps_per_worker",
         config.method.steps_per_worker, "must be >= 0 (0: use train.num_steps/num_epochs).")
-  _need(config.method.name != "diloco" or config.method.sync_every > 0, "method.sync_every",
-        config.method.sync_every, "diloco syncs every H > 0 steps (H = infinity is "
-        "method.name='ensemble').")
+  method.check_config(config)
   SAMPLERS[config.method.sampler]  # noqa: B018
   _need(config.method.batchnorm in BATCHNORMS, "method.batchnorm", config.method.batchnorm,
         f"choose one of {BATCHNORMS}.")
@@ -90,10 +95,7 @@ def _validate_method(config) -> None:
         f"{config.train.microbatches}) is not built: set train.microbatches=1, or "
         "method.batchnorm='synchronised' (each microbatch is then normalised alone).")
   modes = aggregation_modes(config)
-  if config.method.name == "diloco":
-    _need(modes == DILOCO_MODES, "method.aggregation", config.method.aggregation,
-          "DiLoCo trains one model, the global (outer) params, and reports only it: set "
-          "method.aggregation='global'.")
+  if method.stacked and not method.mixes_workers:  # its own aggregation: check_config's
     return
   _need(bool(modes), "method.aggregation", config.method.aggregation,
         f"a comma-separated list of {', '.join(aggregate.MODES.names())} (e.g. "
@@ -118,16 +120,67 @@ def _validate_model(config) -> None:
   served = tuple(name for name in models.MODELS if models.MODELS[name].task == config.task)
   _need(models.MODELS[config.model.name].task == config.task, "model.name",
         config.model.name, f"task {config.task!r} takes one of {served}.")
-  _need(config.task != "lm" or config.model.size in GPT2_SIZES, "model.size",
+  entry = models.MODELS[config.model.name]
+  reads = set(models.MODEL_FIELDS if entry.fields is None else entry.fields)  # others unchecked
+  _need("size" not in reads or config.model.size in GPT2_SIZES, "model.size",
         config.model.size, f"choose a GPT-2 size of {tuple(GPT2_SIZES)}.")
-  _need(config.model.attention in ATTENTIONS, "model.attention", config.model.attention,
-        f"choose one of {ATTENTIONS}.")
+  _need("attention" not in reads or config.model.attention in ATTENTIONS, "model.attention",
+        config.model.attention, f"choose one of {ATTENTIONS}.")
   stages = config.model.stage_sizes
-  _need(all(isinstance(n, int) and n >= 1 for n in stages), "model.stage_sizes", stages,
+  _need("stage_sizes" not in reads or all(isinstance(n, int) and n >= 1 for n in stages),
+        "model.stage_sizes", stages,
         "give ResNet blocks per stage as positive ints, e.g. (1, 1), or () for the preset's.")
-  _need(config.model.attention != "fused" or config.model.dropout == 0.0, "model.attention",
+  _need("attention" not in reads or config.model.attention != "fused"
+        or config.model.dropout == 0.0, "model.attention",
         config.model.attention, f"the fused kernel has no attention dropout and "
         f"model.dropout={config.model.dropout}: set model.attention='einsum' or dropout 0.")
+  with_bn = tuple(name for name in models.MODELS if models.MODELS[name].batchnorm)
+  _need(config.method.batchnorm != "per_device" or entry.batchnorm, "method.batchnorm",
+        config.method.batchnorm, f"model {config.model.name} has no BatchNorm to normalise "
+        f"per device (its entry: batchnorm=False): set method.batchnorm='synchronised', or "
+        f"use a model with BatchNorm ({', '.join(with_bn)}).")
+  _check_model_entry(entry, config.model.to_dict(), config.task, config.data.image_size,
+                     config.data.context)
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_entry(entry, model_json: str, task: str, image_size: int, context: int) -> str:
+  """What the abstract model (`jax.eval_shape`, no FLOPs) contradicts of its entry's
+  declarations, or '': BatchNorm statistics without `batchnorm`, or `batchnorm` without
+  the module fields the methods set; `features` not sown."""
+  model_config = ml_collections.ConfigDict(json.loads(model_json))
+  inputs = (jax.ShapeDtypeStruct((2, context), jnp.int32) if task == "lm" else
+            jax.ShapeDtypeStruct((2, image_size, image_size, 3), jnp.float32))
+  try:
+    model = entry.create(model_config, 10 if task != "lm" else 256, context, False)
+    # the key made inside the trace: a concrete one would start the backend before a
+    # multi-process run's jax.distributed.initialize
+    variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False),
+                               inputs)
+  except (ValueError, TypeError) as e:
+    return f"its abstract model fails on this config.model: {e}"
+  has_bn = "batch_stats" in variables
+  if has_bn and not entry.batchnorm:
+    return ("its variables hold BatchNorm statistics but its entry says batchnorm=False: "
+            "declare batchnorm=True (the module then takes bn_axis_name and bn_groups)")
+  if entry.batchnorm and not all(hasattr(model, f) for f in ("bn_axis_name", "bn_groups")):
+    return ("its entry says batchnorm=True but the module has no bn_axis_name / bn_groups "
+            "fields: add them, or declare batchnorm=False")
+  if entry.features:
+    _, sown = jax.eval_shape(functools.partial(model.apply, train=False,
+                                               mutable=["intermediates"]), variables, inputs)
+    if "features" not in sown.get("intermediates", {}):
+      return ("its entry says features=True but it sows no intermediates/features: "
+              "self.sow('intermediates', 'features', x_BxD), or declare features=False")
+  return ""
+
+
+def _check_model_entry(entry, model_dict: dict, task: str, image_size: int,
+                       context: int) -> None:
+  """Checks a model's declarations against its abstract model, once per model config."""
+  model_json = json.dumps(model_dict, sort_keys=True, default=list)
+  problem = _checked_entry(entry, model_json, task, image_size, context)
+  _need(not problem, "model.name", entry.name, problem)
 
 
 def _validate_data(config) -> None:
@@ -177,12 +230,8 @@ def _validate_schedule(config) -> None:
 
 
 def _validate_warm_start_and_sparsity(config) -> None:
-  _need(not config.train.init_from or config.method.name != "diloco", "train.init_from",
-        config.train.init_from, "warm starts are supported for data_parallel and ensemble.")
   _need(0.0 <= config.model.sparsity < 1.0, "model.sparsity", config.model.sparsity,
         "is the pruned fraction of kernel weights, in [0, 1).")
-  _need(config.model.sparsity == 0 or config.method.name != "diloco", "model.sparsity",
-        config.model.sparsity, "pruning at init is supported for data_parallel and ensemble.")
 
 
 def _validate_cost(config) -> None:
@@ -308,8 +357,9 @@ def _validate_distill(config) -> None:
   builder = BUILDERS[d.builder]
   if builder.build is None:
     return
-  _need(builder.methods is None or config.method.name in builder.methods, "distill.builder",
-        d.builder, f"it gives each worker its own pool: use one of {builder.methods}, not "
+  served = tuple(m for m in METHODS if builder.methods is None or builder.methods(METHODS[m]))
+  _need(config.method.name in served, "distill.builder", d.builder,
+        f"it gives each worker its own pool: use one of {served}, not "
         f"{config.method.name!r}.")
   serves = tuple(b for b in BUILDERS if BUILDERS[b].tasks is None
                  or config.task in BUILDERS[b].tasks)
@@ -320,8 +370,24 @@ def _validate_distill(config) -> None:
     if group == "distill" and field in DISTILL_CHECKS:
       ok, fix = DISTILL_CHECKS[field]
       _need(ok(d[field]), name, d[field], fix)
+  entry = models.MODELS[config.model.name]
+  sows = tuple(name for name in models.MODELS if models.MODELS[name].features)
+  _need(not builder.uses_proxy(config) or entry.features, "distill.builder", d.builder,
+        f"its proxy's features are what model {config.model.name} sows, and it sows none "
+        f"(its entry: features=False): use a model that does ({', '.join(sows)}) or a "
+        "builder without a proxy.")
   if builder.check is not None:
     builder.check(config)
+
+
+def _validate_declared(config) -> None:
+  """The fields registered entries declared as their own (`own_fields`): those of the
+  entries the config chooses, and any its builder reads."""
+  reads = set(BUILDERS[config.distill.builder].reads(config))
+  for name, (field, chooser, entry) in config_lib.DECLARED.items():
+    if field.ok is not None and (get(config, chooser) == entry or name in reads):
+      value = get(config, name)
+      _need(field.ok(value), name, value, field.fix)
 
 
 def _validate_tune(config) -> None:
@@ -365,7 +431,7 @@ def _validate_mesh(config) -> None:
         "sizes must be positive or -1 (all remaining devices).")
   _need(all(n in sharding.MESH_AXES for n in names), "mesh", mesh,
         "axis names must be 'data' or 'worker'.")
-  _need(config.method.name == "data_parallel" or "worker" in names, "mesh", mesh,
+  _need(not METHODS[config.method.name].stacked or "worker" in names, "mesh", mesh,
         f"{config.method.name} steps its workers over a 'worker' axis: e.g. "
         "'worker:-1,data:1'.")
 

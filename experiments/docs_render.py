@@ -16,6 +16,12 @@ import jinja2
 from absl import app, flags
 
 from experiments import targets
+from experiments import cost_vs_time_page
+from experiments import methodology_page
+from experiments import regime_page
+from experiments import samplers_page
+from experiments import lipt_page
+from experiments import distillation_page, one_device_page
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEMPLATES = os.path.join(REPO, "docs", "templates")
@@ -24,6 +30,13 @@ WRITE = "python -m experiments.docs_render --write"
 # page (relative to the repository) -> (its template, the function building its context)
 PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
     "docs/results/targets.md": ("targets.md.j2", lambda: targets.context("fashion_mnist")),
+    "docs/results/cost_vs_time.md": ("cost_vs_time.md.j2", cost_vs_time_page.context),
+    "docs/methodology.md": ("methodology.md.j2", methodology_page.context),
+    "docs/results/regime.md": ("regime.md.j2", regime_page.context),
+    "docs/results/samplers.md": ("samplers.md.j2", samplers_page.context),
+    "docs/results/lipt.md": ("lipt.md.j2", lipt_page.context),
+    "docs/results/distillation.md": ("distillation.md.j2", distillation_page.context),
+    "docs/results/one_device.md": ("one_device.md.j2", one_device_page.context),
 }
 
 

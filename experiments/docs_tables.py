@@ -1,7 +1,7 @@
 """Every results table and generated paragraph in the docs, from the committed JSON: checked
 or written.
 
-  python -m experiments.docs_tables [--write] [--skip=critical_batch,...] [--docs=DIR]
+  python -m experiments.docs_tables [--write] [--skip=throughput,...] [--docs=DIR]
 
 Each table of README.md and docs/ that this registry names is what its generator writes
 from experiments/results/ (reading results.json, never training). The check prints each
@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import json
 import os
 import re
 from typing import Callable
 
 from absl import flags
 
-from ensemble_jax import record, report, stored
-from experiments import cli, distillation_check, docs_prose, lipt_pipeline, many_workers_table
+from ensemble_jax import record, stored
+from experiments import cli, docs_prose, lipt_pipeline, many_workers_table
 from experiments.bench import throughput
-from experiments.configs import WORKLOAD_CONFIGS
 from experiments.sweeps import critical_batch, samplers
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,42 +34,11 @@ WRITE = "python -m experiments.docs_tables --write"
 
 # Every anchor is (page, heading or line prefix): the tables sit after that line of that
 # page (a path relative to the repository), before its next heading.
-COST_VS_TIME = "docs/results/cost_vs_time.md"
-REGIME = "docs/results/regime.md"
-ONE_DEVICE = "docs/results/one_device.md"
-# (page, heading) -> (the cost-vs-time sweep's results directory, how many of its report's
-# tables the page holds: the points, the matched ratios to the strongest baseline, their
-# best-over-budgets summary, the budgets and tuning per point and per curve; the
-# per-baseline tables stay in table.md).
-REPORT_TABLES = {
-    (COST_VS_TIME, "## Fashion-MNIST, target"): ("fashion_mnist", 5),
-    (COST_VS_TIME, "## Python docs (byte-level GPT-2"): ("pydocs_gpt2", 5),
-    (ONE_DEVICE, "## Fashion-MNIST on one NVIDIA H200"): ("one_device_h200/fashion_mnist", 1),
-}
-# the schedule-length check (report.schedule_check) per cost-vs-time results directory
-SCHEDULE_TABLES = {"fashion_mnist": (COST_VS_TIME, "### Does the schedule's length move a point?"),
-                   "pydocs_gpt2": (COST_VS_TIME, "### The schedule's length on the Python docs")}
-# the critical-batch sweep's table per results directory: (--workload, --grid, anchor)
-CRITICAL_BATCH_TABLES = {
-    "fashion": ("fashion", "full", (REGIME, "### Fashion-MNIST's critical batch")),
-    "pydocs": ("pydocs", "full", (REGIME, "### The Python docs' critical batch")),
-    "fashion_small_model": ("fashion", "small_model",
-                            (REGIME, "### The small model's critical batch on Fashion-MNIST"))}
-# the many-worker sweeps' tables
-MANY_WORKER_TABLES = {"fashion": (REGIME, "### Many workers on Fashion-MNIST"),
-                      "pydocs": (REGIME, "### Many workers on the Python docs")}
-SAMPLER_PAGE = "docs/results/samplers.md"  # each table follows samplers.WORKLOADS' caption
-LIPT_TABLE = ("docs/results/lipt.md", "LiPT pipeline on Fashion-MNIST")
-DISTILLATION = ("docs/results/distillation.md", "## Distribution matching against the literature")
-# which calibrated device step prices which committed runs: (results, calibration dir)
-CALIBRATION_TABLE = ((COST_VS_TIME, "### Which calibration prices which results"), (
-    ("experiments/results/fashion_mnist", "experiments/results/fashion_mnist/calibration"),
-    ("experiments/results/many_workers", "experiments/results/fashion_mnist/calibration"),
-    ("experiments/results/fashion_mnist_ceilings",
-     "experiments/results/fashion_mnist/calibration"),
-    ("experiments/results/pydocs_gpt2", "experiments/results/pydocs_gpt2/calibration"),
-    ("experiments/results/many_workers_pydocs",
-     "experiments/results/pydocs_gpt2/calibration")))
+# the critical-batch sweep per results directory: (--workload, --grid); its table, the
+# many-worker, samplers and LiPT tables are strings docs/results/regime.md, samplers.md
+# and lipt.md render whole (experiments/docs_render.py), not anchored here
+CRITICAL_BATCH_TABLES = {"fashion": ("fashion", "full"), "pydocs": ("pydocs", "full"),
+                         "fashion_small_model": ("fashion", "small_model")}
 # step benchmarks on an accelerator: anchor -> the (code, --out file) pairs of one table
 _CROSS_ENTROPY = "bench/h200/cross_entropy/throughput_2_"
 THROUGHPUT_TABLES = {
@@ -193,23 +160,6 @@ def _compare(table: Table, mine: list[str]) -> list[str]:
           for m, g in zip(mine_rows, generated_rows) if m != g]
 
 
-def _report_tables() -> list[Table]:
-  tables = []
-  for anchor, (sub, count) in REPORT_TABLES.items():
-    generated = _tables(report.table(report.load_runs(os.path.join(RESULTS, sub))))[:count]
-    tables += [Table(f"cost vs time {sub} (table {i + 1})", anchor, i,
-                     f"python -m ensemble_jax.report experiments/results/{sub}", rows)
-               for i, rows in enumerate(generated)]
-  return tables
-
-
-def _schedule_tables() -> list[Table]:
-  return [Table(f"schedule check {sub}", anchor, 0, f"python -m ensemble_jax.report "
-                f"experiments/results/{sub} (its table.md's last table)", rows)
-          for sub, anchor in SCHEDULE_TABLES.items()
-          for rows in _tables(report.schedule_check(os.path.join(RESULTS, sub)))[:1]]
-
-
 def sampler_table(workload: str) -> list[str]:
   """What samplers.run writes under its table's caption, read back without training."""
   known, workdir, _ = samplers.WORKLOADS[workload]
@@ -222,60 +172,39 @@ def sampler_table(workload: str) -> list[str]:
   return generated
 
 
-def _sampler_tables() -> list[Table]:
-  return [Table(f"samplers {workload}", (SAMPLER_PAGE, caption), 0,
-                f"python -m experiments.sweeps.samplers --workload={workload}",
-                sampler_table(workload))
-          for workload, (_, _, caption) in samplers.WORKLOADS.items()]
-
-
-def _lipt_table() -> list[Table]:
+def lipt_table() -> list[str]:
+  """The LiPT pipeline's table from its committed phases (NotCommitted where one is missing:
+  lipt_pipeline.measure would train it)."""
   workdir = os.path.join(RESULTS, "lipt")
   seeds = sorted(int(os.path.basename(d)[4:]) for d in glob.glob(os.path.join(workdir, "seed*")))
   command = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
   if not seeds:
     raise NotCommitted(f"lipt: no seed*/ results under experiments/results/lipt; run `{command}`")
-  for seed in seeds:  # lipt_pipeline.measure would train a missing phase
+  for seed in seeds:
     for phase in ("full", "coreset", "finetune"):
       if not os.path.exists(os.path.join(workdir, f"seed{seed}", phase, "results.json")):
         raise NotCommitted(f"lipt: seed{seed}/{phase}/results.json is not committed; "
                            f"run `{command}`")
   [rows] = _tables(lipt_pipeline.table([lipt_pipeline.measure(s, workdir) for s in seeds]))
-  return [Table("lipt", LIPT_TABLE, 0, command, rows)]
+  return rows
 
 
-def _critical_batch_tables() -> list[Table]:
-  tables = []
-  for name, (workload, grid, anchor) in CRITICAL_BATCH_TABLES.items():
-    workdir = os.path.join("experiments", "results", "critical_batch", name)
-    summary = critical_batch.summarize(os.path.join(REPO, workdir),
-                                       critical_batch.load_workload(workload, grid))
-    [rows] = _tables(critical_batch.table(summary))
-    config = os.path.relpath(WORKLOAD_CONFIGS[workload], REPO)
-    selects = (f"--workload={workload}" if grid == "full" else
-               f"--config={config} --grid={grid} --workdir={workdir}")
-    tables.append(Table(f"critical batch {name}", anchor, 0,
-                        f"python -m experiments.sweeps.critical_batch {selects} --report_only",
-                        rows))
-  return tables
+def critical_batch_table(name: str) -> list[str]:
+  """A critical-batch sweep's table (a key of CRITICAL_BATCH_TABLES), from its runs."""
+  workload, grid = CRITICAL_BATCH_TABLES[name]
+  summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", name),
+                                     critical_batch.load_workload(workload, grid))
+  [rows] = _tables(critical_batch.table(summary))
+  return rows
 
 
-def _many_worker_tables() -> list[Table]:
-  tables = []
-  for workload, anchor in MANY_WORKER_TABLES.items():
-    w = many_workers_table.WORKLOADS[workload]
-    runs = many_workers_table.load(os.path.join(REPO, w.workdir))
-    [rows] = _tables(many_workers_table.table(runs, workload,
-                                              many_workers_table.grid_sizes(workload)))
-    tables.append(Table(f"many workers {workload}", anchor, 0,
-                        f"python -m experiments.many_workers_table --workload={workload}", rows))
-  return tables
-
-
-def _calibration_tables() -> list[Table]:
-  anchor, sweeps = CALIBRATION_TABLE
-  [rows] = _tables(report.calibration_table(list(sweeps), REPO))
-  return [Table("calibrations", anchor, 0, "ensemble_jax.report.calibration_table", rows)]
+def many_worker_table(workload: str) -> list[str]:
+  """A many-worker sweep's table (fashion or pydocs), from its reported seeds."""
+  w = many_workers_table.WORKLOADS[workload]
+  runs = many_workers_table.load(os.path.join(REPO, w.workdir))
+  [rows] = _tables(many_workers_table.table(runs, workload,
+                                            many_workers_table.grid_sizes(workload)))
+  return rows
 
 
 def _throughput_tables() -> list[Table]:
@@ -289,45 +218,9 @@ def _throughput_tables() -> list[Table]:
   return tables
 
 
-def _distillation_check_tables(name: str, paths: list[str], anchor) -> list[Table]:
-  """A literature check's two tables (accuracy beside the published, and the curve) from
-  its results files, merged in order."""
-  record = distillation_check.load([os.path.join(REPO, p) for p in paths])
-  command = "python -m experiments.distillation_check --table=" + ",".join(paths)
-  [accuracy] = _tables(distillation_check.table(record))
-  [curve] = _tables(distillation_check.curve_table(record))
-  return [Table(name, anchor, 0, command, accuracy),
-          Table(f"{name} curve", anchor, 1, command, curve)]
-
-
-def _distillation_tables() -> list[Table]:
-  costs_anchor = ("docs/results/distillation.md", "## What a synthetic set costs, charged")
-  [cost] = _tables(distillation_check.committed_cost_table(REPO))
-  with open(os.path.join(REPO, distillation_check.BENCH)) as f:
-    [timed] = _tables(distillation_check.time_table(json.load(f)))
-  reduced = ("docs/results/distillation.md", "### The grid's reduced protocol on a 2-core CPU")
-  record = distillation_check.load([os.path.join(REPO, distillation_check.REDUCED)])
-  [loss] = _tables(distillation_check.loss_table(record))
-  return [*_distillation_check_tables("distillation", distillation_check.COMMITTED,
-                                      DISTILLATION),
-          *_distillation_check_tables("distillation reduced", [distillation_check.REDUCED],
-                                      reduced),
-          Table("distillation reduced loss", reduced, 2,
-                "python -m experiments.distillation_check --table="
-                + distillation_check.REDUCED, loss),
-          Table("distillation cost", costs_anchor, 0,
-                f"python -m experiments.bench.distill --workers=1 --out={distillation_check.BENCH}",
-                cost),
-          Table("distillation time", costs_anchor, 1,
-                "python -m experiments.bench.distill --workers=1,8 --real_per_class=64", timed)]
-
-
 # Each family of tables (a name for --skip) and how it is regenerated.
 FAMILIES: dict[str, Callable[[], list[Table]]] = {
-    "report": _report_tables, "schedule": _schedule_tables, "samplers": _sampler_tables,
-    "lipt": _lipt_table, "critical_batch": _critical_batch_tables,
-    "many_workers": _many_worker_tables, "throughput": _throughput_tables,
-    "calibrations": _calibration_tables, "distillation": _distillation_tables}
+    "throughput": _throughput_tables}
 
 
 PROSE = "prose"  # the family of docs_prose's paragraphs, checked and written apart

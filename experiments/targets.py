@@ -145,10 +145,37 @@ def _best(pts: list[dict], methods: list[str], kind: str) -> dict | None:
   return best
 
 
+def closest(pts: list[dict]) -> dict:
+  """The one reading of a study's points every page quotes: the closest method point in
+  time and in compute (each the best matched ratio over every preset, `_best`), the
+  strongest baseline (the frontier point the closest time ratio is measured against; with
+  none, the fastest baseline that reached the target on every seed, on the first preset),
+  whether a method point beats it (a matched ratio above 1 over its whole seed range, or a
+  point ahead of every baseline) and the verdict's key in VERDICTS."""
+  baselines = set(report.baseline_curves(pts))
+  methods = sorted({p["curve"] for p in pts} - baselines)
+  rows = [row for curve in methods for preset in report.PRESETS
+          for row in report.matched(pts, curve, preset)]
+  beats = any(row["ahead"] or any(row[k] is not None and row[f"{k}_range"][0] > 1
+                                  for k in ("time", "compute")) for row in rows)
+  out = {"time": _best(pts, methods, "time"), "compute": _best(pts, methods, "compute"),
+         "beats": beats, "methods": methods, "baselines": sorted(baselines)}
+  fastest = min(report._reached(pts, baselines, report.PRESETS[0]), default=None)
+  strongest = out["time"]["vs"] if out["time"] else fastest[2] if fastest else None
+  out["strongest"] = strongest and docs_prose.point_name(*strongest.split())
+  best = max((b for b in (out["time"], out["compute"]) if b), key=lambda b: b["ratio"],
+             default=None)
+  out["best"] = best
+  out["verdict"] = "beats" if beats else verdict_word(
+      best["ratio"] if best else None, best["range"] if best else None,
+      measured=bool(methods))
+  return out
+
+
 def at_rung(dirs: list[str], value: float) -> dict:
   """One rung: the points of every study in `dirs` priced to it (a run that did not track it
-  is left out), the closest method point in time and in compute (`_best`), the strongest
-  baseline (`report.verdict`) and the rung's verdict in VERDICTS' words."""
+  is left out), read by `closest`: the closest method point in time and in compute, the
+  strongest baseline and the rung's verdict in VERDICTS' words."""
   runs = []
   for d in dirs:
     if os.path.isdir(d):
@@ -156,7 +183,7 @@ def at_rung(dirs: list[str], value: float) -> dict:
   pts = report.points(runs)
   baselines = set(report.baseline_curves(pts))
   methods = sorted({p["curve"] for p in pts} - baselines)
-  v = report.verdict(pts) if pts else {"beats": False, "closest": None, "strongest": None}
+  c = closest(pts)
   row = {"value": value, "method_points": sum(p["curve"] in methods for p in pts),
          "baseline_points": sum(p["curve"] in baselines for p in pts),
          "baselines_reaching": sum(p["curve"] in baselines and p["reached"] == p["seeds"]
@@ -164,14 +191,8 @@ def at_rung(dirs: list[str], value: float) -> dict:
          # points some of whose seeds stand at another rung's choice (none of its own)
          "off_choice_points": len({(r["curve"], r["point"]) for r in runs
                                    if not r["rung_choice"]}),
-         "strongest": v["strongest"] and docs_prose.point_name(*v["strongest"].split()),
-         "time": _best(pts, methods, "time"),
-         "compute": _best(pts, methods, "compute")}
-  closest = max((b for b in (row["time"], row["compute"]) if b), key=lambda b: b["ratio"],
-                default=None)
-  row["verdict"] = ("beats" if v["beats"] else verdict_word(
-      closest["ratio"] if closest else None, closest["range"] if closest else None,
-      measured=row["method_points"] > 0))
+         "strongest": c["strongest"], "time": c["time"], "compute": c["compute"],
+         "verdict": c["verdict"]}
   return row
 
 

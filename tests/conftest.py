@@ -122,7 +122,7 @@ HEAVIEST_FIRST = {name: rank for rank, name in enumerate([
     "test_notebooks.py", "test_study_safety.py", "test_train.py", "test_microbatches.py",
     "test_eval_cadence.py", "test_knowledge_distillation.py", "test_critical_batch.py",
     "test_lm.py", "test_multihost.py", "test_samplers_sweep.py", "test_pools_multihost.py",
-    "test_communication.py", "test_config.py", "test_ensemble.py", "test_golden.py",
+    "test_communication.py", "test_plugins.py", "test_config.py", "test_ensemble.py", "test_golden.py",
     "test_docs.py"])}
 
 

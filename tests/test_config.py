@@ -7,7 +7,7 @@ import shutil
 import ml_collections
 import pytest
 
-from ensemble_jax import config_lib, run, sharding, validation
+from ensemble_jax import config_lib, methods, run, sharding, validation
 from ensemble_jax.config_lib import ConfigError
 from tests import forked_cli
 from tests.conftest import REPO
@@ -250,7 +250,7 @@ def test_the_default_mesh_fits_the_workers_to_the_devices(workers, devices, batc
 
 
 def test_fitting_changes_only_the_default_mesh_of_stacked_methods(tiny_config):
-  """Every entry point fits the same way (`sharding.fit_workers_to_devices`: main, the run
+  """Every entry point fits the same way (`methods.fit_workers_to_devices`: main, the run
   API, the sweeps); the cluster the run stands for stays N devices, one worker each. Fails
   on 75ab1a7, where only the sweeps fitted (`cost_vs_time._fit_workers_to_devices`) and
   `:smoke,ensemble` on 8 devices stopped at "num_workers=4 is not a multiple of the
@@ -258,17 +258,17 @@ def test_fitting_changes_only_the_default_mesh_of_stacked_methods(tiny_config):
   from experiments.configs import fashion_mnist
 
   c = fashion_mnist.get_config("smoke,ensemble")
-  line = sharding.fit_workers_to_devices(c, 8)
+  line = methods.fit_workers_to_devices(c, 8)
   assert c.mesh == "worker:4,data:2" and c.cost.devices == 4
   assert line.startswith("layout: 4 workers on 8 devices, mesh worker:4,data:2 (the default "
                          "worker:-1,data:1 fitted")
-  assert sharding.fit_workers_to_devices(c, 8) is None  # fitted once: nothing to change
+  assert methods.fit_workers_to_devices(c, 8) is None  # fitted once: nothing to change
   validation.validate(c)
   mine = fashion_mnist.get_config("smoke,ensemble")
   mine.mesh = "worker:2,data:1"  # a mesh the user chose is theirs
-  assert sharding.fit_workers_to_devices(mine, 8) is None and mine.mesh == "worker:2,data:1"
-  assert sharding.fit_workers_to_devices(tiny_config, 8) is None  # data-parallel
-  assert sharding.describe_layout("ensemble", 4, {"worker": 4, "data": 2}, 8) == (
+  assert methods.fit_workers_to_devices(mine, 8) is None and mine.mesh == "worker:2,data:1"
+  assert methods.fit_workers_to_devices(tiny_config, 8) is None  # data-parallel
+  assert sharding.describe_layout(True, 4, {"worker": 4, "data": 2}, 8) == (
       "4 workers on 8 of 8 device(s): 4 group(s) of 1 worker(s), each worker's batches split "
       "over 2 devices")
 
@@ -318,7 +318,7 @@ def test_model_choice_lists_agree_with_the_model_zoo():
   from ensemble_jax import models
 
   assert {n for n, m in models.MODELS.items() if m.task == "classification"} == set(
-      resnet.MODELS)
+      resnet.PRESETS)
   assert {n for n, m in models.MODELS.items() if m.task == "lm"} == {"gpt2"}
   assert set(gpt2.SIZES) >= {"tiny", "small"}
 

@@ -40,7 +40,7 @@ LAYERS = {
     # Leaves: import nothing above them.
     "aggregate": 1, "checkpoint": 1, "config_lib": 1, "costs": 1, "distributed": 1,
     "eval_schedule": 1, "hlo": 1, "logs": 1, "metrics": 1, "noise_scale": 1, "optim": 1,
-    "registry": 1, "report": 1, "sharding": 1, "stored": 1, "writers": 1,
+    "plugins": 1, "registry": 1, "report": 1, "sharding": 1, "stored": 1, "writers": 1,
 }
 
 
@@ -95,8 +95,56 @@ def upward_imports(root: str) -> list[str]:
   return bad
 
 
+def import_graph(root: str) -> dict[str, set[str]]:
+  """module -> the package's modules it imports (at any depth; a name imported from a
+  module counts as that module, one from a package as the package)."""
+  paths = {}
+  for dirpath, _, files in os.walk(os.path.join(root, PACKAGE)):
+    paths.update({_module_name(os.path.join(dirpath, f), root): os.path.join(dirpath, f)
+                  for f in files if f.endswith(".py")})
+  graph = {}
+  for module, path in paths.items():
+    with open(path) as fh:
+      found = imports(fh.read(), module)
+    graph[module] = set()
+    for _, name in found:
+      parts = name.split(".")
+      target = next(".".join(parts[:n]) for n in range(len(parts), 0, -1)
+                    if ".".join(parts[:n]) in paths)
+      if target != module:
+        graph[module].add(target)
+  return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Each import circle once, as the path that closes it ('a', 'b', 'a')."""
+  found, done = [], set()
+
+  def visit(module, path):
+    if module in path:
+      circle = path[path.index(module):] + [module]
+      if set(circle) not in [set(c) for c in found]:
+        found.append(circle)
+      return
+    if module in done:
+      return
+    for target in sorted(graph.get(module, ())):
+      visit(target, path + [module])
+    done.add(module)
+
+  for module in sorted(graph):
+    visit(module, [])
+  return found
+
+
 def test_imports_run_one_way():
   assert upward_imports(REPO) == []
+
+
+def test_no_import_circles():
+  """Same-layer imports are allowed, a circle is not (record.py <-> teacher.py was one)."""
+  assert circles(import_graph(REPO)) == []
+  assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
 
 
 def test_function_level_imports_count():

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from ensemble_jax import config_lib, optim
+from ensemble_jax import config_lib, methods, optim
 
 pytestmark = pytest.mark.unit
 
@@ -30,7 +30,7 @@ def test_every_sweep_method_warms_up_the_same_fraction_of_its_own_budget(workloa
   fractions = set()
   for variant in ("sweep", "ensemble,sweep", "diloco,sweep"):
     c = module.get_config(variant)
-    budget = config_lib.num_train_steps(c, 60_000)
+    budget = methods.num_train_steps(c, 60_000)
     warmup = optim.warmup_steps(c.optim, budget, config_lib.steps_per_epoch(c, 60_000))
     fractions.add(round(warmup / budget, 2))
   assert fractions == {0.05}

@@ -167,10 +167,10 @@ def _config_of(argv: list[str]):
 
 def layout(argv: list[str], devices: int) -> dict:
   """The mesh {axis: size} an argv's run takes on `devices` (the default mesh fitted)."""
-  from ensemble_jax import sharding
+  from ensemble_jax import methods, sharding
 
   config = _config_of(argv)
-  sharding.fit_workers_to_devices(config, devices)
+  methods.fit_workers_to_devices(config, devices)
   return dict(sharding.mesh_shape(config.mesh, devices))
 
 

@@ -26,7 +26,7 @@ from ensemble_jax import aggregate
 from ensemble_jax.distill import clusters, coresets, scores
 from ensemble_jax.distill import pool as pool_lib
 from ensemble_jax.distill import synthetic  # noqa: F401  (registers the distillers)
-from ensemble_jax.distill.registry import (BUILDERS, Builder, BuildInputs, Built, pool_info,
+from ensemble_jax.distill.registry import (BUILDERS, BuildInputs, Built, pool_info,
                                           register_builder)
 from ensemble_jax.methods import ensemble
 from ensemble_jax.methods import step as step_lib
@@ -324,8 +324,8 @@ def proxy_config(config):
 def build(config, data, num_consumers: int, proxy_dir: str) -> Built:
   """`config`'s pool, built by its registered builder (not cached); a proxy, if any, runs
   in `proxy_dir`."""
-  return BUILDERS[config.distill.builder].build(
-      BuildInputs(config, data, num_consumers, proxy_dir))
+  builder = BUILDERS[config.distill.builder]
+  return builder.build(BuildInputs(builder.view(config), data, num_consumers, proxy_dir))
 
 
 @dataclasses.dataclass
@@ -351,7 +351,7 @@ class Proxy:
 def train_proxy(inputs: BuildInputs) -> Proxy:
   """Trains `proxy_config`'s proxies through the loop in `inputs.proxy_dir` (its
   results.json sits next to the cached pool) and scores the training set with them."""
-  config, data = inputs.config, inputs.data
+  config, data = config_lib.full_config(inputs.config), inputs.data  # PROXY_FIELDS: read
   fit = train.fit(proxy_config(config), inputs.proxy_dir)
   state = merged_proxy(fit, config.seed) if config.distill.proxy == "lipt" else fit.state
   logits, features, labels, flops = forward(state, fit.method.step_config, data.train,
@@ -373,7 +373,7 @@ def _proxy_pool(inputs: BuildInputs, proxy: Proxy, selected, pools, weights=None
   return Built(pools, info, weights, route)
 
 
-BUILDERS.register("none", Builder("none", None, tasks=None))  # the method's own sampler
+BUILDERS.register("none", None, tasks=None)  # the method's own sampler
 
 
 def _register_scores(name: str, score) -> None:
@@ -409,11 +409,19 @@ def _kmeans_check(config) -> None:
         "'pca' image pools route the eval examples past eval.num_examples: turn it off.")
 
 
+def _one_pool_per_worker(method) -> bool:
+  """A method whose workers are models of their own, each drawing its own cluster."""
+  return method.stacked
+
+
 @register_builder("kmeans", fields=(
     "distill.balanced", "distill.kmeans_balance", "distill.embedding", "distill.pca_dim",
     "distill.pca_covariance", "distill.pca_image_size", "distill.tfidf_dim",
-    "distill.route_temperature", "distill.route_top_k"), proxy=_kmeans_trains_proxy,
-    routes=True, tasks=None, methods=("ensemble", "diloco"), check=_kmeans_check,
+    "distill.route_temperature", "distill.route_top_k",
+    # read too, their legacy key as before (it hashes the data, seed and routing)
+    "task", "seed", "data", "method.aggregation", "eval.num_examples",
+    "eval.score_rest_at_end"), proxy=_kmeans_trains_proxy,
+    routes=True, tasks=None, methods=_one_pool_per_worker, check=_kmeans_check,
     legacy_key=True)
 def build_kmeans(inputs: BuildInputs) -> Built:
   """k = workers balanced clusters, worker i drawing cluster i: of a proxy's penultimate

@@ -8,10 +8,12 @@ A builder is one function and one registration (docs/design.md, "Adding a builde
       return registry.Built(pools, registry.pool_info(inputs, pools, pool_size=...,
                                                       build_flops=0.0))
 
-`fields` are the config fields the builder reads (dotted). Validation checks those and
-no others; the cache key (`pools.cache_key`) hashes those and the data's fingerprint, so a
-field the builder does not read never rebuilds its pool. The built-ins (`pools.py`) keep the
-key every committed pool was cached under (`legacy_key`).
+`fields` are the config fields the builder reads (dotted); `own_fields` ({name: default or
+config_lib.Field}) new ones of its own under `distill.`, which join the schema and its
+fields. The build reads `inputs.config` through a view that refuses any other field.
+Validation checks those and no others; the cache key (`pools.cache_key`) hashes those and
+the data's fingerprint, so a field the builder does not read never rebuilds its pool. The
+built-ins (`pools.py`) keep the key every committed pool was cached under (`legacy_key`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from ensemble_jax import config_lib
 from ensemble_jax.registry import Registry
 
 # What a builder that trains a proxy (`pools.train_proxy`) reads besides its own fields.
@@ -63,11 +66,14 @@ class Builder:
   fields: the config fields it reads, dotted ('distill.fraction', 'seed', 'data', ...).
   proxy: whether it trains a proxy (a bool, or config -> bool): then it reads PROXY_FIELDS.
   routes: it can route eval examples, for a `routed` aggregation mode (`Built.route`).
-  tasks / methods: the config.task and config.method.name values it serves (None: all).
+  tasks: the config.task values it serves (None: all).
+  methods: method class -> whether it serves that method (its capabilities, `Method.stacked`
+    ...: a subclass is served as its parent is), or None: all.
   check: config -> None, raising ConfigError on a value it cannot use (beyond `fields`'
     own checks in validation.py).
   legacy_key: hash the key every pool built before this registry was cached under
-    (`pools.cache_key`), so committed pools keep their keys.
+    (`pools.cache_key`), so committed pools keep their keys: its `fields` are declared for
+    reading, the key staying the one they were cached under.
   timed_apart: its `build_time_s` is timed apart (a calibrated iteration x iterations),
     not the build's wall clock, so a sweep need not build it in its quiet phase.
   """
@@ -77,10 +83,11 @@ class Builder:
   proxy: bool | Callable = False
   routes: bool = False
   tasks: tuple[str, ...] | None = ("classification",)
-  methods: tuple[str, ...] | None = None
+  methods: Callable[[type], bool] | None = None
   check: Callable | None = None
   legacy_key: bool = False
   timed_apart: bool = False
+  own_fields: tuple[str, ...] = ()  # dotted: the fields it declared (`own_fields=`)
 
   def uses_proxy(self, config) -> bool:
     return bool(self.proxy(config) if callable(self.proxy) else self.proxy)
@@ -89,18 +96,24 @@ class Builder:
     """Every config field this build of `config` reads."""
     return self.fields + (PROXY_FIELDS if self.uses_proxy(config) else ())
 
+  def view(self, config):
+    """`config` as its build reads it: the fields it declares (and its own name)."""
+    return config_lib.View(config, self.reads(config) + ("distill.builder",),
+                           f"pool builder {self.name!r}")
 
-BUILDERS: Registry[Builder] = Registry("distill.builder", builtins="ensemble_jax.distill.pools")
+
+def _builder(name: str, build, *, fields=(), own_fields=(), **declaration) -> Builder:
+  return Builder(name, build, fields=tuple(fields) + tuple(own_fields),
+                 own_fields=tuple(own_fields), **declaration)
 
 
-def register_builder(name: str, **declaration):
-  """Decorator: registers `build(inputs: BuildInputs) -> Built` as `distill.builder=name`;
-  `declaration` holds the other `Builder` fields."""
-  def register(build):
-    BUILDERS.register(name, Builder(name, build, **declaration))
-    return build
+BUILDERS: Registry[Builder] = Registry("distill.builder", builtins="ensemble_jax.distill.pools",
+                                       entry=_builder)
 
-  return register
+# Decorator: `@register_builder("name", fields=..., own_fields=..., ...)` registers
+# `build(inputs: BuildInputs) -> Built` as `distill.builder=name` (BUILDERS.register itself);
+# the keywords are the other `Builder` fields.
+register_builder = BUILDERS.register
 
 
 def pool_info(inputs: BuildInputs, pools, *, pool_size: int, build_flops: float,
@@ -117,7 +130,7 @@ def pool_info(inputs: BuildInputs, pools, *, pool_size: int, build_flops: float,
     info["features"] = features
   info.update({
       "pool_size": int(pool_size), "pool_sizes": [int(len(p)) for p in pools],
-      "split": inputs.config.distill.split if split is None else split,
+      "split": config_lib.full_config(inputs.config).distill.split if split is None else split,
       "build_time_s": build_time_s, "build_flops": float(build_flops), "proxy": proxy,
       "scoring_flops": float(scoring_flops),
       "selection_time_s": build_time_s if selection_time_s is None else selection_time_s,

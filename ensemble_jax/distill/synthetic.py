@@ -612,6 +612,11 @@ def _check_gradient_matching(config) -> None:
         f" loops from the paper's table, which sets them for {sorted(PAPER_LOOPS)} only.")
 
 
+def _mixed_workers(method) -> bool:
+  """An ensemble's: workers of their own, their predictions mixed (`Method.mixes_workers`)."""
+  return method.stacked and method.mixes_workers
+
+
 # The config each distiller builds from (`config.distill.builder` -> its dataclass).
 _CONFIGS = {"distribution_matching": _distribution_matching,
             "gradient_matching": _gradient_matching}
@@ -619,10 +624,10 @@ _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.rea
                   "distill.embed_width", "data", "seed")
 
 
-@registry.register_builder("gradient_matching", methods=("ensemble",), timed_apart=True,
+@registry.register_builder("gradient_matching", methods=_mixed_workers, timed_apart=True,
                            fields=_SHARED_FIELDS + ("distill.gm_image_lr", "distill.gm_net_lr"),
                            check=_check_gradient_matching)
-@registry.register_builder("distribution_matching", methods=("ensemble",), timed_apart=True,
+@registry.register_builder("distribution_matching", methods=_mixed_workers, timed_apart=True,
                            fields=_SHARED_FIELDS + ("distill.image_lr",))
 def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   """Each worker's synthetic set, distilled (by `config.distill.builder`) from its own

@@ -54,6 +54,14 @@ class Method(abc.ABC):
   """A training method: its state, compiled step, batch layout and eval reduction."""
 
   name: str  # results.json `method`; the key of config.method.name
+  # What the engine asks of a method class, never of its name (a subclass inherits them):
+  # it trains `num_workers` models stacked over a mesh 'worker' axis (else one model);
+  stacked: bool = False
+  # (stacked) config.method.aggregation names modes of aggregate.MODES that mix its workers;
+  # False: its aggregation is its own (DiLoCo's `global`), which `check_config` checks;
+  mixes_workers: bool = False
+  # method.steps_per_worker (when > 0) is its step budget, train.num_steps/num_epochs unread.
+  per_worker_budget: bool = False
   # Independent models trained side by side: the sampler's consumers, a distilled pool's
   # splits. 1 for data-parallel training (one model, however many devices).
   num_workers: int
@@ -70,6 +78,13 @@ class Method(abc.ABC):
   # input of every step, not state (never stacked, updated or checkpointed). The loop loads
   # them (`ensemble_jax/teacher.py`); until then `step_args` has their shapes only.
   teacher: Any = None
+
+  @classmethod
+  def check_config(cls, config) -> None:
+    """Raises ConfigError on a value of `config` this method cannot use.
+
+    Called by validation before anything is built; the default accepts every config."""
+    del config
 
   @abc.abstractmethod
   def one_model(self) -> Any:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from ensemble_jax import models
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError
@@ -58,13 +59,14 @@ class DataParallel(Method):
     # plain jit the partitioner all-reduces every microbatch's gradient inside the loop.)
     self.local_accumulation = config.train.microbatches > 1 and not config.method.fsdp
     if self.local_accumulation:  # BatchNorm statistics of each microbatch over all devices
-      model = model.clone(bn_axis_name="data")
+      model = models.with_batchnorm(model, config.model, bn_axis_name="data")
     if config.method.batchnorm == "per_device":
       # The step sees the global batch: one slice per device the run stands for, each
       # normalised alone, so the cluster's step reduces no statistic (validation refuses
       # microbatches).
       devices = self.cluster_mesh(config.cost.devices)["data"]
-      model = model.clone(bn_groups=devices) if devices > 1 else model
+      model = (models.with_batchnorm(model, config.model, bn_groups=devices) if devices > 1
+               else model)
     self.model = model
     self.step_config = step_lib.StepConfig.from_config(
         config, data_axis="data" if self.local_accumulation else None)

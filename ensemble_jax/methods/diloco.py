@@ -30,7 +30,7 @@ import optax
 from ensemble_jax import aggregate
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
-from ensemble_jax.config_lib import ConfigError
+from ensemble_jax.config_lib import DILOCO_MODES, ConfigError, aggregation_modes
 from ensemble_jax.methods import step as step_lib
 from ensemble_jax.methods.base import Program
 from ensemble_jax.methods.ensemble import Ensemble
@@ -50,6 +50,23 @@ def _broadcast(tree, n: int):
 class DiLoCo(Ensemble):
   name = "diloco"
   mixes_workers = False  # its one model, `global`, is the outer params
+
+  @classmethod
+  def check_config(cls, config) -> None:
+    """H > 0, its one mode `global`; no warm start and no pruning at init (not built)."""
+    m = config.method
+    for ok, field, value, fix in (
+        (m.sync_every > 0, "method.sync_every", m.sync_every, "diloco syncs every H > 0 "
+         "steps (H = infinity is method.name='ensemble')."),
+        (aggregation_modes(config) == DILOCO_MODES, "method.aggregation", m.aggregation,
+         "DiLoCo trains one model, the global (outer) params, and reports only it: set "
+         "method.aggregation='global'."),
+        (not config.train.init_from, "train.init_from", config.train.init_from,
+         "warm starts are not built for diloco: use data_parallel or ensemble."),
+        (config.model.sparsity == 0, "model.sparsity", config.model.sparsity,
+         "pruning at init is not built for diloco: use data_parallel or ensemble.")):
+      if not ok:
+        raise ConfigError(f"config.{field}={value!r}: {fix}")
 
   def __init__(self, config, model, tx, mesh, init_input):
     m = config.method

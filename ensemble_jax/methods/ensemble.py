@@ -19,7 +19,7 @@ import numpy as np
 from absl import logging
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from ensemble_jax import aggregate
+from ensemble_jax import aggregate, models
 from ensemble_jax import metrics as metrics_lib
 from ensemble_jax import sharding as sharding_lib
 from ensemble_jax.config_lib import ConfigError, aggregation_modes
@@ -59,6 +59,8 @@ def eval_plan(task: str, modes: tuple[str, ...]) -> tuple[dict[str, str], tuple[
 
 class Ensemble(Method):
   name = "ensemble"
+  stacked = True
+  per_worker_budget = True
   # Whether config.method.aggregation names modes of aggregate.MODES. DiLoCo's one mode,
   # `global`, is its outer model, which its own `_eval_sums` scores.
   mixes_workers = True
@@ -281,14 +283,15 @@ class Ensemble(Method):
     several of the cluster's, each of those slices alone (GhostBatchNorm)."""
     spans = self.cluster_mesh(self.config.cost.devices)["data"]
     if self.config.method.batchnorm == "synchronised" or spans == 1:
-      return model.clone(bn_axis_name="data") if data_size > 1 else model
+      return (models.with_batchnorm(model, self.config.model, bn_axis_name="data")
+              if data_size > 1 else model)
     if spans % data_size:
       raise ConfigError(
           f"config.method.batchnorm='per_device': each worker stands for {spans} devices "
           f"(config.cost.devices={self.config.cost.devices}) but spans {data_size} here, "
           "so its devices' rows cannot each be normalised alone; set config.cost.devices to "
           f"a multiple of num_workers x {data_size}, or method.batchnorm='synchronised'.")
-    return model.clone(bn_groups=spans // data_size)
+    return models.with_batchnorm(model, self.config.model, bn_groups=spans // data_size)
 
   def cluster_mesh(self, devices: int) -> dict[str, int]:
     """The workers' mesh, by default one device per worker times `data` here.

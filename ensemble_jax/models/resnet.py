@@ -227,7 +227,8 @@ ResNet18 = functools.partial(ResNet, stage_sizes=(2, 2, 2, 2), block="basic")
 ResNet34 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block="basic")
 ResNet50 = functools.partial(ResNet, stage_sizes=(3, 4, 6, 3), block="bottleneck")
 
-MODELS: dict[str, Callable[..., ResNet]] = {
+# The presets, by config.model.name (the registry is `models.MODELS`).
+PRESETS: dict[str, Callable[..., ResNet]] = {
     "resnet18": ResNet18,
     "resnet34": ResNet34,
     "resnet50": ResNet50,
@@ -241,8 +242,8 @@ def create_model(name: str, *, num_classes: int, width: int = 64,
   """Builds a ResNet preset by the name configs and flags use.
 
   A non-empty `stage_sizes` replaces the preset's blocks per stage; the block type stays."""
-  if name not in MODELS:
-    raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(MODELS)}")
+  if name not in PRESETS:
+    raise ValueError(f"Unknown model name {name!r}; valid choices: {sorted(PRESETS)}")
   extra = {"stage_sizes": tuple(stage_sizes)} if stage_sizes else {}
-  return MODELS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype,
+  return PRESETS[name](num_classes=num_classes, width=width, stem=stem, dtype=dtype,
                       canonical_conv_grads=canonical_conv_grads, **extra)

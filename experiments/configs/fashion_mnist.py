@@ -115,8 +115,9 @@ LADDER = tuple(round(0.85 + 0.005 * i, 3) for i in range(19))
 CEILING_EPOCHS = (2, 4, 8, 16)
 # The budget rule, one for every point of every curve: the same number of training
 # examples, all models together (D x 64 per DP step, N x 64 per ensemble or DiLoCo step),
-# 2 epochs: ~5x the 24,000 that DP at D = 1 needs to reach the target (375 steps x 64,
-# 3 seeds), so a point that misses it within the budget shows that it cannot. Runs stop at
+# 2 epochs: several times what DP at D = 1 needs to reach the target (docs/methodology.md
+# gives the multiple, from the committed runs), so a point that misses it within the budget
+# shows that it cannot. Runs stop at
 # the target, so an unused budget costs nothing but the length of its cosine schedule.
 # dp_short_schedule's points take stated fractions of it: their shorter schedule is the
 # point.

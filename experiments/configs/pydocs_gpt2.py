@@ -110,9 +110,8 @@ SWEEP_TARGET = 12.0
 SMOKE_TARGET = 20.0  # perplexity on 256 validation windows of 64 bytes
 # The budget rule, one for every point of every curve: the same number of training windows
 # of 128 tokens, all models together (16 D per DP step, 16 N per ensemble or DiLoCo step):
-# 38,400, ~6x the 6,000 that DP at D = 1 needs to reach the target (375 steps x 16, 3
-# seeds). Half of it left DP at D = 8 150 steps, short of the target in every seed, while
-# the ensemble at N = 8 had twice its windows. Runs stop at the target, so an unused budget
+# 38,400, several times what DP at D = 1 needs to reach the target (docs/methodology.md
+# gives the multiple, from the committed runs). Runs stop at the target, so an unused budget
 # costs nothing but the length of its cosine schedule. dp_short_schedule's points take
 # stated budgets below it: their shorter schedule is the point.
 SWEEP_WINDOWS = 38_400

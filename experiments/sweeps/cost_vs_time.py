@@ -47,8 +47,8 @@ import jax
 import ml_collections
 from absl import flags, logging
 
-from ensemble_jax import (checkpoint, config_lib, costs, distributed, record, report, resume,
-                          sharding, stored, train)
+from ensemble_jax import (checkpoint, config_lib, costs, distributed, methods, record, report,
+                          resume, sharding, stored, train)
 from ensemble_jax import run as run_lib
 from ensemble_jax.distill import pools as pools_lib
 from ensemble_jax.distill.registry import BUILDERS
@@ -70,7 +70,7 @@ def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str
   config.distill.cache_dir = os.path.join(workdir, "pools")  # built in the quiet phase
   for key, value in overrides.items():
     config_lib.set_dotted(config, key, value)
-  sharding.fit_workers_to_devices(config, jax.device_count())  # as every run does
+  methods.fit_workers_to_devices(config, jax.device_count())  # as every run does
   return config
 
 
@@ -114,7 +114,7 @@ def device_config(config):
   on simulated devices (the tests' two-process studies) spans every device: each process
   must take part in the program."""
   c = copy.deepcopy(config)
-  if c.method.name == "data_parallel":
+  if not methods.METHODS[c.method.name].stacked:  # one model's batch over the devices
     c.train.batch_size //= max(c.cost.devices, 1)
   one_device = [("data", 1 if jax.process_count() == 1 else -1)]
   c.method.name, c.mesh, c.cost.devices = "data_parallel", one_device, 1
@@ -411,8 +411,8 @@ def jobs(config_path: str, workdir: str, seeds: list[int], grid: str,
   for curve, specs in grid_curves.items():
     for point, (variant, overrides) in specs.items():
       c = _point_config(module, variant, overrides, 0, workdir)
-      devices = (c.cost.devices or 1) if c.method.name == "data_parallel" else (
-          c.cost.devices or c.method.num_workers)
+      devices = (c.cost.devices or c.method.num_workers
+                 if methods.METHODS[c.method.name].stacked else c.cost.devices or 1)
       outputs = tuple(os.path.join(curve, point, f"seed{s}", run_lib.RESULTS_FILE)
                       for s in seeds)
       points.append(launcher.Point(f"{curve}/{point}", (

@@ -228,6 +228,28 @@ def fit_rows(rows: list[dict]) -> dict | None:
                              if report.reported_batch(r)])
 
 
+def _measured(rows: list[dict]) -> list[dict]:
+  return [r for r in rows if r["median_steps"] is not None]
+
+
+def stops_halving(rows: list[dict]) -> dict:
+  """The row past which no larger batch halves its steps (perfect scaling would halve them
+  at every doubling): where data-parallel stops turning devices into proportionally fewer
+  steps, the knee."""
+  measured = _measured(rows)
+  return next(r for i, r in enumerate(measured)
+              if all(2 * q["median_steps"] > r["median_steps"] for q in measured[i + 1:]))
+
+
+def stops_falling(rows: list[dict]) -> dict:
+  """The row past which no larger batch takes fewer steps on every seed than this row's
+  fewest (their seed ranges overlap or lie above): where the steps stop falling beyond the
+  seeds' spread. The largest row measured where they still fall there."""
+  measured = _measured(rows)
+  return next(r for i, r in enumerate(measured)
+              if all(q["max_steps"] >= r["min_steps"] for q in measured[i + 1:]))
+
+
 def summarize(workdir: str, w: Workload) -> dict:
   """Per B of `w` finished under `workdir` (so a sweep over some B adds rows): the chosen
   learning rate, steps to target per seed, B_simple; the fitted knee.

@@ -1,0 +1,215 @@
+"""docs/results/distillation.md's context: the distiller against the published table, what a
+synthetic set costs charged, and the grids' distilled and knowledge-distilled points.
+
+Reads only committed JSON (experiments/results/distillation/, bench/distill.json, the
+Fashion-MNIST and Python docs studies, pydocs_gpt2_kd/, one_device_h200/).
+experiments/docs_render.py renders the page from docs/templates/distillation.md.j2;
+`python -m experiments.distillation_page` draws its figure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from absl import app
+
+from ensemble_jax import report
+from experiments import distillation_check as check
+from experiments import docs_prose, one_device_page, targets
+
+REPO = docs_prose.REPO
+FIGURE = "experiments/results/distillation/distillation.png"
+# how the page names the distilled and taught curves' points ("distilled sets, N = 4")
+NAMES = {"ensemble_distilled": "distilled sets", "ensemble_distilled_warm":
+         "distilled warm start", "ensemble_kd": "knowledge-distilled ensemble"}
+
+
+def _name(curve: str, point: str) -> str:
+  return f"{NAMES.get(curve, curve)}, N = {point.split('_')[0][1:]}"
+
+
+def _where(value: float, dc: float, dsa: float) -> str:
+  """Where a distilled set's accuracy sits beside the two published distillers'."""
+  lo, hi = sorted((dc, dsa))
+  return "above both" if value > hi else "below both" if value < lo else "between them"
+
+
+def literature() -> dict:
+  """The H200 check (the papers' protocol) beside the published columns, per images per
+  class: the distilled set's last evaluation, random real images, and the differences."""
+  lit = check.load([os.path.join(REPO, p) for p in check.COMMITTED])
+  pub = lit["published"]
+  rows = []
+  for ipc in sorted(lit["dm"], key=int):
+    last = lit["dm"][ipc]["curve"][-1]
+    dm, rnd = 100 * last["mean"], 100 * lit["random"][ipc]["mean"]
+    rows.append({"ipc": int(ipc), "dm": dm, "iteration": last["iteration"], "random": rnd,
+                 "gap": dm - rnd, "random_vs_published": rnd - pub["random"][ipc],
+                 "dsa": pub["dsa"][ipc], "dc": pub["dc"][ipc],
+                 "where": _where(dm, pub["dc"][ipc], pub["dsa"][ipc]),
+                 "s_per_iteration": lit["dm"][ipc].get("s_per_iteration"),
+                 "iterations": lit["dm"][ipc].get("iterations")})
+  distillation, evaluation = lit["protocol"]["distillation"], lit["protocol"]["evaluation"]
+  return {"rows": rows, "by_ipc": {r["ipc"]: r for r in rows}, "device": lit["device"],
+          "distillation": distillation, "evaluation": evaluation,
+          "published_evaluation": check.PUBLISHED_EVALUATION,
+          "whole": 100 * lit["whole"]["mean"], "whole_published": pub["whole"],
+          "table": check.table(lit).rstrip("\n"), "curve": check.curve_table(lit).rstrip("\n")}
+
+
+def reduced() -> dict:
+  """The grid's reduced protocol (CPU): its set, its evaluation and its loss curve."""
+  record = check.load([os.path.join(REPO, check.REDUCED)])
+  return {"distillation": record["protocol"]["distillation"],
+          "evaluation": record["protocol"]["evaluation"], "device": record["device"],
+          "table": check.table(record).rstrip("\n"),
+          "curve": check.curve_table(record).rstrip("\n"),
+          "loss": check.loss_table(record).rstrip("\n")}
+
+
+def cost() -> dict:
+  """One set's distillation charged against the strongest baseline (FLOPs: any hardware),
+  and an iteration's time beside a training step's on this CPU and on the H200."""
+  with open(os.path.join(REPO, check.BENCH)) as f:
+    cases = json.load(f)
+  iterations, real = check.grid_protocol()
+  grid = list(docs_prose.grid("fashion_mnist"))
+  strongest = report.verdict(grid)["strongest"]
+  base = docs_prose.point("fashion_mnist", *strongest.split())
+  per_step = base["flops"]["median"] / base["steps"]["median"] / base["devices"]
+  cpu_iteration = next(c["s_per_iteration"] for c in cases
+                       if c["workers"] == 1 and c["real_per_class"] == real)
+  h200 = {r["point"]: r for r in one_device_page.context()["rows"]
+          if r["curve"] == "data_parallel"}
+  lit = literature()
+  return {"iterations": iterations, "real": real, "strongest": strongest,
+          "strongest_name": docs_prose.point_name(*strongest.split()),
+          "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"],
+          "flop_ratio": check.iteration_flops(cases, real) / per_step,
+          "cpu_iteration_s": cpu_iteration,
+          "cpu_step_s": docs_prose.device_step("fashion_mnist", *strongest.split()),
+          "h200_iteration_ms": {r["ipc"]: 1e3 * r["s_per_iteration"] for r in lit["rows"]
+                                if r["s_per_iteration"]},
+          "h200_real": lit["distillation"]["real_per_class"],
+          "h200_step_ms": h200["B64"]["step_ms"], "h200_step_name": h200["B64"]["name"],
+          "table": check.committed_cost_table(REPO).rstrip("\n"),
+          "time_table": check.time_table(cases).rstrip("\n")}
+
+
+def _ratio(rows: list[dict], point: str, kind: str) -> dict:
+  """A point's matched `kind` ratio ({ratio, range, verdict}), or why it has none."""
+  [row] = [r for r in rows if r["point"] == point]
+  if row[kind] is None:  # ahead of every baseline in `kind` is a win, no ratio to print
+    ahead = kind in row["ahead"]
+    why = row["why"] or (report.AHEAD if ahead else "no baseline within budget")
+    return {"ratio": None, "why": why,
+            "verdict": "beats" if ahead else targets.verdict_word(None, None)}
+  rng = list(row[f"{kind}_range"])
+  return {"ratio": row[kind][0], "range": rng, "verdict": targets.verdict_word(row[kind][0], rng)}
+
+
+def _best(rows: list[dict], key: str) -> dict | None:
+  """The row's `key` ratio that is best: one ahead of every baseline first, else the
+  highest; None where every point missed."""
+  ratios = [r[key] for r in rows if r[key]["ratio"] is not None or r[key]["verdict"] == "beats"]
+  best = max(ratios, key=lambda r: (r["verdict"] == "beats", r["ratio"] or 0), default=None)
+  return best and {**best, "name": next(r["name"] for r in rows if r[key] is best)}
+
+
+def study(s: dict, reused) -> dict:
+  """A grid's distilled (`docs_prose._distilled`) or taught (`_taught`) points, charged and
+  amortised (10 GbE), each ratio with its verdict, and the best of each."""
+  rows = []
+  for p in s["points"]:
+    charged = report.matched(s["grid"], p["curve"], "eth10g")
+    amortised = report.matched(s["whatif"], p["curve"] + report.AMORTISED, "eth10g")
+    [a] = [q for q in s["whatif"] if q["curve"] == p["curve"] + report.AMORTISED
+           and q["point"] == p["point"]]
+    rows.append({"curve": p["curve"], "point": p["point"],
+                 "name": _name(p["curve"], p["point"]),
+                 "seed_list": p["seed_list"], "reached": p["reached"], "seeds": p["seeds"],
+                 "steps": p["steps"], "final": p["final"]["median"], "reused_s": reused(p),
+                 "charged_s": p["time_s"]["eth10g"]["median"],
+                 "amortised_s": a["time_s"]["eth10g"]["median"],
+                 "charged": _ratio(charged, p["point"], "time"),
+                 "amortised": _ratio(amortised, p["point"], "time"),
+                 "amortised_compute": _ratio(amortised, p["point"], "compute")})
+  return {"rows": rows, "waiting": s["waiting"], "best_charged": _best(rows, "charged"),
+          "best_amortised": _best(rows, "amortised")}
+
+
+def context() -> dict:
+  distilled = docs_prose._distilled()
+  builds = {}
+  for r in distilled["runs"]:
+    builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
+  taught = docs_prose._taught()
+  teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in taught["runs"]}
+  target = next(r["target_value"] for r in taught["runs"])
+  return {"literature": literature(), "reduced": reduced(), "cost": cost(),
+          "distilled": study(distilled, lambda p: statistics.median(
+              builds[(p["curve"], p["point"])])),
+          "taught": study(taught, lambda p: teacher[(p["curve"], p["point"])]),
+          "kd_target": target, "target": distilled["runs"][0]["target_value"],
+          "verdicts": targets.VERDICTS, "figure": FIGURE}
+
+
+def plot(ctx: dict, path: str) -> None:
+  """Left: the distilled sets' test accuracy along the distillation, the published DSA and
+  DC figures dashed. Right: each distilled and taught point's matched time ratio on 10 GbE,
+  charged and amortised (median, seeds' range), the 1x line."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  lit = check.load([os.path.join(REPO, p) for p in check.COMMITTED])
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+  for i, ipc in enumerate(sorted(lit["dm"], key=int)):
+    color = f"C{i}"
+    curve = lit["dm"][ipc]["curve"]
+    left.errorbar([max(c["iteration"], 1) for c in curve], [100 * c["mean"] for c in curve],
+                  yerr=[100 * c["std"] for c in curve], marker="o", color=color,
+                  label=f"{ipc} per class")
+    left.axhline(lit["published"]["dsa"][ipc], color=color, ls="--", lw=0.8)
+    left.axhline(lit["published"]["dc"][ipc], color=color, ls=":", lw=0.8)
+  left.set_xscale("log")
+  left.set_xlabel("distillation iterations (0 at 1)")
+  left.set_ylabel("test accuracy (%)")
+  left.set_title("dashed: published DSA, dotted: published DC", fontsize=8)
+  left.legend(fontsize=7)
+  xs, labels = 0, []
+  for key in ("distilled", "taught"):
+    for row in ctx[key]["rows"]:
+      for kind, marker, shift in (("charged", "o", -0.15), ("amortised", "s", 0.15)):
+        r = row[kind]
+        if r["ratio"] is not None:
+          right.errorbar([xs + shift], [r["ratio"]], fmt=marker, capsize=3,
+                         color="C0" if kind == "charged" else "C1",
+                         yerr=[[r["ratio"] - r["range"][0]], [r["range"][1] - r["ratio"]]],
+                         label=kind if kind not in right.get_legend_handles_labels()[1]
+                         else None)
+      if row["charged"]["ratio"] is None:
+        right.text(xs, 1.0, " missed", rotation=90, va="top", ha="center", fontsize=7)
+      short = {"ensemble_distilled_warm": "warm"}.get(row["curve"], row["curve"][9:])
+      labels.append(f"{short}\n{row['point'].split('_')[0]}")
+      xs += 1
+  right.axhline(1.0, color="black", lw=0.8, ls="--")
+  right.set_yscale("log")
+  right.set_xticks(range(xs), labels, fontsize=6)
+  right.set_ylabel("matched time ratio, 10 GbE")
+  report.plain_log_ticks(right, "y")
+  right.legend(fontsize=7)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=120, metadata={"Software": None})
+  plt.close(fig)
+
+
+def main(argv) -> None:
+  del argv
+  plot(context(), os.path.join(REPO, FIGURE))
+
+
+if __name__ == "__main__":
+  app.run(main)

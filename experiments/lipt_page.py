@@ -1,0 +1,64 @@
+"""docs/results/lipt.md's context: the LiPT pipeline's phases per seed, from the committed
+runs (experiments/results/lipt/).
+
+  python -m experiments.lipt_page   # the context, as JSON
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from absl import app
+
+from ensemble_jax import stored
+from experiments import docs_tables, lipt_pipeline
+
+WORKDIR = os.path.join(docs_tables.RESULTS, "lipt")
+PHASES = ("full", "coreset", "finetune")
+
+
+def _span(values) -> dict:
+  return {"min": min(values), "max": max(values)}
+
+
+def context() -> dict:
+  runs = {phase: [stored.load(p) for p in sorted(glob.glob(
+      os.path.join(WORKDIR, "seed*", phase, "results.json")))] for phase in PHASES}
+  every = [r for phase in PHASES for r in runs[phase]]
+  with open(os.path.join(WORKDIR, "summary.json")) as f:
+    rows = json.load(f)
+  coreset, finetune = runs["coreset"], runs["finetune"]
+  [warmup] = {r["config"]["optim"]["warmup_epochs"] for r in every}
+  [evals] = {r["config"]["eval"]["every_steps"] for r in every}
+  [devices] = {r["num_devices"] for r in every}
+  [flops] = {r["flops_per_step"] for r in every}
+  with open(os.path.join(WORKDIR, "table.md")) as f:
+    caption = f.readline().strip()  # the pipeline's caption, as it wrote its table
+  return {
+      "table": docs_tables.lipt_table(), "caption": caption,
+      "seeds": sorted(r["seed"] for r in rows),
+      "devices": devices, "warmup_epochs": warmup, "eval_every": evals,
+      "fraction": coreset[0]["config"]["distill"]["fraction"],
+      "warm": coreset[0]["target"]["value"], "target": finetune[0]["target"]["value"],
+      "budget": coreset[0]["step_budget"],
+      "proxy": [r["distill"]["proxy"]["accuracy"] for r in coreset],
+      "coreset_sizes": _span([r["distill"]["pool_size"] for r in coreset]),
+      "coreset_final": [r["final"]["accuracy"] for r in coreset],
+      "coreset_reached": sum(r["target"]["reached"] for r in coreset),
+      "full_to_warm": _span([r["full_steps_to_warm"] for r in rows]),
+      "finetune": _span([r["finetune_steps"] for r in rows if r["finetune_steps"] is not None]),
+      "full_to_target": _span([r["full_steps_to_target"] for r in rows]),
+      "speedups": sum(any("speedup" in k for k in r) for r in rows),
+      "published": lipt_pipeline.PUBLISHED, "gflops_per_step": flops / 1e9,
+      "build_tflops": _span([r["build_tflops"] for r in rows]),
+      "step_s": _span([r["step_time_s"] for r in every])}
+
+
+def main(argv) -> None:
+  del argv
+  print(json.dumps(context(), indent=1, default=str))
+
+
+if __name__ == "__main__":
+  app.run(main)

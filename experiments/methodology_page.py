@@ -1,0 +1,108 @@
+"""docs/methodology.md's context: the rules' settings from the code that applies them, and
+the few numbers the page quotes from the committed JSON (each grid's budget against what
+data-parallel on one device needs, the winner's curse on the tuning seed, the re-run plan,
+the baselines, the re-timed pool builds).
+
+  python -m experiments.methodology_page   # the context, as JSON
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+
+from ensemble_jax import config_lib, costs, report, stored
+from ensemble_jax import record as record_lib
+from experiments import cost_vs_time_page, targets
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(REPO, "experiments", "results")
+# the cost-vs-time studies whose routed runs read a re-timed pool build
+ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
+
+
+def budget(sub: str) -> dict:
+  """A grid's budget in examples (windows) and its multiple of what data-parallel on one
+  device needs to reach the target (its reported seeds' median steps x its batch)."""
+  pts = report.points(report.load_runs(os.path.join(RESULTS, sub)))
+  d1 = next(p for p in pts if (p["curve"], p["point"]) == ("data_parallel", "D1"))
+  run = stored.load(sorted(glob.glob(os.path.join(
+      RESULTS, sub, "data_parallel", "D1", "seed*", "results.json")))[-1])
+  fraction = run["config"]["train"].get("schedule_fraction", 1.0)
+  examples = run["step_budget"] / fraction * run["examples_per_step"]
+  return {"name": cost_vs_time_page.GRIDS[sub], "examples": round(examples),
+          "epochs": (examples / run["data"]["train_examples"]
+                     if "train_examples" in run["data"] else None),
+          "multiple": examples / (d1["steps"]["median"] * run["examples_per_step"])}
+
+
+def winners_curse() -> dict:
+  """Over both grids' points that reached on every seed: how often the tuning seed's chosen
+  run took at most as many steps as every reported seed (chance: one in seeds + 1)."""
+  pts = [p for sub in cost_vs_time_page.GRIDS
+         for p in report.points(report.load_runs(os.path.join(RESULTS, sub)))
+         if p["reached"] == p["seeds"] and p["tuning_seed_steps"]]
+  low = sum(p["tuning_seed_steps"] <= p["steps"]["min"] for p in pts)
+  return {"low": low, "points": len(pts),
+          "chance": sum(1 / (p["seeds"] + 1) for p in pts)}
+
+
+def pool_retiming() -> dict:
+  """Which routed runs are priced at a re-timed pool build, on which host at what load, and
+  which keep the build time their own run measured."""
+  runs = []
+  for study in ROUTED_STUDIES:
+    for pattern in ("*/*/seed*/results.json", "*/*/tune/*/results.json"):
+      for path in sorted(glob.glob(os.path.join(RESULTS, study, pattern))):
+        d = stored.load(path).get("distill") or {}
+        if d.get("cached") and d.get("builder") == "kmeans" and d.get("proxy") is None:
+          curve, name, *run = os.path.relpath(path, os.path.join(RESULTS, study)).split(os.sep)
+          runs.append({"point": f"{study}/{curve}/{name}", "run": "/".join(run[:-1]), "d": d})
+  retimed = [r for r in runs if r["d"].get("retimed")]
+  hosts = [r["d"]["retimed_on"] for r in retimed if r["d"].get("retimed_on")]
+  own = collections.defaultdict(list)
+  for r in runs:
+    if not r["d"].get("retimed"):
+      own[r["point"]].append(r["run"])
+  return {
+      "calibrated_on": sorted({record_lib.describe_host(stored.load(p).get("host") or {})
+                               for s in ROUTED_STUDIES for p in glob.glob(
+                                   os.path.join(RESULTS, s, "calibration", "*", "results.json"))}),
+      "runs": len(runs), "retimed": len(retimed),
+      "checks": sorted(collections.Counter(r["d"]["retimed"].split(" (")[0]
+                                           for r in retimed).items()),
+      "hosts": sorted({record_lib.describe_host(h) for h in hosts}), "hosts_timed": len(hosts),
+      "loads": [min(h["load_average_1min"] for h in hosts),
+                max(h["load_average_1min"] for h in hosts)] if hosts else None,
+      "own": sorted((k, v) for k, v in own.items()), "own_runs": sum(map(len, own.values()))}
+
+
+def context() -> dict:
+  """What docs/methodology.md is rendered from."""
+  from experiments.configs import fashion_mnist
+
+  tune = config_lib.base_config().tune
+  with open(os.path.join(RESULTS, "rerun_plan.json")) as f:
+    plan = json.load(f)
+  grids = cost_vs_time_page.context()["grids"]
+  return {
+      "tune": {"factors": list(tune.factors), "extend": tune.extend,
+               "max_extensions": tune.max_extensions, "seed": tune.seed,
+               "schedule_seeds": list(tune.schedule_seeds),
+               "schedule_fractions": list(tune.schedule_fractions),
+               "schedule_margin": tune.schedule_margin},
+      "rerun": {"moves": len(plan["tuning"]), "stale_feeds": len(plan["stale_feeds"]),
+                "batch_norm": len(plan["batch_norm"])},
+      "budgets": [budget(sub) for sub in cost_vs_time_page.GRIDS],
+      "winners_curse": winners_curse(),
+      "baselines": sorted({b for g in grids for b in g["reading"]["baselines"]}),
+      "strongest": [{"name": g["name"], "strongest": g["reading"]["strongest"]} for g in grids],
+      "ceiling_epochs": list(fashion_mnist.CEILING_EPOCHS),
+      "presets": [{"name": k, "bandwidth_gb_s": v.bandwidth / 1e9,
+                   "latency_us": v.latency * 1e6, "models": v.models} for k, v in costs.INTERCONNECTS.items()],
+      "pools": pool_retiming(), "verdicts": targets.VERDICTS}
+
+
+if __name__ == "__main__":
+  print(json.dumps(context(), indent=1))

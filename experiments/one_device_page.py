@@ -1,0 +1,93 @@
+"""docs/results/one_device.md's context: the one-device grid's points on an NVIDIA H200,
+each beside the CPU grid's point it takes its tuned values from.
+
+Reads only committed JSON: the H200 runs (experiments/results/one_device_h200/), the CPU
+grid's runs and `tuning.json` (experiments/results/fashion_mnist/, `superseded/` runs
+included where they trained at the H200 runs' values). experiments/docs_render.py renders
+the page from docs/templates/one_device.md.j2.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+
+from ensemble_jax import report
+from experiments import docs_prose, targets
+
+SUB = "one_device_h200/fashion_mnist"
+CPU = "fashion_mnist"
+
+
+def _spread(values: list[float]) -> dict:
+  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def namesake(curve: str, point: str, per_device: int) -> tuple[str, str]:
+  """The CPU grid's point whose tuned values an H200 point trains at: a data-parallel point
+  of batch B is D = B / per_device devices' (one device normalises its whole batch, as the
+  synchronised-BatchNorm curve does over D > 1), every other point its own name."""
+  if curve != "data_parallel":
+    return curve, point
+  d = int(point[1:]) // per_device
+  return ("data_parallel_sync_bn" if d > 1 else "data_parallel"), f"D{d}"
+
+
+def _cpu_steps(name: tuple[str, str], trained: dict, seeds) -> dict | None:
+  """The CPU runs of `name` on `seeds` trained at `trained`: their steps to target (None
+  unless every seed ran there and reached it): the point's seed runs, or its `superseded/`
+  ones where it was re-tuned since."""
+  runs = docs_prose.at_choice(CPU, *name, trained, seeds)
+  if len(runs) != len(seeds) or not all(r["target"]["reached"] for r in runs):
+    return None
+  return _spread([r["steps"] for r in runs])
+
+
+def context() -> dict:
+  runs = report.reported(report.load_runs(os.path.join(docs_prose.RESULTS, SUB)))
+  per_device = docs_prose.critical_batch("fashion")["per_device"]
+  pts = list(docs_prose.grid(SUB))
+  rows = []
+  for p in pts:
+    mine = [r for r in runs if (r["curve"], r["point"]) == (p["curve"], p["point"])]
+    name = namesake(p["curve"], p["point"], per_device)
+    chosen = docs_prose.tuning(CPU, *name)["chosen"]
+    h200 = docs_prose._results(f"{SUB}/{p['curve']}/{p['point']}/seed*/results.json")
+    [trained] = {tuple(sorted(docs_prose.trained_choice(r, chosen).items())) for r in h200}
+    cpu = _cpu_steps(name, dict(trained), p["seed_list"])
+    rows.append({
+        "curve": p["curve"], "point": p["point"], "name": docs_prose.point_name(p["curve"], p["point"]),
+        "reached": p["reached"], "seeds": p["seeds"], "steps": p["steps"],
+        "time": p["time_s"]["nvlink"], "host": p["host_time_s"], "final": p["final"],
+        "rest": p["rest"],
+        "step_ms": _spread([1e3 * r["cost"]["modelled"]["device_step_time_s"]
+                            for r in h200 if r["config"]["seed"] in p["seed_list"]]),
+        "pool_s": _spread([r["pool_build_s"] for r in mine]) if any(
+            r["pool_build_s"] for r in mine) else None,
+        # how far steps x the median step (pool build apart) reads under the run's clock
+        "under": _spread([1 - (r["time_s"]["nvlink"] - r["pool_build_s"]) / r["host_time_s"]
+                          for r in mine]),
+        "namesake": f"{name[0]} {name[1]}", "trained": dict(trained), "chosen": chosen,
+        "cpu_steps": cpu, "cpu_runs": "seed runs" if dict(trained) == chosen else "superseded/",
+        "steps_overlap": bool(cpu and p["steps"]["min"] <= cpu["max"]
+                              and p["steps"]["max"] >= cpu["min"])})
+  baselines = set(report.baseline_curves(pts))
+  first = min(rows, key=lambda r: r["host"]["median"])
+  best = None
+  for curve in sorted({p["curve"] for p in pts} - baselines):
+    for m in report.matched(pts, curve, "nvlink"):
+      if "time" in m["ahead"]:
+        raise ValueError(f"{curve} {m['point']} is ahead of every baseline on one device: "
+                         "word the page's answer for it")
+      if m["time"] is not None and (best is None or m["time"][0] > best["ratio"]):
+        best = {"ratio": m["time"][0], "range": list(m["time_range"]),
+                "name": docs_prose.point_name(curve, m["point"]),
+                "vs": docs_prose.point_name(*m["time"][1].split())}
+  if best:
+    best["verdict"] = targets.verdict_word(best["ratio"], best["range"])
+  run = next(iter(runs))
+  host = docs_prose._results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
+  return {"rows": rows, "first": first, "others": [r for r in rows if r is not first],
+          "best": best, "verdicts": targets.VERDICTS, "seeds": first["seeds"],
+          "seed_list": pts[0]["seed_list"], "target": run["target_value"],
+          "figure": f"experiments/results/{SUB}/cost_vs_time_nvlink.png",
+          "host": host}

@@ -1,0 +1,143 @@
+"""docs/results/regime.md's context: where data-parallel stops scaling (the critical-batch
+sweeps), the many-worker sweeps, and the projection to 1,024 devices, from committed JSON.
+
+  python -m experiments.regime_page # the context, as JSON
+
+Every number and verdict the page states is here; docs/templates/regime.md.j2 words it
+(experiments/docs_render.py renders the page).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+from absl import app
+
+from ensemble_jax import stored
+from experiments import docs_prose, docs_tables, many_workers_table, projection, targets
+from experiments.sweeps import critical_batch
+
+RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "experiments", "results")
+
+# Each critical-batch sweep (experiments/results/critical_batch/<name>): its label, the
+# cost-vs-time grid and curve whose largest batch it extends, the batch's unit.
+SWEEPS = (("fashion", "Fashion-MNIST", "fashion_mnist", "data_parallel", "images"),
+          ("fashion_small_model", "Fashion-MNIST's small model", "fashion_mnist",
+           "dp_small_model", "images"),
+          ("pydocs", "The Python docs", "pydocs_gpt2", "data_parallel", "windows"))
+MANY_WORKERS = {"fashion": "Fashion-MNIST", "pydocs": "the Python docs"}  # many_workers_table's
+# The projections (experiments/results/projection/<name>.json): measured models first.
+PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
+               "fashion_mnist_whatif_resnet50_pools_charged", "pydocs_gpt2_whatif_gpt2_small",
+               "pydocs_gpt2_whatif_gpt2_small_pools_charged")
+
+
+def _load(path: str) -> dict:
+  with open(os.path.join(RESULTS, path)) as f:
+    return json.load(f)
+
+
+def grid_batch(grid: str, curve: str) -> int:
+  """The largest global batch a cost-vs-time grid's `curve` trains (its runs'
+  examples_per_step)."""
+  return max(stored.load(p)["examples_per_step"] for p in glob.glob(
+      os.path.join(RESULTS, grid, curve, "*", "seed*", "results.json")))
+
+
+def _place(batch: int, knee: int, flat: int) -> str:
+  """Where a batch sits against the knee and the end of the fall (a key the page words)."""
+  if batch < knee:
+    return "below_knee"
+  if batch == knee:
+    return "at_knee"
+  return "past_knee" if batch < flat else "past_fall"
+
+
+def sweep(name: str, label: str, grid: str, curve: str, unit: str) -> dict:
+  """One critical-batch sweep: its table, fit, knee (`critical_batch.stops_halving`) and
+  where its steps stop falling (`critical_batch.stops_falling`), against its grid's batch."""
+  summary = _load(os.path.join("critical_batch", name, "summary.json"))
+  rows = [r for r in summary["rows"] if r["median_steps"] is not None]
+  knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
+  largest = grid_batch(grid, curve)
+  readings = critical_batch._b_simple_readings(summary["rows"])
+  return {"name": name, "label": label, "unit": unit, "target": summary["target"],
+          "per_device": summary["per_device"], "table": docs_tables.critical_batch_table(name),
+          "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
+          "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
+          "flat_is_largest": flat is rows[-1], "smallest": rows[0], "largest": rows[-1],
+          "fall": rows[0]["median_steps"] / flat["median_steps"],
+          "grid": grid, "grid_curve": curve, "grid_batch": largest,
+          "grid_devices": max(
+              int(m[1]) for p in glob.glob(os.path.join(RESULTS, grid, curve, "*"))
+              if (m := re.fullmatch(r"D(\d+)", os.path.basename(p)))),
+          "grid_place": _place(largest, knee["batch"], flat["batch"]),
+          "fit": summary["fit"], "b_simple": summary["b_simple"],
+          "b_simple_read": len(readings), "batches": len(summary["rows"]),
+          "short_schedules": sum(r["schedule_fraction"] < 1 for r in summary["rows"])}
+
+
+def many_workers(workload: str) -> dict:
+  """A many-worker sweep: its table, the steps L its points train, its curves."""
+  w = many_workers_table.WORKLOADS[workload]
+  points = {os.path.basename(p) for p in glob.glob(os.path.join(
+      RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
+  lengths = sorted({int(re.search(r"_L(\d+)", p)[1]) for p in points})
+  workers = sorted({int(re.match(r"N(\d+)_", p)[1]) for p in points})
+  return {"workload": workload, "label": MANY_WORKERS[workload], "target": w.target,
+          "workdir": w.workdir, "lengths": lengths, "workers": workers,
+          "table": docs_tables.many_worker_table(workload),
+          "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
+
+
+def _cell(row: dict, kind: str) -> dict | None:
+  """A projection row's `kind` ratio ('time' or 'compute') with the point it is, the baseline
+  it is against and its verdict (`targets.verdict_word`)."""
+  ratio = row[f"{kind}_ratio"]
+  if ratio is None:
+    return None
+  return {"ratio": ratio, "range": row[f"{kind}_range"], "devices": row["devices"],
+          "name": docs_prose.point_name(row["method"], row["method_point"]),
+          "vs": docs_prose.point_name(*row[f"{kind}_baseline"].split()),
+          "verdict": targets.verdict_word(ratio, row[f"{kind}_range"])}
+
+
+def projected(name: str) -> dict:
+  """One projection: per preset the closest method point in time and in compute, and how
+  many of its (method, D) cells beat the strongest baseline on every seed."""
+  rows = _load(os.path.join("projection", name + ".json"))["rows"]
+  presets = []
+  for preset in docs_prose.PRESET_NAMES:
+    mine = [r for r in rows if r["preset"] == preset]
+    best = {kind: max((c for c in (_cell(r, kind) for r in mine) if c),
+                      key=lambda c: c["ratio"], default=None) for kind in ("time", "compute")}
+    beats = [r for r in mine if any((c := _cell(r, k)) and c["verdict"] == "beats"
+                                    for k in ("time", "compute"))]
+    presets.append({"preset": docs_prose.PRESET_NAMES[preset], **best, "cells": len(mine),
+                    "beats": len(beats),
+                    "beating": sorted({docs_prose.point_name(r["method"], r["method_point"])
+                                       for r in beats})})
+  closest = max(({**p["time"], "preset": p["preset"]} for p in presets if p["time"]),
+                key=lambda c: c["ratio"])
+  return {"name": name, "what_if": "whatif" in name, "presets": presets,
+          "closest": closest, "beats": sum(p["beats"] for p in presets),
+          "cells": sum(p["cells"] for p in presets)}
+
+
+def context() -> dict:
+  return {"sweeps": [sweep(*s) for s in SWEEPS],
+          "many_workers": [many_workers(w) for w in many_workers_table.WORKLOADS],
+          "projections": [projected(n) for n in PROJECTIONS],
+          "max_devices": max(projection.DEVICES), "verdicts": targets.VERDICTS}
+
+
+def main(argv) -> None:
+  del argv
+  print(json.dumps(context(), indent=1, default=str))
+
+
+if __name__ == "__main__":
+  app.run(main)

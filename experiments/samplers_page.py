@@ -1,0 +1,80 @@
+"""docs/results/samplers.md's context: each sampler's ensemble against random streams, seed
+by seed, and the sweeps' tables, from the committed runs (experiments/results/samplers*/).
+
+  python -m experiments.samplers_page   # the context, as JSON
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import statistics
+
+from absl import app
+
+from ensemble_jax import stored
+from experiments import docs_tables, targets
+from experiments.sweeps import samplers
+
+REFERENCE = "random"  # a stream over the whole training set: every pool's comparison
+LABELS = {"fashion": "Fashion-MNIST", "pydocs": "The Python docs"}
+
+
+def _runs(workload: str) -> dict[str, dict[int, dict]]:
+  """{sampler: {seed: its table row (samplers._row)}} of a workload's committed runs."""
+  known, workdir, _ = samplers.WORKLOADS[workload]
+  out = {}
+  for sampler in known:
+    for path in sorted(glob.glob(os.path.join(docs_tables.REPO, workdir, sampler, "seed*",
+                                              "results.json"))):
+      run = stored.load(path)
+      out.setdefault(sampler, {})[run["config"]["seed"]] = samplers._row(run)
+  return out
+
+
+def against_reference(rows: dict[int, dict], reference: dict[int, dict], metric: str) -> dict:
+  """A sampler's ensemble over the reference's, seed by seed (above 1 better: accuracy over
+  accuracy, the reference's perplexity over the sampler's), and its verdict."""
+  seeds = sorted(set(rows) & set(reference))
+  if metric == "perplexity":
+    ratios = [reference[s][metric] / rows[s][metric] for s in seeds]
+  else:
+    ratios = [rows[s][metric] / reference[s][metric] for s in seeds]
+  ratio, rng = statistics.median(ratios), (min(ratios), max(ratios))
+  return {"ratio": ratio, "range": rng, "seeds": len(seeds),
+          "verdict": targets.verdict_word(ratio, rng)}
+
+
+def workload(name: str) -> dict:
+  runs = _runs(name)
+  metric = "perplexity" if "perplexity" in next(iter(runs[REFERENCE].values())) else "accuracy"
+  sign = -1 if metric == "perplexity" else 1
+  means = {s: statistics.fmean(r[metric] for r in rows.values()) for s, rows in runs.items()}
+  compared = {s: against_reference(rows, runs[REFERENCE], metric)
+              for s, rows in runs.items() if s != REFERENCE}
+  by_verdict = {v: [s for s, c in compared.items() if c["verdict"] == v]
+                for v in ("beats", "level", "behind")}
+  builds = [r["build_time_s"] for s, rows in runs.items() for r in rows.values()
+            if r["build_time_s"] > 0]
+  with open(os.path.join(docs_tables.REPO, samplers.WORKLOADS[name][1], "table.md")) as f:
+    caption = f.readline().strip()  # the sweep's caption, as it wrote its table
+  return {"name": name, "label": LABELS[name], "metric": metric, "caption": caption,
+          "table": docs_tables.sampler_table(name),
+          "workdir": samplers.WORKLOADS[name][1],
+          "best": max(means, key=lambda s: sign * means[s]), "means": means,
+          "compared": compared, "by_verdict": by_verdict,
+          "seeds": sorted({s for rows in runs.values() for s in rows}),
+          "builds": (min(builds), max(builds)) if builds else None}
+
+
+def context() -> dict:
+  return {"reference": REFERENCE, "workloads": [workload(w) for w in samplers.WORKLOADS]}
+
+
+def main(argv) -> None:
+  del argv
+  print(json.dumps(context(), indent=1, default=str))
+
+
+if __name__ == "__main__":
+  app.run(main)
