@@ -88,18 +88,23 @@ class UndeclaredField(ConfigError):
   """A registered entry read a config field it did not declare."""
 
 
+_VIEW_FIX = "add {path!r} to its fields (its cache key and validation then cover it)."
+
+
 class View:
   """`config` as an entry that declared `fields` reads it: any other field is refused.
 
   `fields` are dotted ('distill.fraction', 'seed', or a whole group: 'data'); a whole
   group comes back as the config's own. What the entry declares is what its cache key
-  holds, so a field read past it could leave a stale pool: refused, in one line."""
+  holds, so a field read past it could leave a stale pool: refused, in one line.
+  `fix`: what the refusal tells the entry to do, formatted with the field's dotted `path`
+  and its `name` (a model declares 'width', not 'model.width')."""
 
-  def __init__(self, config, fields, owner: str, prefix: str = ""):
-    object.__setattr__(self, "_view", (config, tuple(fields), owner, prefix))
+  def __init__(self, config, fields, owner: str, prefix: str = "", fix: str = _VIEW_FIX):
+    object.__setattr__(self, "_view", (config, tuple(fields), owner, prefix, fix))
 
   def _read(self, name: str, default=None, has_default: bool = False):
-    config, fields, owner, prefix = self._view
+    config, fields, owner, prefix, fix = self._view
     path = prefix + name
     if name not in config:
       if has_default:
@@ -109,10 +114,9 @@ class View:
     if any(path == f or path.startswith(f + ".") for f in fields):
       return value
     if isinstance(value, (ml_collections.ConfigDict, dict)):
-      return View(value, fields, owner, path + ".")
-    raise UndeclaredField(
-        f"{owner} read config.{path}, which it does not declare: add {path!r} to its "
-        "fields (its cache key and validation then cover it).")
+      return View(value, fields, owner, path + ".", fix)
+    raise UndeclaredField(f"{owner} read config.{path}, which it does not declare: "
+                          + fix.format(path=path, name=name))
 
   def __getattr__(self, name: str):
     if name.startswith("__"):

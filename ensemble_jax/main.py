@@ -47,16 +47,24 @@ def config_files_help(config_dir: str = CONFIG_DIR) -> str:
 
 def registered_choices_help() -> str:
   """Each registry's config field and its registered names (docs/design.md, "Extension
-  points"): what `--config.<field>=` accepts."""
-  return "\n".join(f"  {r.field}: {', '.join(r.names())}" for r in (
-      methods.METHODS, aggregate.MODES, samplers.SAMPLERS, BUILDERS, models.MODELS))
+  points"): what `--config.<field>=` accepts; under it, each entry's own fields
+  (`own_fields`) at their defaults."""
+  lines = []
+  for r in (methods.METHODS, aggregate.MODES, samplers.SAMPLERS, BUILDERS, models.MODELS):
+    lines.append(f"  {r.field}: {', '.join(r.names())}")
+    for name in r.names():
+      if own := r.own_fields(name):
+        lines.append(f"      {name}: " + ", ".join(
+            f"--config.{f}={config_lib.DECLARED[f][0].default!r}" for f in own))
+  return "\n".join(lines)
 
 
 HELP_TAIL = """
 Config files (variants combine with commas: `fashion_mnist.py:smoke,ensemble`):
 {}
 
-Registered choices (method.aggregation takes a comma-separated list, the headline first):
+Registered choices (method.aggregation takes a comma-separated list, the headline first),
+each entry's own fields under it at their defaults:
 {}
 
 Every field, its default and what it means: ensemble_jax/config_lib.py:base_config(); the

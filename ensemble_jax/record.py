@@ -14,7 +14,7 @@ import numpy as np
 from absl import logging
 from clu import parameter_overview
 
-from ensemble_jax import communication, costs, sharding, stored
+from ensemble_jax import communication, costs, models, sharding, stored
 
 RESULTS_FILE = "results.json"
 
@@ -27,6 +27,8 @@ def build(config, s, pool, state, p, train_batches, eval_batches,
   results = {
       "method": method.name,
       "config": config.to_dict(),
+      # the config.model fields that applied: those its model reads (`models.Model.fields`)
+      "model_fields_read": list(models.fields_read(config.model.name)),
       "num_devices": jax.device_count(),
       "host": host_info(),
       "mesh": dict(s.mesh.shape),

@@ -115,5 +115,10 @@ class Registry(Generic[T]):
   def names(self) -> tuple[str, ...]:
     return tuple(self._loaded())
 
+  def own_fields(self, name: str) -> tuple[str, ...]:
+    """The fields `name` declared as its own (dotted, `config_lib.DECLARED`'s keys)."""
+    self._loaded()
+    return self._declared.get(name, ())
+
   def items(self):
     return list(self._loaded().items())

@@ -911,19 +911,24 @@ def schedule_check(results_dir: str) -> str:
   schedule axis: its chosen rates' tuning runs at each fraction of the budget (tune.seed,
   then tune.schedule_seeds where run), the fraction chosen, and the whole-budget runs' range
   over the reported seeds."""
-  lines = ["| curve | point | " + " | ".join(f"schedule x{f:g} (steps, tuning seeds)"
-                                             for f in (1.0, 0.5, 0.25))
-           + " | chosen | whole budget, other seeds (steps) |",
-           "|---|---|---|---|---|---|---|"]
   records = sorted(glob.glob(os.path.join(results_dir, "*", "*", "tuning.json")),
                    key=lambda p: _in_order(tuple(os.path.relpath(p, results_dir).split(os.sep)[:2])))
+  axes = {}
   for path in records:
     with open(path) as f:
       record = json.load(f)
     axis = next((a for a in record["axes"]
                  if a.get("key") == config_lib.SCHEDULE_FRACTION), None)
-    if axis is None:
-      continue
+    if axis is not None:
+      axes[path] = (record, axis)
+  # every fraction some point tried (the axis is extended past its edges), longest first
+  fractions = sorted({r["value"] for _, a in axes.values() for r in a["runs"]} or
+                     {1.0, 0.5, 0.25}, reverse=True)
+  lines = ["| curve | point | " + " | ".join(f"schedule x{f:g} (steps, tuning seeds)"
+                                             for f in fractions)
+           + " | chosen | whole budget, other seeds (steps) |",
+           "|---|---|" + "---|" * len(fractions) + "---|---|"]
+  for path, (record, axis) in axes.items():
     curve, point = os.path.relpath(path, results_dir).split(os.sep)[:2]
     by_value = {r["value"]: r for r in axis["runs"]}
 
@@ -940,7 +945,7 @@ def schedule_check(results_dir: str) -> str:
     reached = [s for s in seeds if s is not None]
     spread = ("-" if not seeds else f"{min(reached)}-{max(reached)} ({len(seeds)} seeds)"
               if len(reached) == len(seeds) else f"{len(reached)}/{len(seeds)} reached")
-    lines.append(f"| {curve} | {point} | " + " | ".join(cell(f) for f in (1.0, 0.5, 0.25))
+    lines.append(f"| {curve} | {point} | " + " | ".join(cell(f) for f in fractions)
                  + f" | x{axis['chosen']:g} | {spread} |")
   return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 

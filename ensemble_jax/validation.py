@@ -37,22 +37,31 @@ def validate(config: ml_collections.ConfigDict) -> None:
   config_lib.add_declared(config)  # their own fields, if the config was built before them
   _validate_keys_and_types(config)
   _validate_method(config)
+  _validate_declared(config)  # before the abstract model, which may read its own
   _validate_model(config)
   _validate_data(config)
   _validate_schedule(config)
   _validate_microbatches(config.train)
   _validate_warm_start_and_sparsity(config)
   _validate_distill(config)
-  _validate_declared(config)
   _validate_tune(config)
   _validate_cost(config)
   _validate_durations_and_target(config)
   _validate_mesh(config)
 
 
+def _unread_model_fields(config) -> tuple[str, ...]:
+  """The config.model fields its model does not read (`models.Model.fields`): no check of
+  validation's applies to them. None known while model.name names no model."""
+  name = config.model.name
+  return models.unread_fields(name) if isinstance(name, str) and name in models.MODELS else ()
+
+
 def _validate_keys_and_types(config) -> None:
-  """Every key known to base_config(), present, and of its default's type."""
+  """Every key known to base_config(), present, and of its default's type (but the model
+  fields its model does not read: they do not apply)."""
   known = dict(flat(base_config()))
+  unread = _unread_model_fields(config)
   for key, _ in flat(config):
     if key in RENAMED:
       raise ConfigError(f"config.{key} was renamed config.{RENAMED[key]}; set that instead.")
@@ -62,7 +71,7 @@ def _validate_keys_and_types(config) -> None:
       raise ConfigError(f"config.{key}: unknown key.{hint} Known keys are listed in "
                         "ensemble_jax/config_lib.py:base_config().")
   for key, default in known.items():
-    if key in ("mesh", "plugins"):  # a string or a list: _validate_mesh, plugins.names
+    if key in ("mesh", "plugins") or key in unread:  # mesh, plugins: a string or a list
       continue
     try:
       value = get(config, key)
@@ -152,11 +161,14 @@ def _checked_entry(entry, model_json: str, task: str, image_size: int, context: 
   inputs = (jax.ShapeDtypeStruct((2, context), jnp.int32) if task == "lm" else
             jax.ShapeDtypeStruct((2, image_size, image_size, 3), jnp.float32))
   try:
-    model = entry.create(model_config, 10 if task != "lm" else 256, context, False)
+    model = entry.create(models.model_view(entry, model_config), 10 if task != "lm" else 256,
+                         context, False)
     # the key made inside the trace: a concrete one would start the backend before a
     # multi-process run's jax.distributed.initialize
     variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False),
                                inputs)
+  except config_lib.UndeclaredField as e:  # it read a field it does not declare
+    return str(e)
   except (ValueError, TypeError) as e:
     return f"its abstract model fails on this config.model: {e}"
   has_bn = "batch_stats" in variables
@@ -216,8 +228,11 @@ def _validate_schedule(config) -> None:
     _need(value >= 0, field, value, "must be >= 0.")
   _need(config.optim.schedule in ("cosine", "constant"), "optim.schedule",
         config.optim.schedule, "choose 'cosine' or 'constant'.")
+  unread = _unread_model_fields(config)  # they do not apply: GPT-2's model.width
   for field in ("train.batch_size", "eval.batch_size", "data.image_size", "model.width",
                 "optim.base_batch_size", "train.log_every_steps"):
+    if field in unread:
+      continue
     value = get(config, field)
     _need(value > 0, field, value, "must be > 0.")
   for field in ("train.num_steps", "train.num_epochs", "train.stop_at_step",

@@ -16,10 +16,9 @@ import json
 import os
 
 from ensemble_jax import config_lib, report, stored
+from experiments import docs_data as data
 from experiments import targets
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "experiments", "results")
+from experiments.docs_data import REPO, RESULTS, cells, tables
 # the grids this page reads, under experiments/results/, and how the page names them
 GRIDS = {"fashion_mnist": "Fashion-MNIST", "pydocs_gpt2": "Python docs (byte-level GPT-2)"}
 # the points table's columns the page leaves to table.md (every preset's time but one)
@@ -34,38 +33,17 @@ CALIBRATED = (("experiments/results/fashion_mnist", "experiments/results/fashion
                "experiments/results/pydocs_gpt2/calibration"))
 
 
-def tables(text: str) -> list[list[str]]:
-  """The Markdown tables of `text`, each as its lines."""
-  out, current = [], []
-  for line in text.splitlines() + [""]:
-    if line.startswith("|"):
-      current.append(line)
-    elif current:
-      out.append(current)
-      current = []
-  return out
-
-
-def _cells(row: str) -> list[str]:
-  return [c.strip() for c in row.strip().strip("|").split("|")]
-
-
 def columns(table: list[str], dropped=DROPPED) -> str:
   """A table without the columns named in `dropped`, as Markdown."""
-  keep = [i for i, h in enumerate(_cells(table[0])) if h not in dropped]
-  rows = ["| " + " | ".join(_cells(row)[i] for i in keep) + " |" for row in table]
+  keep = [i for i, h in enumerate(cells(table[0])) if h not in dropped]
+  rows = ["| " + " | ".join(cells(row)[i] for i in keep) + " |" for row in table]
   return "\n".join([rows[0], "|" + "---|" * len(keep), *rows[2:]])
-
-
-def _tuning(sub: str, curve: str, point: str) -> dict:
-  with open(os.path.join(RESULTS, sub, curve, point, "tuning.json")) as f:
-    return json.load(f)
 
 
 def seeds(sub: str, pts: list[dict]) -> dict:
   """A grid's seeds: the rate's tuning seed(s), the schedule's second tuning seed(s), the
   reported seeds, and the curves whose points do not tune their schedule's length."""
-  records = {(p["curve"], p["point"]): _tuning(sub, p["curve"], p["point"]) for p in pts}
+  records = {(p["curve"], p["point"]): data.tuning(sub, p["curve"], p["point"]) for p in pts}
   tunes = {k: any(a["key"] == config_lib.SCHEDULE_FRACTION for a in r["axes"])
            for k, r in records.items()}
   return {"tuning": sorted({r["seed"] for r in records.values()}),
@@ -77,11 +55,12 @@ def seeds(sub: str, pts: list[dict]) -> dict:
 
 
 def schedule_edges(sub: str, pts: list[dict]) -> list[dict]:
-  """The points whose chosen schedule fraction sits at the short edge of its axis (the axis
-  is not extended past it, so a shorter schedule might do better still)."""
+  """The points whose chosen schedule fraction sits at the short edge of its axis with no
+  shorter one tried (`at_edge`: a shorter schedule might do better still; rerun_plan.md
+  lists them, the rule now extending the axis there)."""
   out = []
   for p in pts:
-    for axis in _tuning(sub, p["curve"], p["point"])["axes"]:
+    for axis in data.tuning(sub, p["curve"], p["point"])["axes"]:
       if axis["key"] == config_lib.SCHEDULE_FRACTION and axis.get("at_edge"):
         out.append({"point": f"{p['curve']} {p['point']}", "fraction": axis["chosen"]})
   return out
@@ -102,7 +81,7 @@ def grid(sub: str) -> dict:
   tuning_runs = sum(p["tuning"]["runs"] for p in pts if p["tuning"])
   return {
       "sub": sub, "name": GRIDS[sub], "target": sorted({r["target"] for r in runs}),
-      "model": targets._model_name(first["config"]), "params": first.get("num_params"),
+      "model": data.model_name(first["config"]), "params": first.get("num_params"),
       "per_device": steps[0]["per_device_batch"],
       "points": len(pts), "tuning_runs": tuning_runs, "seeds": seeds(sub, pts),
       "device_steps": [{"params": r["params"], "step_s": r["device_step_s"],

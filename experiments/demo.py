@@ -21,7 +21,7 @@ import statistics
 from absl import flags
 
 from ensemble_jax import report
-from experiments import cli, docs_prose, sweeps
+from experiments import cli, docs_data, sweeps
 from experiments.sweeps import cost_vs_time, study
 
 CONFIG = os.path.join(os.path.dirname(__file__), "configs", "fashion_mnist.py")
@@ -36,7 +36,7 @@ flags.DEFINE_string("grid", "demo", "demo (the headline) or smoke (seconds).",
 flags.DEFINE_string("seeds", "0", "Comma-separated seeds.", flag_values=FLAGS)
 sweeps.define_flags(FLAGS)
 
-named = docs_prose.point_name  # a point as the docs name it
+named = docs_data.point_name  # a point as the docs name it
 
 
 def _runs_line(rs: list[dict]) -> str:
@@ -109,7 +109,7 @@ def summary(workdir: str, study: str = STUDY) -> str:
                  + ("a method point beats" if v["beats"] else "no method point beats")
                  + f" the strongest baseline at its own budget on any preset; the closest, "
                  f"{named(curve, point)}, {ratio:.2f}x [{lo:.2f}, {hi:.2f} over the seeds] "
-                 f"({kind} ratio on {docs_prose.PRESET_NAMES[q]}, vs {named(*vs.split())}). "
+                 f"({kind} ratio on {docs_data.PRESET_NAMES[q]}, vs {named(*vs.split())}). "
                  "The runs "
                  "above are single seeds: they show the spread, not a new answer.")
   lines.append(f"Full tables: {workdir}/table.md; figures: {workdir}/cost_vs_time_<preset>.png")

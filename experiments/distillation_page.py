@@ -14,15 +14,61 @@ import statistics
 
 from absl import app
 
-from ensemble_jax import report
+from ensemble_jax import report, stored
 from experiments import distillation_check as check
-from experiments import docs_prose, one_device_page, targets
+from experiments import docs_data as data
+from experiments import one_device_page, targets
 
-REPO = docs_prose.REPO
+REPO = data.REPO
 FIGURE = "experiments/results/distillation/distillation.png"
 # how the page names the distilled and taught curves' points ("distilled sets, N = 4")
 NAMES = {"ensemble_distilled": "distilled sets", "ensemble_distilled_warm":
          "distilled warm start", "ensemble_kd": "knowledge-distilled ensemble"}
+
+
+DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
+TAUGHT = ("ensemble_kd",)
+
+
+def _baseline_runs(runs: list[dict]) -> list[dict]:
+  """The runs of `runs`' baseline curves (`report.baseline_curves`)."""
+  baselines = report.baseline_curves(report.points(runs))
+  return [r for r in runs if r["curve"] in baselines]
+
+
+def _waiting(pts: list[dict], curves: dict) -> list[str]:
+  """'curve point' of each grid point of `curves` ({curve: its points}) not among `pts`
+  (no reported seed yet)."""
+  ran = {(p["curve"], p["point"]) for p in pts}
+  return sorted(f"{c} {q}" for c, qs in curves.items() for q in qs if (c, q) not in ran)
+
+
+def distilled() -> dict:
+  """The Fashion-MNIST grid's distilled curves: their reported `points`, all the grid's
+  points (`grid`) and `runs`, the amortised what-if's points beside the baselines'
+  (`whatif`), and those curves' grid points with no reported seed yet (`waiting`)."""
+  from experiments.configs import fashion_mnist
+
+  pts = list(data.grid("fashion_mnist"))
+  runs = report.load_runs(os.path.join(data.RESULTS, "fashion_mnist"))
+  return {"points": [p for p in pts if p["curve"] in DISTILLED], "grid": pts, "runs": runs,
+          "whatif": report.points(_baseline_runs(runs) + report.amortised(runs)),
+          "waiting": _waiting(pts, {c: fashion_mnist.sweep_grid("full")[c] for c in DISTILLED})}
+
+
+def taught() -> dict:
+  """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`, run after
+  the full grid, whose seed run teaches it) beside the full grid's baselines, in
+  `distilled`'s form."""
+  from experiments.configs import pydocs_gpt2
+
+  base = _baseline_runs(report.load_runs(os.path.join(data.RESULTS, "pydocs_gpt2")))
+  kd_dir = os.path.join(data.RESULTS, "pydocs_gpt2_kd")
+  kd = report.load_runs(kd_dir) if os.path.isdir(kd_dir) else []
+  pts = report.points(base + kd)
+  return {"points": [p for p in pts if p["curve"] in TAUGHT], "grid": pts, "runs": kd,
+          "whatif": report.points(base + report.amortised(kd)),
+          "waiting": _waiting(pts, pydocs_gpt2.sweep_grid("kd"))}
 
 
 def _name(curve: str, point: str) -> str:
@@ -74,21 +120,23 @@ def cost() -> dict:
   with open(os.path.join(REPO, check.BENCH)) as f:
     cases = json.load(f)
   iterations, real = check.grid_protocol()
-  grid = list(docs_prose.grid("fashion_mnist"))
-  strongest = report.verdict(grid)["strongest"]
-  base = docs_prose.point("fashion_mnist", *strongest.split())
+  strongest = report.verdict(list(data.grid("fashion_mnist")))["strongest"]
+  base = data.point("fashion_mnist", *strongest.split())
   per_step = base["flops"]["median"] / base["steps"]["median"] / base["devices"]
   cpu_iteration = next(c["s_per_iteration"] for c in cases
                        if c["workers"] == 1 and c["real_per_class"] == real)
   h200 = {r["point"]: r for r in one_device_page.context()["rows"]
           if r["curve"] == "data_parallel"}
   lit = literature()
+  # the calibrated device step that prices the strongest baseline's runs
+  [cpu_step] = {r["cost"]["modelled"]["device_step_time_s"] for r in data.results(
+      f"fashion_mnist/{strongest.replace(' ', '/')}/seed*/results.json")}
   return {"iterations": iterations, "real": real, "strongest": strongest,
-          "strongest_name": docs_prose.point_name(*strongest.split()),
+          "strongest_name": data.point_name(*strongest.split()),
           "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"],
           "flop_ratio": check.iteration_flops(cases, real) / per_step,
           "cpu_iteration_s": cpu_iteration,
-          "cpu_step_s": docs_prose.device_step("fashion_mnist", *strongest.split()),
+          "cpu_step_s": cpu_step,
           "h200_iteration_ms": {r["ipc"]: 1e3 * r["s_per_iteration"] for r in lit["rows"]
                                 if r["s_per_iteration"]},
           "h200_real": lit["distillation"]["real_per_class"],
@@ -118,7 +166,7 @@ def _best(rows: list[dict], key: str) -> dict | None:
 
 
 def study(s: dict, reused) -> dict:
-  """A grid's distilled (`docs_prose._distilled`) or taught (`_taught`) points, charged and
+  """A grid's distilled (`distilled`) or taught (`taught`) points, charged and
   amortised (10 GbE), each ratio with its verdict, and the best of each."""
   rows = []
   for p in s["points"]:
@@ -139,20 +187,35 @@ def study(s: dict, reused) -> dict:
           "best_amortised": _best(rows, "amortised")}
 
 
+def step_pricing() -> dict:
+  """How the distilled curves' training steps are priced: the curves they are priced like
+  (`cost.price_like`) and the augmentation their steps apply to synthetic examples, which
+  no calibrated step holds (`cost_vs_time.device_config` times the plain step)."""
+  import glob
+  runs = [stored.load(p) for c in DISTILLED for p in glob.glob(
+      os.path.join(data.RESULTS, "fashion_mnist", c, "*", "seed*", "results.json"))]
+  augment = {((r.get("distill") or {}).get("distillation") or {}).get("train_augmentation",
+                                                                        "none") for r in runs}
+  return {"runs": len(runs), "augment": sorted(augment - {"none"}),
+          "like": sorted({r["config"]["cost"]["price_like"].split("/")[0] for r in runs
+                          if r["config"]["cost"].get("price_like")}),
+          "calibrated": all(r["cost"]["modelled"]["device_step_model"].startswith("calibrated")
+                            for r in runs)}
+
+
 def context() -> dict:
-  distilled = docs_prose._distilled()
+  grid, kd = distilled(), taught()
   builds = {}
-  for r in distilled["runs"]:
+  for r in grid["runs"]:
     builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
-  taught = docs_prose._taught()
-  teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in taught["runs"]}
-  target = next(r["target_value"] for r in taught["runs"])
+  teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in kd["runs"]}
   return {"literature": literature(), "reduced": reduced(), "cost": cost(),
-          "distilled": study(distilled, lambda p: statistics.median(
+          "distilled": study(grid, lambda p: statistics.median(
               builds[(p["curve"], p["point"])])),
-          "taught": study(taught, lambda p: teacher[(p["curve"], p["point"])]),
-          "kd_target": target, "target": distilled["runs"][0]["target_value"],
-          "verdicts": targets.VERDICTS, "figure": FIGURE}
+          "taught": study(kd, lambda p: teacher[(p["curve"], p["point"])]),
+          "kd_target": next(r["target_value"] for r in kd["runs"]),
+          "target": grid["runs"][0]["target_value"],
+          "step_pricing": step_pricing(), "verdicts": targets.VERDICTS, "figure": FIGURE}
 
 
 def plot(ctx: dict, path: str) -> None:

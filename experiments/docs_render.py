@@ -15,15 +15,9 @@ from typing import Callable
 import jinja2
 from absl import app, flags
 
-from experiments import targets
-from experiments import cost_vs_time_page
-from experiments import methodology_page
-from experiments import regime_page
-from experiments import samplers_page
-from experiments import lipt_page
-from experiments import distillation_page, one_device_page
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from experiments import (cost_vs_time_page, distillation_page, lipt_page, methodology_page,
+                         one_device_page, regime_page, samplers_page, targets)
+from experiments.docs_data import REPO
 TEMPLATES = os.path.join(REPO, "docs", "templates")
 WRITE = "python -m experiments.docs_render --write"
 

@@ -9,8 +9,8 @@ table that differs, one line with its fix, and exits 1. `--write` puts every reg
 table in place: a page keeps its header row and alignment row as written and the columns
 it chose (by header name, in its order); every line outside its tables stays as it is.
 The paragraphs that quote numbers sit between `<!-- generated: NAME -->` and
-`<!-- end -->` lines, rendered by experiments/docs_prose.py's templates (the `prose` family):
-checked and written the same way. `--skip` leaves families alone (a sweep still running).
+`<!-- end -->` lines, rendered by experiments/readme_page.py (the `prose` family): checked
+and written the same way. `--skip` leaves families alone (a sweep still running).
 tests/test_readme.py runs the check.
 """
 from __future__ import annotations
@@ -23,22 +23,17 @@ from typing import Callable
 
 from absl import flags
 
-from ensemble_jax import record, stored
-from experiments import cli, docs_prose, lipt_pipeline, many_workers_table
+from experiments import cli, readme_page
 from experiments.bench import throughput
-from experiments.sweeps import critical_batch, samplers
+from experiments.docs_data import REPO, RESULTS, cells, tables
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "experiments", "results")
 WRITE = "python -m experiments.docs_tables --write"
+BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
+END = "<!-- end -->"
 
 # Every anchor is (page, heading or line prefix): the tables sit after that line of that
-# page (a path relative to the repository), before its next heading.
-# the critical-batch sweep per results directory: (--workload, --grid); its table, the
-# many-worker, samplers and LiPT tables are strings docs/results/regime.md, samplers.md
-# and lipt.md render whole (experiments/docs_render.py), not anchored here
-CRITICAL_BATCH_TABLES = {"fashion": ("fashion", "full"), "pydocs": ("pydocs", "full"),
-                         "fashion_small_model": ("fashion", "small_model")}
+# page (a path relative to the repository), before its next heading. The results pages'
+# tables are rendered whole with their pages (experiments/docs_render.py), not anchored here.
 # step benchmarks on an accelerator: anchor -> the (code, --out file) pairs of one table
 _CROSS_ENTROPY = "bench/h200/cross_entropy/throughput_2_"
 THROUGHPUT_TABLES = {
@@ -56,10 +51,6 @@ class Table:
   index: int
   command: str  # prints this table alone
   rows: list[str]  # header, alignment, body
-
-
-class NotCommitted(Exception):
-  """A family's results are not all committed (regenerating would train)."""
 
 
 def documentation(root: str = REPO) -> dict[str, str]:
@@ -86,11 +77,6 @@ def _spans(lines: list[str], start: int = 0, end: int | None = None) -> list[tup
   return spans + ([(first, len(lines) if end is None else end)] if first is not None else [])
 
 
-def _tables(text: str) -> list[list[str]]:
-  lines = text.splitlines()
-  return [lines[a:b] for a, b in _spans(lines)]
-
-
 def _span(lines: list[str], table: Table) -> tuple[int, int] | None:
   """Where `table` sits among a page's lines: the index-th table after its anchor's line,
   before the next heading (None without the line or the table)."""
@@ -104,14 +90,8 @@ def _span(lines: list[str], table: Table) -> tuple[int, int] | None:
   return spans[table.index] if table.index < len(spans) else None
 
 
-def _cells(row: str) -> list[str]:
+def cells(row: str) -> list[str]:
   return [c.strip() for c in row.strip().strip("|").split("|")]
-
-
-def _header_name(cell: str) -> str:
-  # cost_vs_time.md names the one preset it keeps "time to target, ib_xdr800 (s)";
-  # report.table writes every preset as "time ib_xdr800 (s)".
-  return re.sub(r"^time to target, (\w+) \(s\)$", r"time \1 (s)", cell)
 
 
 def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
@@ -119,8 +99,8 @@ def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
   group of columns per curve) is read from the group the page puts it in: the first such
   column after the generated column of the last name before it that does not repeat (the
   group's own, e.g. "PCA-routed: steps to 85%"). None for a name not found so."""
-  header = [_header_name(c) for c in _cells(mine[0])]
-  full = [_header_name(c) for c in _cells(generated[0])]
+  header = cells(mine[0])
+  full = cells(generated[0])
   kept, group = [], -1
   for h in header:
     where = [j for j, g in enumerate(full) if g == h]
@@ -145,11 +125,11 @@ def _compare(table: Table, mine: list[str]) -> list[str]:
   keep = _kept(mine, generated)
   if keep is None:
     return [f"{name}: {page} has columns not among the generated "
-            f"{[_header_name(c) for c in _cells(generated[0])]}; keep only those "
+            f"{cells(generated[0])}; keep only those "
             f"(`{table.command}` prints them)"]
   fix = f"`{WRITE}` rewrites it (this table alone: `{table.command}`)"
-  mine_rows = [_cells(r) for r in mine[2:]]
-  generated_rows = [[_cells(r)[i] for i in keep] for r in generated[2:]]
+  mine_rows = [cells(r) for r in mine[2:]]
+  generated_rows = [[cells(r)[i] for i in keep] for r in generated[2:]]
   if len(mine_rows) != len(generated_rows):
     keys_mine, keys_generated = [r[:2] for r in mine_rows], [r[:2] for r in generated_rows]
     return [f"{name}: {page} has {len(mine_rows)} rows, the results give "
@@ -160,62 +140,15 @@ def _compare(table: Table, mine: list[str]) -> list[str]:
           for m, g in zip(mine_rows, generated_rows) if m != g]
 
 
-def sampler_table(workload: str) -> list[str]:
-  """What samplers.run writes under its table's caption, read back without training."""
-  known, workdir, _ = samplers.WORKLOADS[workload]
-  runs = {}
-  for sampler in known:
-    for path in sorted(glob.glob(os.path.join(RESULTS, os.path.relpath(
-        workdir, "experiments/results"), sampler, "seed*", record.RESULTS_FILE))):
-      runs.setdefault(sampler, []).append(samplers._row(stored.load(path)))
-  [generated] = _tables(samplers.summarize(runs)[1])
-  return generated
-
-
-def lipt_table() -> list[str]:
-  """The LiPT pipeline's table from its committed phases (NotCommitted where one is missing:
-  lipt_pipeline.measure would train it)."""
-  workdir = os.path.join(RESULTS, "lipt")
-  seeds = sorted(int(os.path.basename(d)[4:]) for d in glob.glob(os.path.join(workdir, "seed*")))
-  command = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
-  if not seeds:
-    raise NotCommitted(f"lipt: no seed*/ results under experiments/results/lipt; run `{command}`")
-  for seed in seeds:
-    for phase in ("full", "coreset", "finetune"):
-      if not os.path.exists(os.path.join(workdir, f"seed{seed}", phase, "results.json")):
-        raise NotCommitted(f"lipt: seed{seed}/{phase}/results.json is not committed; "
-                           f"run `{command}`")
-  [rows] = _tables(lipt_pipeline.table([lipt_pipeline.measure(s, workdir) for s in seeds]))
-  return rows
-
-
-def critical_batch_table(name: str) -> list[str]:
-  """A critical-batch sweep's table (a key of CRITICAL_BATCH_TABLES), from its runs."""
-  workload, grid = CRITICAL_BATCH_TABLES[name]
-  summary = critical_batch.summarize(os.path.join(RESULTS, "critical_batch", name),
-                                     critical_batch.load_workload(workload, grid))
-  [rows] = _tables(critical_batch.table(summary))
-  return rows
-
-
-def many_worker_table(workload: str) -> list[str]:
-  """A many-worker sweep's table (fashion or pydocs), from its reported seeds."""
-  w = many_workers_table.WORKLOADS[workload]
-  runs = many_workers_table.load(os.path.join(REPO, w.workdir))
-  [rows] = _tables(many_workers_table.table(runs, workload,
-                                            many_workers_table.grid_sizes(workload)))
-  return rows
-
-
 def _throughput_tables() -> list[Table]:
-  tables = []
+  out = []
   for anchor, runs in THROUGHPUT_TABLES.items():
     pairs = [(label, os.path.join(RESULTS, path)) for label, path in runs]
     command = "python -m experiments.bench.throughput --table=" + ",".join(
         f"'{label}'=experiments/results/{path}" for label, path in runs)
-    [rows] = _tables(throughput.table(pairs))
-    tables.append(Table(f"throughput {anchor[1]}", anchor, 0, command, rows))
-  return tables
+    [rows] = tables(throughput.table(pairs))
+    out.append(Table(f"throughput {anchor[1]}", anchor, 0, command, rows))
+  return out
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.
@@ -223,7 +156,20 @@ FAMILIES: dict[str, Callable[[], list[Table]]] = {
     "throughput": _throughput_tables}
 
 
-PROSE = "prose"  # the family of docs_prose's paragraphs, checked and written apart
+PROSE = "prose"  # the family of readme_page's regions, checked and written apart
+
+
+def regions(text: str) -> dict[str, tuple[int, int]]:
+  """Each generated region of a page: name -> (first line, last line + 1) of its body, the
+  lines between its markers (the page split on "\\n")."""
+  lines, out, name = text.split("\n"), {}, None
+  for i, line in enumerate(lines):
+    if (m := BEGIN.match(line)) and name is None:
+      name, start = m[1], i + 1
+    elif line == END and name is not None:
+      out[name] = (start, i)
+      name = None
+  return out
 
 
 def _first_difference(mine: list[str], rendered: list[str]) -> str:
@@ -249,29 +195,29 @@ def _rendered(render: Callable[[], str]) -> list[str]:
 
 
 def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], list[str]]:
-  """The pages with every generated paragraph (docs_prose) rendered in its region; the
+  """The pages with every generated paragraph (readme_page) rendered in its region; the
   regions that are unknown, missing or contradicted by the results; and those that differ
   from their rendering (which a write fixes), one line each."""
   if PROSE in skip:
     return pages, [], []
   pages, errors, stale = dict(pages), [], []
   for page, text in pages.items():
-    for name in docs_prose.regions(text):
-      if name not in docs_prose.TEMPLATES or docs_prose.TEMPLATES[name][0] != page:
+    for name in regions(text):
+      if name not in readme_page.TEMPLATES or readme_page.TEMPLATES[name][0] != page:
         errors.append(f"prose {name}: {page} holds a generated region no template of "
-                      f"experiments/docs_prose.py renders for it")
-  for name, (page, render) in docs_prose.TEMPLATES.items():
+                      f"experiments/readme_page.py renders for it")
+  for name, (page, render) in readme_page.TEMPLATES.items():
     lines = _lines(pages, page)
-    where = docs_prose.regions(pages.get(page, "")).get(name)
+    where = regions(pages.get(page, "")).get(name)
     if where is None:
-      errors.append(f"prose {name}: no `<!-- generated: {name} -->` ... `{docs_prose.END}` "
+      errors.append(f"prose {name}: no `<!-- generated: {name} -->` ... `{END}` "
                     f"region in {page}; put one where the paragraph goes and run `{WRITE}`")
       continue
     try:
       rendered = _rendered(render)
-    except docs_prose.Contradicted as e:
+    except readme_page.Contradicted as e:
       errors.append(f"prose {name}: the results contradict its template's wording ({e}); "
-                    "rewrite the template in experiments/docs_prose.py")
+                    "rewrite the template in experiments/readme_page.py")
       continue
     mine = lines[where[0]:where[1]]
     if mine != rendered:
@@ -284,14 +230,8 @@ def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], l
 
 def regenerate(skip=()) -> tuple[list[Table], list[str]]:
   """Every documented table but the skipped families', and why any family has none."""
-  tables, errors = [], []
-  for family, generate in FAMILIES.items():
-    if family not in skip:
-      try:
-        tables += generate()
-      except NotCommitted as e:
-        errors.append(str(e))
-  return tables, errors
+  return [t for family, generate in FAMILIES.items() if family not in skip
+          for t in generate()], []
 
 
 def _lines(pages: dict[str, str], page: str) -> list[str]:
@@ -327,8 +267,8 @@ def write(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str]]:
     if keep is None:
       errors += _compare(table, mine)
       continue
-    body = (table.rows[2:] if keep == list(range(len(_cells(table.rows[0])))) else
-            ["| " + " | ".join(_cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
+    body = (table.rows[2:] if keep == list(range(len(cells(table.rows[0])))) else
+            ["| " + " | ".join(cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
     lines[span[0]:span[1]] = mine[:2] + body
     pages[table.anchor[0]] = "\n".join(lines)
   pages, prose_errors, _ = _prose(pages, skip)  # a stale region is written, not an error

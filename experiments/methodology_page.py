@@ -15,9 +15,7 @@ import os
 from ensemble_jax import config_lib, costs, report, stored
 from ensemble_jax import record as record_lib
 from experiments import cost_vs_time_page, targets
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "experiments", "results")
+from experiments.docs_data import RESULTS, load_json
 # the cost-vs-time studies whose routed runs read a re-timed pool build
 ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
 
@@ -78,13 +76,27 @@ def pool_retiming() -> dict:
       "own": sorted((k, v) for k, v in own.items()), "own_runs": sum(map(len, own.values()))}
 
 
+def distilled_timing() -> dict:
+  """The committed distilled pools' iteration times: how many are a median of their timed
+  chunks (`synthetic.iteration_statistic`), how many the fastest, and the hosts' loads."""
+  from ensemble_jax.distill import synthetic
+  pools = {}
+  for path in glob.glob(os.path.join(RESULTS, "*", "*", "*", "seed*", "results.json")):
+    d = stored.load(path).get("distill") or {}
+    if d.get("distillation", {}).get("iteration_time_s"):
+      pools[d.get("cached") or path] = d["distillation"]
+  loads = [d["host_load_average"] for d in pools.values() if "host_load_average" in d]
+  stats = collections.Counter(synthetic.iteration_statistic(d) for d in pools.values())
+  return {"pools": len(pools), "median": stats["median"], "fastest": stats["fastest"],
+          "loads": [min(loads), max(loads)] if loads else None}
+
+
 def context() -> dict:
   """What docs/methodology.md is rendered from."""
   from experiments.configs import fashion_mnist
 
   tune = config_lib.base_config().tune
-  with open(os.path.join(RESULTS, "rerun_plan.json")) as f:
-    plan = json.load(f)
+  plan = load_json("rerun_plan.json")
   grids = cost_vs_time_page.context()["grids"]
   return {
       "tune": {"factors": list(tune.factors), "extend": tune.extend,
@@ -101,7 +113,8 @@ def context() -> dict:
       "ceiling_epochs": list(fashion_mnist.CEILING_EPOCHS),
       "presets": [{"name": k, "bandwidth_gb_s": v.bandwidth / 1e9,
                    "latency_us": v.latency * 1e6, "models": v.models} for k, v in costs.INTERCONNECTS.items()],
-      "pools": pool_retiming(), "verdicts": targets.VERDICTS}
+      "pools": pool_retiming(), "distilled_timing": distilled_timing(),
+      "verdicts": targets.VERDICTS}
 
 
 if __name__ == "__main__":

@@ -9,17 +9,18 @@ the page from docs/templates/one_device.md.j2.
 from __future__ import annotations
 
 import os
-import statistics
 
 from ensemble_jax import report
-from experiments import docs_prose, targets
+from experiments import docs_data as data
+from experiments import rerun_plan, targets
 
 SUB = "one_device_h200/fashion_mnist"
 CPU = "fashion_mnist"
 
 
-def _spread(values: list[float]) -> dict:
-  return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+def trained_choice(run: dict, chosen: dict) -> dict:
+  """The values a run trained at, for the keys a tuning's `chosen` holds."""
+  return {k: rerun_plan.config_value(run, k) for k in chosen}
 
 
 def namesake(curve: str, point: str, per_device: int) -> tuple[str, str]:
@@ -36,35 +37,40 @@ def _cpu_steps(name: tuple[str, str], trained: dict, seeds) -> dict | None:
   """The CPU runs of `name` on `seeds` trained at `trained`: their steps to target (None
   unless every seed ran there and reached it): the point's seed runs, or its `superseded/`
   ones where it was re-tuned since."""
-  runs = docs_prose.at_choice(CPU, *name, trained, seeds)
+  found = {}
+  for pattern in ("seed*", "superseded/seed*"):
+    for r in data.results(f"{CPU}/{name[0]}/{name[1]}/{pattern}/results.json"):
+      if r["config"]["seed"] in seeds and trained_choice(r, trained) == trained:
+        found.setdefault(r["config"]["seed"], r)
+  runs = [found[seed] for seed in sorted(found)]
   if len(runs) != len(seeds) or not all(r["target"]["reached"] for r in runs):
     return None
-  return _spread([r["steps"] for r in runs])
+  return data.spread([r["steps"] for r in runs])
 
 
 def context() -> dict:
-  runs = report.reported(report.load_runs(os.path.join(docs_prose.RESULTS, SUB)))
-  per_device = docs_prose.critical_batch("fashion")["per_device"]
-  pts = list(docs_prose.grid(SUB))
+  runs = report.reported(report.load_runs(os.path.join(data.RESULTS, SUB)))
+  per_device = data.critical_batch("fashion")["per_device"]
+  pts = list(data.grid(SUB))
   rows = []
   for p in pts:
     mine = [r for r in runs if (r["curve"], r["point"]) == (p["curve"], p["point"])]
     name = namesake(p["curve"], p["point"], per_device)
-    chosen = docs_prose.tuning(CPU, *name)["chosen"]
-    h200 = docs_prose._results(f"{SUB}/{p['curve']}/{p['point']}/seed*/results.json")
-    [trained] = {tuple(sorted(docs_prose.trained_choice(r, chosen).items())) for r in h200}
+    chosen = data.tuning(CPU, *name)["chosen"]
+    h200 = data.results(f"{SUB}/{p['curve']}/{p['point']}/seed*/results.json")
+    [trained] = {tuple(sorted(trained_choice(r, chosen).items())) for r in h200}
     cpu = _cpu_steps(name, dict(trained), p["seed_list"])
     rows.append({
-        "curve": p["curve"], "point": p["point"], "name": docs_prose.point_name(p["curve"], p["point"]),
+        "curve": p["curve"], "point": p["point"], "name": data.point_name(p["curve"], p["point"]),
         "reached": p["reached"], "seeds": p["seeds"], "steps": p["steps"],
         "time": p["time_s"]["nvlink"], "host": p["host_time_s"], "final": p["final"],
         "rest": p["rest"],
-        "step_ms": _spread([1e3 * r["cost"]["modelled"]["device_step_time_s"]
+        "step_ms": data.spread([1e3 * r["cost"]["modelled"]["device_step_time_s"]
                             for r in h200 if r["config"]["seed"] in p["seed_list"]]),
-        "pool_s": _spread([r["pool_build_s"] for r in mine]) if any(
+        "pool_s": data.spread([r["pool_build_s"] for r in mine]) if any(
             r["pool_build_s"] for r in mine) else None,
         # how far steps x the median step (pool build apart) reads under the run's clock
-        "under": _spread([1 - (r["time_s"]["nvlink"] - r["pool_build_s"]) / r["host_time_s"]
+        "under": data.spread([1 - (r["time_s"]["nvlink"] - r["pool_build_s"]) / r["host_time_s"]
                           for r in mine]),
         "namesake": f"{name[0]} {name[1]}", "trained": dict(trained), "chosen": chosen,
         "cpu_steps": cpu, "cpu_runs": "seed runs" if dict(trained) == chosen else "superseded/",
@@ -80,12 +86,12 @@ def context() -> dict:
                          "word the page's answer for it")
       if m["time"] is not None and (best is None or m["time"][0] > best["ratio"]):
         best = {"ratio": m["time"][0], "range": list(m["time_range"]),
-                "name": docs_prose.point_name(curve, m["point"]),
-                "vs": docs_prose.point_name(*m["time"][1].split())}
+                "name": data.point_name(curve, m["point"]),
+                "vs": data.point_name(*m["time"][1].split())}
   if best:
     best["verdict"] = targets.verdict_word(best["ratio"], best["range"])
   run = next(iter(runs))
-  host = docs_prose._results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
+  host = data.results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
   return {"rows": rows, "first": first, "others": [r for r in rows if r is not first],
           "best": best, "verdicts": targets.VERDICTS, "seeds": first["seeds"],
           "seed_list": pts[0]["seed_list"], "target": run["target_value"],

@@ -16,11 +16,10 @@ import re
 from absl import app
 
 from ensemble_jax import stored
-from experiments import docs_prose, docs_tables, many_workers_table, projection, targets
+from experiments import docs_data as data
+from experiments import many_workers_table, projection, targets
+from experiments.docs_data import tables
 from experiments.sweeps import critical_batch
-
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "experiments", "results")
 
 # Each critical-batch sweep (experiments/results/critical_batch/<name>): its label, the
 # cost-vs-time grid and curve whose largest batch it extends, the batch's unit.
@@ -28,6 +27,9 @@ SWEEPS = (("fashion", "Fashion-MNIST", "fashion_mnist", "data_parallel", "images
           ("fashion_small_model", "Fashion-MNIST's small model", "fashion_mnist",
            "dp_small_model", "images"),
           ("pydocs", "The Python docs", "pydocs_gpt2", "data_parallel", "windows"))
+# the critical-batch sweep per results directory: (--workload, --grid)
+CRITICAL_BATCH_GRIDS = {"fashion": ("fashion", "full"), "pydocs": ("pydocs", "full"),
+                        "fashion_small_model": ("fashion", "small_model")}
 MANY_WORKERS = {"fashion": "Fashion-MNIST", "pydocs": "the Python docs"}  # many_workers_table's
 # The projections (experiments/results/projection/<name>.json): measured models first.
 PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
@@ -35,16 +37,29 @@ PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
                "pydocs_gpt2_whatif_gpt2_small_pools_charged")
 
 
-def _load(path: str) -> dict:
-  with open(os.path.join(RESULTS, path)) as f:
-    return json.load(f)
+def critical_batch_table(name: str) -> list[str]:
+  """A critical-batch sweep's table, from its runs (`critical_batch.table`)."""
+  workload, grid = CRITICAL_BATCH_GRIDS[name]
+  summary = critical_batch.summarize(os.path.join(data.RESULTS, "critical_batch", name),
+                                     critical_batch.load_workload(workload, grid))
+  [rows] = tables(critical_batch.table(summary))
+  return rows
+
+
+def many_worker_table(workload: str) -> list[str]:
+  """A many-worker sweep's table (fashion or pydocs), from its reported seeds."""
+  w = many_workers_table.WORKLOADS[workload]
+  runs = many_workers_table.load(os.path.join(data.REPO, w.workdir))
+  [rows] = tables(many_workers_table.table(runs, workload,
+                                           many_workers_table.grid_sizes(workload)))
+  return rows
 
 
 def grid_batch(grid: str, curve: str) -> int:
   """The largest global batch a cost-vs-time grid's `curve` trains (its runs'
   examples_per_step)."""
   return max(stored.load(p)["examples_per_step"] for p in glob.glob(
-      os.path.join(RESULTS, grid, curve, "*", "seed*", "results.json")))
+      os.path.join(data.RESULTS, grid, curve, "*", "seed*", "results.json")))
 
 
 def _place(batch: int, knee: int, flat: int) -> str:
@@ -59,20 +74,20 @@ def _place(batch: int, knee: int, flat: int) -> str:
 def sweep(name: str, label: str, grid: str, curve: str, unit: str) -> dict:
   """One critical-batch sweep: its table, fit, knee (`critical_batch.stops_halving`) and
   where its steps stop falling (`critical_batch.stops_falling`), against its grid's batch."""
-  summary = _load(os.path.join("critical_batch", name, "summary.json"))
+  summary = data.load_json("critical_batch", name, "summary.json")
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
   largest = grid_batch(grid, curve)
   readings = critical_batch._b_simple_readings(summary["rows"])
   return {"name": name, "label": label, "unit": unit, "target": summary["target"],
-          "per_device": summary["per_device"], "table": docs_tables.critical_batch_table(name),
+          "per_device": summary["per_device"], "table": critical_batch_table(name),
           "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
           "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
           "flat_is_largest": flat is rows[-1], "smallest": rows[0], "largest": rows[-1],
           "fall": rows[0]["median_steps"] / flat["median_steps"],
           "grid": grid, "grid_curve": curve, "grid_batch": largest,
           "grid_devices": max(
-              int(m[1]) for p in glob.glob(os.path.join(RESULTS, grid, curve, "*"))
+              int(m[1]) for p in glob.glob(os.path.join(data.RESULTS, grid, curve, "*"))
               if (m := re.fullmatch(r"D(\d+)", os.path.basename(p)))),
           "grid_place": _place(largest, knee["batch"], flat["batch"]),
           "fit": summary["fit"], "b_simple": summary["b_simple"],
@@ -84,12 +99,12 @@ def many_workers(workload: str) -> dict:
   """A many-worker sweep: its table, the steps L its points train, its curves."""
   w = many_workers_table.WORKLOADS[workload]
   points = {os.path.basename(p) for p in glob.glob(os.path.join(
-      RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
+      data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
   lengths = sorted({int(re.search(r"_L(\d+)", p)[1]) for p in points})
   workers = sorted({int(re.match(r"N(\d+)_", p)[1]) for p in points})
   return {"workload": workload, "label": MANY_WORKERS[workload], "target": w.target,
           "workdir": w.workdir, "lengths": lengths, "workers": workers,
-          "table": docs_tables.many_worker_table(workload),
+          "table": many_worker_table(workload),
           "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
 
 
@@ -100,25 +115,25 @@ def _cell(row: dict, kind: str) -> dict | None:
   if ratio is None:
     return None
   return {"ratio": ratio, "range": row[f"{kind}_range"], "devices": row["devices"],
-          "name": docs_prose.point_name(row["method"], row["method_point"]),
-          "vs": docs_prose.point_name(*row[f"{kind}_baseline"].split()),
+          "name": data.point_name(row["method"], row["method_point"]),
+          "vs": data.point_name(*row[f"{kind}_baseline"].split()),
           "verdict": targets.verdict_word(ratio, row[f"{kind}_range"])}
 
 
 def projected(name: str) -> dict:
   """One projection: per preset the closest method point in time and in compute, and how
   many of its (method, D) cells beat the strongest baseline on every seed."""
-  rows = _load(os.path.join("projection", name + ".json"))["rows"]
+  rows = data.load_json("projection", name + ".json")["rows"]
   presets = []
-  for preset in docs_prose.PRESET_NAMES:
+  for preset in data.PRESET_NAMES:
     mine = [r for r in rows if r["preset"] == preset]
     best = {kind: max((c for c in (_cell(r, kind) for r in mine) if c),
                       key=lambda c: c["ratio"], default=None) for kind in ("time", "compute")}
     beats = [r for r in mine if any((c := _cell(r, k)) and c["verdict"] == "beats"
                                     for k in ("time", "compute"))]
-    presets.append({"preset": docs_prose.PRESET_NAMES[preset], **best, "cells": len(mine),
+    presets.append({"preset": data.PRESET_NAMES[preset], **best, "cells": len(mine),
                     "beats": len(beats),
-                    "beating": sorted({docs_prose.point_name(r["method"], r["method_point"])
+                    "beating": sorted({data.point_name(r["method"], r["method_point"])
                                        for r in beats})})
   closest = max(({**p["time"], "preset": p["preset"]} for p in presets if p["time"]),
                 key=lambda c: c["ratio"])

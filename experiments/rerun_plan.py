@@ -9,11 +9,15 @@ two clauses issue 58 added to experiments/sweeps/tuning.py:
     `tune.schedule_margin` of its schedule's steps counts as a miss, so such a chosen length
     moves;
   - no stop at an edge below the cap: a rate whose best sat at its grid's edge once the
-    record's `max_extensions` ran out (fewer than the current cap) is extended further.
+    record's `max_extensions` ran out (fewer than the current cap) is extended further;
+  - the schedule's axis extended at its edge as the rate's is (issue 70): a length chosen
+    at the shortest fraction tried (or the longest, short of the whole budget) moves to the
+    next one past it being tried.
 Each moved point's cost is the committed host wall-clock of its runs (its tuning runs: an
 upper bound on re-tuning, whose finished runs are read back, and its reported seeds, which
 re-run at the new choice), plus the grids that train at its choice (the many-worker grids
-read the full grids' N = 8 choices; the demo and one-device grids the full grid's).
+read the full grids' N = 8 choices; the one-device grid its namesakes',
+`fashion_mnist.ONE_DEVICE_NAMESAKES`).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import json
 import os
 
 from ensemble_jax import config_lib, stored
+from experiments.configs import fashion_mnist
 from experiments.sweeps import tuning
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -32,7 +37,9 @@ DEFAULTS = config_lib.base_config().tune
 # grids that train at a full grid's choice: {(workload, point): [their results dirs]}
 FEEDS = {("fashion_mnist", "N8_L235"): ["many_workers"],
          ("pydocs_gpt2", "N8_L300"): ["many_workers_pydocs"]}
-FEEDS_ANY = {"fashion_mnist": ["one_device_h200/fashion_mnist"]}  # the same (curve, point)
+# grids whose points train at a full grid's (curve, point): {grid: (workload, namesakes)}
+NAMESAKES = {"one_device_h200/fashion_mnist": ("fashion_mnist",
+                                               fashion_mnist.ONE_DEVICE_NAMESAKES)}
 
 
 def _seeds(row: dict) -> list[dict]:
@@ -49,6 +56,8 @@ def moves(record: dict, margin: float = DEFAULTS.schedule_margin,
   """Why the current rule would move this committed record's choice ([]: it stands)."""
   why = []
   for axis in record["axes"]:
+    if (edge := _edge(axis, record.get("extend", DEFAULTS.extend), cap)):
+      why.append(edge)
     if axis["key"] == SCHEDULE:
       row = next(r for r in axis["runs"] if r["value"] == axis["chosen"])
       if late := [r for r in _seeds(row) if _late(r, margin)]:
@@ -56,12 +65,22 @@ def moves(record: dict, margin: float = DEFAULTS.schedule_margin,
         why.append(f"schedule {axis['chosen']:g} reached the target late on "
                    f"{len(late)}/{len(_seeds(row))} tuning seeds (step {steps}; margin "
                    f"{margin:g})")
-    elif axis["at_edge"]:
-      side = "high" if axis["chosen"] == max(r["value"] for r in axis["runs"]) else "low"
-      if axis["extensions"][side] < cap:
-        why.append(f"{axis['key'].rsplit('.', 1)[-1]} {axis['chosen']:g} at the {side} edge "
-                   f"after {axis['extensions'][side]} extensions (cap now {cap})")
   return why
+
+
+def _edge(axis: dict, extend: float, cap: int) -> str | None:
+  """Why an axis' choice at an edge of its values moves (the rule now tries past it while
+  fewer than `cap` extensions ran there: the schedule's axis since issue 70), else None."""
+  values = sorted(r["value"] for r in axis["runs"])
+  if not tuning.at_edge(axis["key"], values, axis["chosen"]):
+    return None
+  side = "low" if axis["chosen"] == values[0] else "high"
+  if axis["extensions"][side] >= cap:
+    return None
+  past = tuning.beyond(axis["key"], values, extend)[side == "high"]
+  name = "schedule" if axis["key"] == SCHEDULE else axis["key"].rsplit(".", 1)[-1]
+  return (f"{name} {axis['chosen']:g} at the {side} edge after {axis['extensions'][side]} "
+          f"extensions (cap now {cap}): {past:g} is tried next")
 
 
 def _wall(paths) -> float:
@@ -71,8 +90,28 @@ def _wall(paths) -> float:
   return total
 
 
+def _extension_wall(record: dict, point_dir: str, cap: int = DEFAULTS.max_extensions) -> float:
+  """The likely host wall-clock of the runs past an edge (`_edge`): the chosen value's
+  tuning runs (each tuning seed) once more, scaled by the next value over the chosen one
+  on the schedule's axis (a run's time goes with its steps)."""
+  total = 0.0
+  for axis in record["axes"]:
+    if not _edge(axis, record.get("extend", DEFAULTS.extend), cap):
+      continue
+    values = sorted(r["value"] for r in axis["runs"])
+    high = axis["chosen"] != values[0]  # (at an edge: the low one, else the high one)
+    past = tuning.beyond(axis["key"], values, record.get("extend", DEFAULTS.extend))[high]
+    row = next(r for r in axis["runs"] if r["value"] == axis["chosen"])
+    runs = [os.path.join(point_dir, r["run"], "results.json") for r in _seeds(row)]
+    wall = _wall(p for p in runs if os.path.exists(p))
+    total += wall * (past / axis["chosen"] if axis["key"] == SCHEDULE else 1.0)
+  return total
+
+
 def plan(results: str = RESULTS) -> list[dict]:
-  """One row per committed point the current rule would move, with its re-run cost."""
+  """One row per committed point the current rule would move, with its re-run cost: the
+  whole (every tuning run again, an upper bound), and the likely (`extension_wall_s`, the
+  runs past an edge; its seeds and the grids trained at its choice run again)."""
   rows = []
   for path in sorted(glob.glob(os.path.join(results, "**", tuning.TUNING_FILE), recursive=True)):
     with open(path) as f:
@@ -81,22 +120,19 @@ def plan(results: str = RESULTS) -> list[dict]:
       continue
     point_dir = os.path.dirname(path)
     rel = os.path.relpath(point_dir, results)
-    workload, *_, curve, point = rel.split(os.sep)
     seeds = glob.glob(os.path.join(point_dir, "seed*", "results.json"))
     tune_runs = glob.glob(os.path.join(point_dir, "tune", "*", "results.json"))
-    feeds = []
-    for grid in FEEDS.get((workload, point), []):
-      runs = glob.glob(os.path.join(results, grid, curve, "*", "seed*", "results.json"))
-      if runs:
-        feeds.append({"grid": f"{grid}/{curve}", "runs": len(runs), "wall_s": _wall(runs)})
-    for grid in FEEDS_ANY.get(workload, []):
-      runs = glob.glob(os.path.join(results, grid, curve, point, "seed*", "results.json"))
-      if runs:
-        feeds.append({"grid": f"{grid}/{curve}/{point}", "runs": len(runs),
-                      "wall_s": _wall(runs)})
+    fed = {}  # the grids' points trained at this choice: {label: their seed runs}
+    for label, fed_dir, source in _feed_points(results):
+      if os.path.normpath(source) == os.path.normpath(point_dir):
+        fed.setdefault(label, []).extend(
+            glob.glob(os.path.join(fed_dir, "seed*", "results.json")))
+    feeds = [{"grid": label, "runs": len(runs), "wall_s": _wall(runs)}
+             for label, runs in fed.items() if runs]
     rows.append({"point": rel, "why": why, "chosen": record["chosen"],
                  "seed_runs": len(seeds), "seeds_wall_s": round(_wall(seeds), 1),
                  "tuning_runs": len(tune_runs), "tuning_wall_s": round(_wall(tune_runs), 1),
+                 "extension_wall_s": round(_extension_wall(record, point_dir), 1),
                  "feeds": [{**f, "wall_s": round(f["wall_s"], 1)} for f in feeds]})
   return rows
 
@@ -113,25 +149,28 @@ def config_value(run: dict, key: str):
 
 
 def _feed_points(results: str):
-  """(grid, curve, point dir, the full grid's tuning.json it trains at) for every point of
-  a grid that trains at a full grid's choice."""
+  """(label, point dir, the full grid's point dir whose tuning.json it trains at) for
+  every point of a grid that trains at a full grid's choice: the many-worker grids' by
+  curve (each reads its curve's N = 8), the one-device grid's by point (its namesake)."""
   for (workload, source), grids in FEEDS.items():
     for grid in grids:
       for point_dir in sorted(glob.glob(os.path.join(results, grid, "*", "*"))):
         curve = os.path.basename(os.path.dirname(point_dir))
-        yield grid, curve, point_dir, os.path.join(results, workload, curve, source)
-  for workload, grids in FEEDS_ANY.items():
-    for grid in grids:
-      for point_dir in sorted(glob.glob(os.path.join(results, grid, "*", "*"))):
-        curve, point = point_dir.split(os.sep)[-2:]
-        yield grid, curve, point_dir, os.path.join(results, workload, curve, point)
+        yield f"{grid}/{curve}", point_dir, os.path.join(results, workload, curve, source)
+  for grid, (workload, namesakes) in NAMESAKES.items():
+    for curve, points in namesakes.items():
+      for point, source in points.items():
+        point_dir = os.path.join(results, grid, curve, point)
+        if os.path.isdir(point_dir):
+          yield (f"{grid}/{curve}/{point}", point_dir,
+                 os.path.join(results, workload, *source))
 
 
 def stale_feeds(results: str = RESULTS) -> list[dict]:
   """The points of the grids trained at a full grid's choice whose runs' values differ from
   that grid's current `tuning.json` choice (it was re-tuned since): they need a re-run."""
   rows = []
-  for grid, curve, point_dir, source in _feed_points(results):
+  for _, point_dir, source in _feed_points(results):
     path = os.path.join(source, tuning.TUNING_FILE)
     runs = sorted(glob.glob(os.path.join(point_dir, "seed*", "results.json")))
     if not runs or not os.path.exists(path):
@@ -184,37 +223,93 @@ def _values(choice: dict) -> str:
   return ", ".join(f"{k.rsplit('.', 1)[-1]} {v:g}" for k, v in choice.items())
 
 
+# {a study's results dir: its sweep's command}; `commands` adds the points to re-run
+STUDIES = {
+    "fashion_mnist": "python -m experiments.sweeps.cost_vs_time "
+                     "--config=experiments/configs/fashion_mnist.py "
+                     "--workdir=experiments/results/fashion_mnist --seeds=1,2,3",
+    "pydocs_gpt2": "python -m experiments.sweeps.cost_vs_time "
+                   "--config=experiments/configs/pydocs_gpt2.py "
+                   "--workdir=experiments/results/pydocs_gpt2 --seeds=1,2,3",
+    "one_device_h200/fashion_mnist": "python -m experiments.sweeps.cost_vs_time "
+                                     "--config=experiments/configs/fashion_mnist.py "
+                                     "--grid=one_device --workdir=experiments/results/"
+                                     "one_device_h200/fashion_mnist --seeds=1,2,3",
+    "critical_batch/fashion": "python -m experiments.sweeps.critical_batch --workload=fashion "
+                              "--seeds=1,2,3",
+    "critical_batch/pydocs": "python -m experiments.sweeps.critical_batch --workload=pydocs "
+                             "--seeds=1,2,3",
+    "critical_batch/fashion_small_model": (
+        "python -m experiments.sweeps.critical_batch "
+        "--config=experiments/configs/fashion_mnist.py --grid=small_model "
+        "--workdir=experiments/results/critical_batch/fashion_small_model --seeds=1,2,3")}
+
+
+def commands(rows: list[dict]) -> list[str]:
+  """The sweep commands that re-run the moved points and the grids' points trained at their
+  choice: one per study and curve (a critical-batch study's points are its batches)."""
+  wanted: dict[tuple[str, str], list[str]] = {}
+  for r in rows:
+    for rel in [r["point"], *(f["grid"] for f in r["feeds"])]:
+      study = max((s for s in STUDIES if rel.startswith(s + "/")), key=len, default=None)
+      if study is None:
+        continue
+      *curve, point = rel[len(study) + 1:].split("/")
+      wanted.setdefault((study, "/".join(curve)), []).append(point)
+  out = []
+  # the one-device grid reads the full grid's choices: after them
+  for (study, curve), points in sorted(wanted.items(), key=lambda kv: (
+      kv[0][0].startswith("one_device"), kv[0])):
+    if curve:
+      out.append(f"{STUDIES[study]} --curves={curve} --points={','.join(sorted(points))}")
+    else:
+      batches = sorted(int(p.lstrip("B")) for p in points)
+      out.append(f"{STUDIES[study]} --batches={','.join(map(str, batches))}")
+  return out
+
+
 def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ()) -> str:
-  schedule = sum(any(w.startswith("schedule") for w in r["why"]) for r in rows)
-  edge = sum(any("edge" in w for w in r["why"]) for r in rows)
-  total = sum(r["seeds_wall_s"] + r["tuning_wall_s"] + sum(f["wall_s"] for f in r["feeds"])
-              for r in rows)
+  late = sum(any("late" in w for w in r["why"]) for r in rows)
+  short = sum(any(w.startswith("schedule") and "edge" in w for w in r["why"]) for r in rows)
+  edge = sum(any(not w.startswith("schedule") and "edge" in w for w in r["why"])
+             for r in rows)
+  feeds = sum(f["wall_s"] for r in rows for f in r["feeds"])
+  total = sum(r["seeds_wall_s"] + r["tuning_wall_s"] for r in rows) + feeds
+  likely = sum(r["seeds_wall_s"] + r.get("extension_wall_s", 0.0) for r in rows) + feeds
   lines = [
       "# Re-run plan: committed tuning choices the current rule moves",
       "",
       "Generated by `python -m experiments.rerun_plan --write` from the committed "
       "`tuning.json` records (nothing re-tuned or trained). The rule (experiments/sweeps/"
-      f"tuning.py, issue 58): a schedule's length is chosen only if every tuning seed "
-      f"reaches the target within {DEFAULTS.schedule_margin:g} of its steps; a rate at its "
-      f"grid's edge is extended until interior or diverged, up to {DEFAULTS.max_extensions} "
-      "extensions per edge. Until a point is re-run its committed record and seeds stand, "
-      "and the reports read them as before (`--recost` keeps a record whose replay moves).",
+      f"tuning.py, issues 58 and 70): a schedule's length is chosen only if every tuning "
+      f"seed reaches the target within {DEFAULTS.schedule_margin:g} of its steps; a rate "
+      "or a schedule's length at its axis' edge is extended until interior or diverged, up "
+      f"to {DEFAULTS.max_extensions} extensions per edge (a length never past the whole "
+      "budget). Until a point is re-run its committed record and seeds stand, and the "
+      "reports read them as before (`--recost` keeps a record whose replay moves).",
       "",
-      f"{len(rows)} points: {schedule} schedule choices fail the margin, {edge} rate choices "
-      f"sit at an edge. Cost, committed host wall-clock on the 2-core host: "
-      f"{total / 3600:.1f} h upper bound (every tuning run again, the seeds, and the grids "
-      "that train at the choice); the grids still trained at a full grid's former choice "
-      "follow, then the data-parallel points trained with another BatchNorm.",
+      f"{len(rows)} points: {late} schedule choices fail the margin, {short} schedule "
+      f"choices and {edge} rate choices sit at an edge. Cost, committed host wall-clock on "
+      f"the 2-core host: {likely / 3600:.1f} h likely (the runs past each edge, each tuning "
+      "seed's run at the chosen value scaled by its steps; the seeds; the grids that train "
+      f"at the choice), {total / 3600:.1f} h upper bound (every tuning run again). Run by:",
       "",
-      "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall s) "
-      "| grids trained at its choice (runs, wall s) |",
+      *[f"    {c}" for c in commands(rows)],
+      "",
+      "(the one-device grid on its GPU, after the full grid: it trains at its choices)",
+      "",
+      "The grids still trained at a full grid's former choice follow, then the "
+      "data-parallel points trained with another BatchNorm.",
+      "",
+      "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall s; "
+      "past the edge, likely) | grids trained at its choice (runs, wall s) |",
       "|---|---|---|---|---|---|"]
   for r in rows:
     chosen = _values(r["chosen"])
     feeds = "; ".join(f"{f['grid']} ({f['runs']}, {f['wall_s']:.0f})" for f in r["feeds"])
     lines.append(f"| {r['point']} | {'; '.join(r['why'])} | {chosen} | {r['seed_runs']} "
-                 f"({r['seeds_wall_s']:.0f}) | {r['tuning_runs']} ({r['tuning_wall_s']:.0f}) "
-                 f"| {feeds or '-'} |")
+                 f"({r['seeds_wall_s']:.0f}) | {r['tuning_runs']} ({r['tuning_wall_s']:.0f}; "
+                 f"{r.get('extension_wall_s', 0.0):.0f}) | {feeds or '-'} |")
   if stale:
     hours = sum(r["wall_s"] for r in stale) / 3600
     lines += [

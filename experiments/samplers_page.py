@@ -13,7 +13,8 @@ import statistics
 from absl import app
 
 from ensemble_jax import stored
-from experiments import docs_tables, targets
+from experiments import targets
+from experiments.docs_data import REPO, tables
 from experiments.sweeps import samplers
 
 REFERENCE = "random"  # a stream over the whole training set: every pool's comparison
@@ -25,7 +26,7 @@ def _runs(workload: str) -> dict[str, dict[int, dict]]:
   known, workdir, _ = samplers.WORKLOADS[workload]
   out = {}
   for sampler in known:
-    for path in sorted(glob.glob(os.path.join(docs_tables.REPO, workdir, sampler, "seed*",
+    for path in sorted(glob.glob(os.path.join(REPO, workdir, sampler, "seed*",
                                               "results.json"))):
       run = stored.load(path)
       out.setdefault(sampler, {})[run["config"]["seed"]] = samplers._row(run)
@@ -47,6 +48,7 @@ def against_reference(rows: dict[int, dict], reference: dict[int, dict], metric:
 
 def workload(name: str) -> dict:
   runs = _runs(name)
+  listed = {s: list(rows.values()) for s, rows in runs.items()}  # summarize's form
   metric = "perplexity" if "perplexity" in next(iter(runs[REFERENCE].values())) else "accuracy"
   sign = -1 if metric == "perplexity" else 1
   means = {s: statistics.fmean(r[metric] for r in rows.values()) for s, rows in runs.items()}
@@ -56,10 +58,10 @@ def workload(name: str) -> dict:
                 for v in ("beats", "level", "behind")}
   builds = [r["build_time_s"] for s, rows in runs.items() for r in rows.values()
             if r["build_time_s"] > 0]
-  with open(os.path.join(docs_tables.REPO, samplers.WORKLOADS[name][1], "table.md")) as f:
+  with open(os.path.join(REPO, samplers.WORKLOADS[name][1], "table.md")) as f:
     caption = f.readline().strip()  # the sweep's caption, as it wrote its table
   return {"name": name, "label": LABELS[name], "metric": metric, "caption": caption,
-          "table": docs_tables.sampler_table(name),
+          "table": tables(samplers.summarize(listed)[1])[0],
           "workdir": samplers.WORKLOADS[name][1],
           "best": max(means, key=lambda s: sign * means[s]), "means": means,
           "compared": compared, "by_verdict": by_verdict,

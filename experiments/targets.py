@@ -14,15 +14,11 @@ from __future__ import annotations
 import glob
 import json
 import os
-import statistics
 
 from absl import app, flags
 
 from ensemble_jax import config_lib, report, stored
-from experiments import docs_prose
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "experiments", "results")
+from experiments import docs_data as data
 
 # Per workload: its ceilings study and the studies read at every rung (the first is the
 # one-target study the README's answer was measured in), under experiments/results/.
@@ -51,11 +47,6 @@ def verdict_word(ratio: float | None, seed_range: tuple[float, float] | None,
   return "beats" if lo > 1 else "behind" if hi < 1 else "level"
 
 
-def _spread(values: list[float]) -> dict:
-  return {"median": statistics.median(values), "min": min(values), "max": max(values),
-          "seeds": len(values)}
-
-
 def _epochs(r: dict) -> float:
   return r["step_budget"] * r["examples_per_step"] / r["data"]["train_examples"]
 
@@ -80,7 +71,8 @@ def ceilings(results_dir: str) -> list[dict]:
       tuning = runs[0].get("tuning") or {}
       lengths.append({
           "point": os.path.basename(os.path.dirname(point_dir)), "epochs": _epochs(runs[0]),
-          "final": _spread([r["final"][metric] for r in runs]),
+          "final": {**data.spread(finals := [r["final"][metric] for r in runs]),
+                    "seeds": len(finals)},
           "seed_list": sorted(r["config"]["seed"] for r in runs),
           "eval_examples": runs[0]["final"].get("num_examples"),
           "peak_learning_rate": tuning.get("peak_learning_rate"),
@@ -101,19 +93,14 @@ def ceilings(results_dir: str) -> list[dict]:
         break
     first = stored.load(glob.glob(os.path.join(curve_dir, best["point"], "seed*",
                                                "results.json"))[0])
-    out.append({"curve": curve, "model": docs_prose.CURVE_NAMES.get(curve, curve),
-                "architecture": _model_name(first["config"]),
+    out.append({"curve": curve, "model": data.CURVE_NAMES.get(curve, curve),
+                "architecture": data.model_name(first["config"]),
                 "params": first.get("num_params"), "lengths": lengths,
                 "ceiling": best["final"], "best_point": best["point"],
                 "best_epochs": round(best["epochs"]),
                 "plateau": plateau and plateau["point"],
                 "plateau_epochs": plateau and round(plateau["epochs"])})
   return out
-
-
-def _model_name(config: dict) -> str:
-  m = config["model"]
-  return f"{m['name']} width {m['width']}" if m["name"].startswith("resnet") else m["name"]
 
 
 def rungs(dirs: list[str]) -> list[float]:
@@ -127,7 +114,7 @@ def rungs(dirs: list[str]) -> list[float]:
   return sorted(values, reverse=metric in config_lib.LOWER_IS_BETTER)
 
 
-def _best(pts: list[dict], methods: list[str], kind: str) -> dict | None:
+def best_matched(pts: list[dict], methods: list[str], kind: str) -> dict | None:
   """The method point with the best matched `kind` ('time' or 'compute') ratio over every
   preset (`report.matched`: at its own budget against the strongest-baseline frontier)."""
   best = None
@@ -136,9 +123,9 @@ def _best(pts: list[dict], methods: list[str], kind: str) -> dict | None:
       for row in report.matched(pts, curve, preset):
         if row[kind] is not None and (best is None or row[kind][0] > best["ratio"]):
           best = {"ratio": row[kind][0], "point": f"{curve} {row['point']}",
-                  "name": docs_prose.point_name(curve, row["point"]),
-                  "preset": docs_prose.PRESET_NAMES[preset], "vs": row[kind][1],
-                  "vs_name": docs_prose.point_name(*row[kind][1].split()),
+                  "name": data.point_name(curve, row["point"]),
+                  "preset": data.PRESET_NAMES[preset], "vs": row[kind][1],
+                  "vs_name": data.point_name(*row[kind][1].split()),
                   "range": list(row[f"{kind}_range"])}
   if best is not None:
     best["verdict"] = verdict_word(best["ratio"], best["range"])
@@ -147,7 +134,7 @@ def _best(pts: list[dict], methods: list[str], kind: str) -> dict | None:
 
 def closest(pts: list[dict]) -> dict:
   """The one reading of a study's points every page quotes: the closest method point in
-  time and in compute (each the best matched ratio over every preset, `_best`), the
+  time and in compute (each the best matched ratio over every preset, `best_matched`), the
   strongest baseline (the frontier point the closest time ratio is measured against; with
   none, the fastest baseline that reached the target on every seed, on the first preset),
   whether a method point beats it (a matched ratio above 1 over its whole seed range, or a
@@ -158,11 +145,12 @@ def closest(pts: list[dict]) -> dict:
           for row in report.matched(pts, curve, preset)]
   beats = any(row["ahead"] or any(row[k] is not None and row[f"{k}_range"][0] > 1
                                   for k in ("time", "compute")) for row in rows)
-  out = {"time": _best(pts, methods, "time"), "compute": _best(pts, methods, "compute"),
+  out = {"time": best_matched(pts, methods, "time"),
+         "compute": best_matched(pts, methods, "compute"),
          "beats": beats, "methods": methods, "baselines": sorted(baselines)}
   fastest = min(report._reached(pts, baselines, report.PRESETS[0]), default=None)
   strongest = out["time"]["vs"] if out["time"] else fastest[2] if fastest else None
-  out["strongest"] = strongest and docs_prose.point_name(*strongest.split())
+  out["strongest"] = strongest and data.point_name(*strongest.split())
   best = max((b for b in (out["time"], out["compute"]) if b), key=lambda b: b["ratio"],
              default=None)
   out["best"] = best
@@ -213,8 +201,8 @@ def study_rungs(values: list[float], single_ceiling: float | None,
 def context(workload: str = "fashion_mnist") -> dict:
   """What docs/results/targets.md is rendered from."""
   w = WORKLOADS[workload]
-  dirs = [os.path.join(RESULTS, s) for s in w["studies"]]
-  ceiling_rows = ceilings(os.path.join(RESULTS, w["ceilings"]))
+  dirs = [os.path.join(data.RESULTS, s) for s in w["studies"]]
+  ceiling_rows = ceilings(os.path.join(data.RESULTS, w["ceilings"]))
   single = next((c for c in ceiling_rows if c["curve"] == report.BASELINE), None)
   single_ceiling = single["ceiling"]["median"] if single else None
   values = rungs(dirs)
@@ -277,7 +265,7 @@ def main(argv) -> None:
   del argv
   ctx = context(FLAGS.workload)
   if FLAGS.plot:
-    plot(ctx, os.path.join(REPO, ctx["figure"]))
+    plot(ctx, os.path.join(data.REPO, ctx["figure"]))
   print(json.dumps(ctx, indent=1))
 
 

@@ -32,6 +32,9 @@ def test_data_parallel_lm_few_steps(tmp_path):
   assert final["perplexity"] < 256  # better than uniform over bytes after 4 steps
   assert on_disk["data"]["tokenizer"] == "byte"
   assert on_disk["tokens_per_step"] == 8 * 32 and on_disk["tokens_per_s"] > 0
+  # GPT-2 reads no model.width / stem / stage_sizes: they did not apply (issue 71)
+  assert on_disk["model_fields_read"] == ["model.size", "model.dtype", "model.remat",
+                                          "model.dropout", "model.attention"]
   assert_documented(on_disk)
   assert r["target"]["metric"] == "perplexity" and r["target"]["reached"]
 

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from experiments import docs_prose, docs_tables
+from experiments import distillation_page, docs_data, docs_tables, readme_page
 from tests.conftest import REPO, makefile_recipe
 
 pytestmark = pytest.mark.docs
@@ -35,7 +35,7 @@ def test_documented_tables_match_the_committed_results(pages):
 
 def _bump(row: str) -> str:
   """The row with its third cell's last digit changed."""
-  cells = docs_tables._cells(row)
+  cells = docs_data.cells(row)
   digit = re.search(r"\d(?=\D*$)", cells[2])
   cells[2] = cells[2][:digit.start()] + str((int(digit[0]) + 1) % 10) + cells[2][digit.end():]
   return "| " + " | ".join(cells) + " |"
@@ -148,7 +148,7 @@ def test_make_projection_reproduces_the_committed_projection(tmp_path):
 
   commands = _projection_commands()
   assert len(commands) >= 4, commands  # the parser found the target's commands
-  committed = os.path.join(docs_tables.RESULTS, "projection")
+  committed = os.path.join(docs_data.RESULTS, "projection")
   written = set()
   for argv in commands:
     assert argv[:2] == ["-m", "experiments.projection"], argv
@@ -176,7 +176,7 @@ def test_the_report_reproduces_each_committed_table(grid, tmp_path):
   experiments/results/<grid>` writes from its committed results."""
   from ensemble_jax import report
 
-  results = os.path.join(docs_tables.RESULTS, grid)
+  results = os.path.join(docs_data.RESULTS, grid)
   report.write(results, str(tmp_path))
   with open(tmp_path / "table.md") as mine, open(os.path.join(results, "table.md")) as theirs:
     assert mine.read() == theirs.read(), (
@@ -186,9 +186,9 @@ def test_the_report_reproduces_each_committed_table(grid, tmp_path):
 
 def _region(pages, name, body):
   """The pages with generated region `name` holding `body`."""
-  page = docs_prose.TEMPLATES[name][0]
+  page = readme_page.TEMPLATES[name][0]
   lines = pages[page].split("\n")
-  start, end = docs_prose.regions(pages[page])[name]
+  start, end = docs_tables.regions(pages[page])[name]
   lines[start:end] = body.split("\n")
   return {**pages, page: "\n".join(lines)}
 
@@ -199,19 +199,19 @@ def _prose_errors(pages, name):
 
 
 def test_every_template_has_its_region_and_each_region_a_template(pages):
-  """Each paragraph docs_prose renders sits in its page, and regenerates byte for byte."""
-  for name, (page, render) in docs_prose.TEMPLATES.items():
-    start, end = docs_prose.regions(pages[page])[name]
+  """Each paragraph readme_page renders sits in its page, and regenerates byte for byte."""
+  for name, (page, render) in readme_page.TEMPLATES.items():
+    start, end = docs_tables.regions(pages[page])[name]
     assert pages[page].split("\n")[start:end] == render().split("\n"), name
   assert not docs_tables.mismatches(pages, skip=docs_tables.FAMILIES)
 
 
-@pytest.mark.parametrize("name", sorted(docs_prose.TEMPLATES))
+@pytest.mark.parametrize("name", sorted(readme_page.TEMPLATES))
 def test_a_number_changed_in_a_generated_paragraph_fails(pages, name):
   """One digit changed anywhere in a generated paragraph fails the check; re-wrapping alone
   is also caught (byte for byte), and --write's rendering puts the page back."""
-  page = docs_prose.TEMPLATES[name][0]
-  start, end = docs_prose.regions(pages[page])[name]
+  page = readme_page.TEMPLATES[name][0]
+  start, end = docs_tables.regions(pages[page])[name]
   body = "\n".join(pages[page].split("\n")[start:end])
   digit = re.search(r"\d", body)
   bumped = body[:digit.start()] + str((int(digit[0]) + 1) % 10) + body[digit.end():]
@@ -227,7 +227,7 @@ def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatc
   """A region no template renders, a template without its region, and a template whose
   wording the results contradict each fail, and --write does not hide them."""
   name = "readme_regime"
-  page = docs_prose.TEMPLATES[name][0]
+  page = readme_page.TEMPLATES[name][0]
   renamed = {**pages, page: pages[page].replace(f"<!-- generated: {name} -->",
                                                 "<!-- generated: no_such_template -->")}
   errors = docs_tables.mismatches(renamed, skip=docs_tables.FAMILIES)
@@ -236,9 +236,9 @@ def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatc
   assert docs_tables.write(renamed, skip=docs_tables.FAMILIES)[1], "write hid them"
 
   def contradicted():
-    raise docs_prose.Contradicted("a method point wins")
+    raise readme_page.Contradicted("a method point wins")
 
-  monkeypatch.setitem(docs_prose.TEMPLATES, name, (page, contradicted))
+  monkeypatch.setitem(readme_page.TEMPLATES, name, (page, contradicted))
   [error] = _prose_errors(pages, name)
   assert "contradict" in error and "a method point wins" in error, error
 
@@ -299,12 +299,10 @@ def test_the_kd_table_reads_the_taught_curve_and_cannot_call_a_charged_win_a_los
   """distillation.md's knowledge-distillation rows are the taught points found beside the
   full grid's baselines, each ratio worded by targets.verdict_word: a planted charged win
   reads "beats", a loss "behind", whatever the template says around them."""
-  from experiments import distillation_page
-
   for teacher_s, speedup, verdict in ((120.0, 1.0, "behind"), (0.0, 50.0, "beats")):
-    monkeypatch.setattr(docs_prose, "RESULTS", _taught_study(tmp_path / str(speedup),
+    monkeypatch.setattr(docs_data, "RESULTS", _taught_study(tmp_path / str(speedup),
                                                              teacher_s, speedup))
-    study = distillation_page.study(docs_prose._taught(), lambda p: teacher_s)
+    study = distillation_page.study(distillation_page.taught(), lambda p: teacher_s)
     [row] = study["rows"]
     assert (row["curve"], row["point"], row["seed_list"]) == ("ensemble_kd", "N4_L600",
                                                              [1, 2, 3]), row
@@ -318,23 +316,43 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
   """The README's distilled-data bullet and distillation.md read the distilled points they
   find, charged and amortised; a planted amortised win contradicts the README's wording
   instead of being printed, and the page's verdict words it a win."""
-  from experiments import distillation_page
-
   for speedup, verdict in ((1.2, "level"), (3.0, "beats")):  # 1.2: level with the small model D8
-    monkeypatch.setattr(docs_prose, "RESULTS", _distilled_study(tmp_path / str(speedup),
+    monkeypatch.setattr(docs_data, "RESULTS", _distilled_study(tmp_path / str(speedup),
                                                                 speedup))
-    docs_prose.grid.cache_clear()
+    docs_data.grid.cache_clear()
     try:
-      study = distillation_page.study(docs_prose._distilled(), lambda p: 300.0)
+      study = distillation_page.study(distillation_page.distilled(), lambda p: 300.0)
       [row] = [r for r in study["rows"] if r["point"] == "N8_L235"]
       assert (row["curve"], row["reached"], row["seeds"]) == ("ensemble_distilled", 3, 3), row
       assert row["amortised"]["verdict"] == verdict, row
       assert study["best_amortised"]["verdict"] == verdict, study["best_amortised"]
       if verdict == "beats":
-        with pytest.raises(docs_prose.Contradicted, match="amortised"):
-          docs_prose.readme_distilled()
+        with pytest.raises(readme_page.Contradicted, match="amortised"):
+          readme_page.readme_distilled()
       else:
-        text = " ".join(docs_prose.readme_distilled().split())
+        text = " ".join(readme_page.readme_distilled().split())
         assert "none a win" in text and "amortised, a what-if, 0.96x" in text, text
     finally:
-      docs_prose.grid.cache_clear()
+      docs_data.grid.cache_clear()
+
+
+def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
+  """README's first bold line is rendered from the verdicts (readme_answer.md.j2): a planted
+  grid win turns its "no" into "in part", a what-if win alone does not."""
+  from experiments import docs_render, targets
+
+  def grid(verdict):
+    return {"name": "G", "target": ["accuracy >= 0.85"], "reading": {"verdict": verdict}}
+
+  def context(verdict, what_if_beats=1):
+    return {"grids": [grid("behind"), grid(verdict)], "verdicts": targets.VERDICTS,
+            "max_devices": 1024,
+            "projections": [{"name": "p", "what_if": False, "beats": 0},
+                            {"name": "w", "what_if": True, "beats": what_if_beats}],
+            "ladder": {"by_verdict": {"unmeasured": [0.9]}, "single": None}}
+
+  render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
+  assert render(context("level")).startswith("**The answer so far: no.")
+  assert "borrow an H100's step" in render(context("level"))
+  assert render(context("beats")).startswith("**The answer so far: in part.")
+  assert "H100" not in render(context("level", what_if_beats=0))

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from experiments import docs_render, lipt_page, regime_page, samplers_page
+from experiments import docs_data, docs_render, lipt_page, regime_page, samplers_page
 from experiments.sweeps import critical_batch
 
 pytestmark = pytest.mark.docs
@@ -46,7 +46,7 @@ def test_regime_opens_with_where_the_committed_sweeps_stop_falling():
   opening = text.split("\n\n")[1]
   assert len(opening.splitlines()) <= 6
   for s in ctx["sweeps"]:
-    with open(os.path.join(regime_page.RESULTS, "critical_batch", s["name"],
+    with open(os.path.join(docs_data.RESULTS, "critical_batch", s["name"],
                            "summary.json")) as f:
       rows = [r for r in json.load(f)["rows"] if r["median_steps"] is not None]
     knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
@@ -59,7 +59,7 @@ def test_regime_opens_with_where_the_committed_sweeps_stop_falling():
 def test_a_planted_projection_win_is_worded_beats(tmp_path, monkeypatch):
   """The projection's verdicts come from targets.verdict_word: the small-model experts
   planted above 1x over every seed on 10 GbE read `beats`, counted in the opening."""
-  src = os.path.join(regime_page.RESULTS, "projection", "fashion_mnist.json")
+  src = os.path.join(docs_data.RESULTS, "projection", "fashion_mnist.json")
   with open(src) as f:
     record = json.load(f)
   assert regime_page.projected("fashion_mnist")["beats"] == 0
@@ -68,7 +68,7 @@ def test_a_planted_projection_win_is_worded_beats(tmp_path, monkeypatch):
       r["time_ratio"], r["time_range"] = 1.2, [1.05, 1.4]
   (tmp_path / "projection").mkdir()
   (tmp_path / "projection" / "fashion_mnist.json").write_text(json.dumps(record))
-  monkeypatch.setattr(regime_page, "RESULTS", str(tmp_path))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
   p = regime_page.projected("fashion_mnist")
   assert p["beats"] == 1 and p["closest"]["verdict"] == "beats"
   assert p["closest"]["ratio"] == 1.2

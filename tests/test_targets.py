@@ -7,11 +7,11 @@ import shutil
 import pytest
 
 from ensemble_jax import costs, report, stored
-from experiments import docs_render, targets
+from experiments import docs_data, docs_render, targets
 
 pytestmark = pytest.mark.unit
 
-COMMITTED = os.path.join(targets.RESULTS, "fashion_mnist")
+COMMITTED = os.path.join(docs_data.RESULTS, "fashion_mnist")
 
 
 def test_one_verdict_rule_words_a_ratio_by_its_seed_range():
@@ -76,7 +76,7 @@ def test_each_rung_reads_the_runs_that_tracked_it_and_labels_one_above_the_ceili
            {0.85: 70, 0.88: 120, 0.90: 200, 0.905: 220})
     _plant(ladder, "ensemble", "N4_L469", seed, 0.86, {0.85: 300},
            source="ensemble/N4_L469/seed1")
-  monkeypatch.setattr(targets, "RESULTS", str(tmp_path))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
   monkeypatch.setitem(targets.WORKLOADS, "planted",
                       {"name": "planted", "ceilings": "ceil", "studies": ("ceil", "ladder")})
   ctx = targets.context("planted")

@@ -326,9 +326,9 @@ def test_runs_at_a_former_inherited_choice_are_set_aside_not_another_study(tmp_p
   assert not os.listdir(point_dir / "tune")
 
 
-def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate_and_never_extended():
-  """A half-length schedule reaches the target sooner: chosen, at the grid's edge of
-  (1, 1/2, 1/4) but not extended; the whole-budget runs keep the rate-only names."""
+def test_the_schedule_length_is_tried_at_its_fractions_after_the_rate():
+  """A half-length schedule reaches the target sooner: chosen, inside the grid of
+  (1, 1/2, 1/4), so not extended; the whole-budget runs keep the rate-only names."""
   def steps(config):
     return {1.0: 300, 0.5: 240, 0.25: None}[config.train.schedule_fraction]
 
@@ -361,7 +361,8 @@ def test_the_schedule_length_counts_its_worst_seed_and_reported_seeds_cannot_cho
   missed on seeds 1-3) loses to the whole schedule, which reaches it on both; a length
   that misses on the first seed is not run on the second; stopped losers are bounded by
   the worst seed's steps."""
-  reached = {(1.0, 0): 72, (1.0, 1000): 80, (0.5, 0): None, (0.25, 0): 54, (0.25, 1000): None}
+  reached = {(1.0, 0): 72, (1.0, 1000): 80, (0.5, 0): None, (0.25, 0): 54, (0.25, 1000): None,
+             (0.125, 0): None}  # (the eighth, tried once the quarter wins: it misses)
   calls = []
 
   def train(config, run_dir):
@@ -420,8 +421,9 @@ def test_a_schedule_is_chosen_only_with_a_margin_on_every_tuning_seed():
   steps) reached 85% at step 54 and 48 on its two tuning seeds, the whole (235) at 72 and
   80; the quarter was chosen and then missed on seeds 1-3. Past tune.schedule_margin of its
   steps a reach counts as a miss: the whole schedule is chosen."""
-  reached = {(1.0, 0): 72, (1.0, 1000): 80, (0.5, 0): None, (0.25, 0): 54, (0.25, 1000): 48}
-  budget = {1.0: 235, 0.5: 118, 0.25: 59}
+  reached = {(1.0, 0): 72, (1.0, 1000): 80, (0.5, 0): None, (0.25, 0): 54, (0.25, 1000): 48,
+             (0.125, 0): None}
+  budget = {1.0: 235, 0.5: 118, 0.25: 59, 0.125: 29}
 
   def train(config, run_dir):
     f = config.train.schedule_fraction
@@ -470,9 +472,64 @@ def test_the_rate_is_never_left_at_its_grids_edge_below_the_cap():
   assert "capped" in record["rule"]
 
 
+def test_the_schedule_length_is_extended_past_its_edge_like_the_rate(tmp_path, monkeypatch):
+  """Data-parallel D = 1 on Fashion-MNIST (tuning.json, issue 70 item 15): the quarter
+  schedule (469 steps) reached 85% at 262 and 210 on its two tuning seeds and was chosen at
+  the short edge of (1, 1/2, 1/4), an edge the rule never extended. Planted: the eighth
+  (234 steps) reaches it sooner, within the margin, on both seeds; the sixteenth misses. The
+  rule now tries past the edge as it does a rate's, records the extensions, and chooses the
+  eighth, inside its axis. Fails on the old code (it chose the quarter, at_edge)."""
+  budget = {1.0: 1875, 0.5: 938, 0.25: 469, 0.125: 234, 0.0625: 117}
+  reached = {(1.0, 0): 315, (1.0, 1000): None, (0.5, 0): None, (0.25, 0): 262,
+             (0.25, 1000): 210, (0.125, 0): 180, (0.125, 1000): 170, (0.0625, 0): None}
+  trained = []
+
+  def train_and_evaluate(config, run_dir, pool_config=None):
+    f = config.train.schedule_fraction
+    trained.append(os.path.basename(run_dir))
+    return _results(reached[f, config.seed], 0.86, budget[f])
+
+  monkeypatch.setattr(tuning.run_lib, "train_and_evaluate", train_and_evaluate)
+  counts = {"tuning_runs": 0, "diverged": 0}
+
+  def train(config, run_dir):
+    return tuning.train_run(config, run_dir, counts, "tuning_runs")
+
+  config = _config(fields=("optim.learning_rate", "train.schedule_fraction"), factors=(1.0,))
+  config.optim.learning_rate = 0.006
+  chosen, record = tuning.tune(config, str(tmp_path), train)
+  assert chosen.train.schedule_fraction == 0.125
+  assert record["chosen"]["train.schedule_fraction"] == 0.125
+  assert record["chosen_run"] == os.path.join("tune", "lr0.006_sched0.125")
+  axis = record["axes"][1]
+  assert axis["values"] == [0.0625, 0.125, 0.25, 0.5, 1.0]
+  assert axis["extensions"] == {"low": 2, "high": 0}  # the sixteenth confirms the eighth
+  assert not axis["at_edge"] and not axis["capped"]
+  rows = {r["value"]: r for r in axis["runs"]}
+  assert rows[0.125]["steps_to_target"] == 180 and rows[0.125]["step_budget"] == 234
+  assert rows[0.125]["other_seeds"][0]["steps_to_target"] == 170
+  assert not rows[0.0625]["reached"] and "lr0.006_sched0.0625" in trained
+  assert "extended by `extend` beyond an edge as the rates are" in record["rule"]
+  # the cap reached with the best still at the short edge: at_edge and capped, recorded
+  config.tune.max_extensions = 1
+  trained.clear()
+  chosen, record = tuning.tune(config, str(tmp_path / "capped"), train)
+  assert chosen.train.schedule_fraction == 0.125 and "lr0.006_sched0.0625" not in trained
+  assert record["axes"][1]["at_edge"] and record["axes"][1]["capped"]
+  # the long edge short of the whole budget (a point configured at half its budget, tried
+  # at (1/4, 1/2)) is extended too, never past 1
+  config.tune.max_extensions, config.tune.schedule_fractions = 6, (0.25, 0.5)
+  config.train.schedule_fraction = 0.5
+  reached[0.5, 0], reached[0.5, 1000], reached[0.25, 0] = 200, 210, 300
+  chosen, record = tuning.tune(config, str(tmp_path / "long"), train)
+  axis = record["axes"][1]
+  assert axis["values"][-1] == 1.0 and axis["extensions"]["high"] == 1
+  assert chosen.train.schedule_fraction == 0.5 and not axis["at_edge"]
+
+
 def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
-  """The committed tuning records the margin and the edge rule move (issue 58: none since
-  the critical-batch points and the full grid's were re-tuned under it), and the grids
+  """The committed tuning records the margin and the rate's edge rule do not move (issue
+  58: the critical-batch points and the full grid's were re-tuned under it), and the grids
   still trained at a full grid's former choice (the small-model routed experts' N8_L235
   chose its half schedule before its re-run and its whole one since: the one-GPU grid's
   point still holds the former; the many-worker grid's N = 128 was re-run at the current
@@ -498,6 +555,33 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   assert committed["tuning"] == rows
   assert committed["stale_feeds"] == list(stale.values())
   assert committed["batch_norm"] == rerun_plan.batch_norm_plan()
+
+
+def test_the_rerun_plan_lists_the_schedule_choices_at_the_axis_edge_and_their_heirs():
+  """Issue 70 item 15: five Fashion-MNIST data-parallel points chose the quarter schedule,
+  the shortest tried; the rule now tries the eighth past it, so their choices move, and
+  so do the one-device points trained at them (B64 at D1's, B256 at the synchronised D4's,
+  `fashion_mnist.ONE_DEVICE_NAMESAKES`). Read from the committed tuning.json files; fails
+  on the old code, whose plan listed none."""
+  from experiments import rerun_plan
+  rows = {r["point"]: r for r in rerun_plan.plan()}
+  edge = {p for p, r in rows.items() if any(w.startswith("schedule 0.25 at the low edge")
+                                            and "0.125 is tried next" in w for w in r["why"])}
+  fashion = {f"fashion_mnist/{c}/{d}" for c, ds in (("data_parallel", "D1 D2 D4"),
+                                                     ("data_parallel_sync_bn", "D2 D4"))
+             for d in ds.split()}
+  assert fashion <= edge and "fashion_mnist/data_parallel/D8" not in rows
+  heirs = {p: [f["grid"] for f in rows[p]["feeds"]] for p in fashion}
+  assert heirs["fashion_mnist/data_parallel/D1"] == [
+      "one_device_h200/fashion_mnist/data_parallel/B64"]
+  assert heirs["fashion_mnist/data_parallel_sync_bn/D4"] == [
+      "one_device_h200/fashion_mnist/data_parallel/B256"]
+  assert all(rows[p]["extension_wall_s"] > 0 for p in fashion)
+  commands = rerun_plan.commands(list(rows.values()))
+  assert any(c.endswith("--curves=data_parallel --points=D1,D2,D4") for c in commands)
+  assert commands[-1].endswith("--grid=one_device --workdir=experiments/results/"
+                               "one_device_h200/fashion_mnist --seeds=1,2,3 "
+                               "--curves=data_parallel --points=B256,B64")
 
 
 def test_the_rerun_plan_lists_data_parallel_runs_of_another_batchnorm(tmp_path):
@@ -637,7 +721,8 @@ def test_a_schedule_seed_that_missed_the_last_rung_is_not_read_as_a_number():
   """Schedule lengths tried on two tuning seeds with stop_losers: once each rung has a
   rival's steps, a length whose first seed met 85% but missed 90% has lost every rung it
   can: its second seed is not trained. Fails on 3981cc38 with a TypeError (None > int)."""
-  steps = {0.25: (100, 450), 0.5: (200, 400), 1.0: (300, None)}  # fraction -> rung steps
+  steps = {0.25: (100, 450), 0.5: (200, 400), 1.0: (300, None),  # fraction -> rung steps
+           0.125: (None, None)}  # (tried past the quarter, the edge: it misses)
 
   class ScheduleFake(LadderFakeTrain):
     def __call__(self, config, run_dir):

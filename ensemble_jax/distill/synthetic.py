@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import math
 import os
+import statistics
 import time
 
 import jax
@@ -403,10 +404,20 @@ _DISTILLERS = {DistributionMatching: DistributionMatchingDistiller,
                GradientMatching: GradientMatchingDistiller}
 
 
+# One distiller per (config, mesh, shapes) in a process: a resumed, stopped or repeated
+# distillation (a rerun, the tests' stop-and-resume pairs) reuses the compiled chunks, and
+# its FLOPs are counted once (`_iteration_flops`).
+@functools.lru_cache(maxsize=8)
 def make_distiller(cfg: Distillation, mesh: Mesh, num_classes: int,
                    image_shape: tuple[int, int, int], local_strategy: str = "auto") -> Distiller:
   """The stacked distiller of `cfg`'s kind."""
   return _DISTILLERS[type(cfg)](cfg, mesh, num_classes, image_shape, local_strategy)
+
+
+@functools.lru_cache(maxsize=8)
+def _iteration_flops(distiller: Distiller, pool: jax.ShapeDtypeStruct,
+                     counts: jax.ShapeDtypeStruct) -> float:
+  return distiller.flops_per_iteration(pool, counts)
 
 
 def distil(cfg: Distillation, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
@@ -468,16 +479,28 @@ def distil(cfg: Distillation, mesh: Mesh, pool_NxCxMxHxWxI: np.ndarray,
   return {"images": np.asarray(state["images"]),
           "labels": np.repeat(np.arange(num_classes, dtype=np.int32), s),
           "loss": losses, "iterations": it, "time_s": elapsed,
-          "flops_per_iteration": distiller.flops_per_iteration(pool_NxCxMxHxWxI[0],
-                                                               counts_NxC[0])}
+          "flops_per_iteration": _iteration_flops(
+              distiller, *(jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
+                           for x in (pool_NxCxMxHxWxI, counts_NxC)))}
+
+
+# How `iteration_time` reads its timed chunks: the median, as every calibration reads its
+# timed steps. A record without `iteration_time_statistic` took the fastest chunk.
+ITERATION_STATISTIC = "median"
+
+
+def iteration_statistic(distillation: dict) -> str:
+  """Which statistic of its timed chunks a record's `iteration_time_s` is."""
+  return distillation.get("iteration_time_statistic", "fastest")
 
 
 def iteration_time(cfg: Distillation, pool_CxMxHxWxI: np.ndarray, counts_C: np.ndarray,
-                   seed: int, *, length: int = 3, repeats: int = 3) -> float:
-  """Seconds per iteration of ONE set's distillation on one device: the fastest of
-  `repeats` compiled chunks of `length` iterations after a warm-up chunk (the least
-  disturbed by other work on the host). A build charges iterations x this, the time of
-  N distillations run in parallel on N devices, whatever the host ran them on."""
+                   seed: int, *, length: int = 3, repeats: int = 3) -> tuple[float, list]:
+  """(seconds per iteration of ONE set's distillation on one device, each chunk's): the
+  median of `repeats` compiled chunks of `length` iterations after a warm-up chunk, as a
+  calibration takes the median of its timed steps (the fastest would price the build
+  lower than the steps it is compared with). A build charges iterations x this, the time
+  of N distillations run in parallel on N devices, whatever the host ran them on."""
   mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
   distiller = make_distiller(cfg, mesh, pool_CxMxHxWxI.shape[0], pool_CxMxHxWxI.shape[2:])
   put = lambda x: jax.device_put(x[None], distiller.per_worker)
@@ -491,7 +514,8 @@ def iteration_time(cfg: Distillation, pool_CxMxHxWxI: np.ndarray, counts_C: np.n
     state, loss = run(state, jnp.int32(r * length), seeds, pool, counts)
     loss.block_until_ready()
     times.append(time.perf_counter() - t0)
-  return min(times[1:]) / length
+  chunks = [t / length for t in times[1:]]
+  return statistics.median(chunks), chunks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -661,7 +685,7 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   # device (iterations x its iteration, timed apart: the host ran all N on its cores), its
   # compute all N sets'.
   host_wall_s = time.perf_counter() - inputs.start
-  per_iteration_s = iteration_time(cfg, pool[0], counts[0], int(seeds[0]))
+  per_iteration_s, chunks_s = iteration_time(cfg, pool[0], counts[0], int(seeds[0]))
   info = registry.pool_info(
       inputs, synthetic, pool_size=per_set, split="per_worker",
       build_flops=n * out["iterations"] * out["flops_per_iteration"],
@@ -672,7 +696,8 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
       "image_lr": cfg.lr, "embedding": f"ConvNet-{cfg.depth} width {cfg.width}",
       "augmentation": "dsa (siamese)",
       "flops_per_iteration": out["flops_per_iteration"],
-      "iteration_time_s": per_iteration_s, "host_wall_time_s": host_wall_s,
+      "iteration_time_s": per_iteration_s, "iteration_time_statistic": ITERATION_STATISTIC,
+      "iteration_chunks_s": chunks_s, "host_wall_time_s": host_wall_s,
       "host_load_average": os.getloadavg()[0], "sets_per_device": n // devices}
   if isinstance(cfg, GradientMatching):
     info["distillation"].update(net_lr=cfg.net_lr, outer_loop=cfg.loops[0],

@@ -20,7 +20,10 @@ from ensemble_jax.registry import Registry
 def _method(name: str, cls: type[Method], *, own_fields=()) -> type[Method]:
   """`@METHODS.register("name")` above a `Method` subclass: `cls.name` is `name` (a
   subclass inherits its parent's capabilities, not its name); `own_fields`, under
-  `method.`, its config fields."""
+  `method.`, its config fields. It reads them from the whole config, not a `View` as a
+  builder or a model does: the config it gets is the loop's too, and results.json and
+  resume hold and compare it whole, so no record of its fields alone can go stale
+  (docs/design.md, "Extension points")."""
   if cls.__dict__.get("name", name) != name:
     raise ValueError(f"method.name: {cls.__name__}.name is {cls.name!r}, registered as "
                      f"{name!r}: name it once, in the registration")

@@ -9,6 +9,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from ensemble_jax import config_lib
 from ensemble_jax.registry import Registry
 
 
@@ -20,23 +21,51 @@ class Model:
   name: str
   task: str  # the config.task it serves: classification | lm
   create: Callable
-  # The config.model fields `create` reads besides `name` (model.sparsity is the method's);
-  # the others do not apply to it: neither validated nor compared on resume. None: all.
+  # The config.model fields `create` reads besides `name` (model.sparsity is the method's),
+  # its own included; it reads them through a `View` that refuses any other. The others do
+  # not apply to it: neither validated nor compared on resume nor listed in results.json's
+  # `model_fields_read`. None: all of MODEL_FIELDS and its own (no View).
   fields: tuple[str, ...] | None = None
   # It has BatchNorm and takes the module fields `bn_axis_name` (its statistics over a mesh
   # axis) and `bn_groups` (each device's slice alone: method.batchnorm='per_device').
   batchnorm: bool = False
   # It sows its penultimate embedding as `intermediates/features`, which proxies read.
   features: bool = False
+  own_fields: tuple[str, ...] = ()  # dotted ('model.hidden'): the fields it declared
+
+
+def _reads(entry: Model) -> tuple[str, ...]:
+  if entry.fields is None:
+    return tuple(f"model.{f}" for f in MODEL_FIELDS) + entry.own_fields
+  return tuple(f"model.{f}" for f in entry.fields)
+
+
+def fields_read(model_name: str) -> tuple[str, ...]:
+  """The config.model fields (dotted, 'model.width') `model_name`'s model reads besides
+  its name (`Model.fields`): those that apply to its runs (results.json
+  `model_fields_read`)."""
+  return _reads(MODELS[model_name])
 
 
 def unread_fields(model_name: str) -> tuple[str, ...]:
-  """The config.model fields (dotted, 'model.width') that `model_name`'s model does not
-  read (`Model.fields`): they do not apply to its runs."""
-  fields = MODELS[model_name].fields
-  if fields is None:
-    return ()
-  return tuple(f"model.{f}" for f in MODEL_FIELDS if f not in fields)
+  """The config.model fields (dotted) that `model_name`'s model does not read, other
+  models' own fields included: they do not apply to its runs."""
+  read = set(fields_read(model_name))
+  declared = tuple(name for name, (_, chooser, _) in config_lib.DECLARED.items()
+                   if chooser == MODELS.field)
+  return tuple(f for f in (*(f"model.{f}" for f in MODEL_FIELDS), *declared) if f not in read)
+
+
+def model_view(entry: Model, model_config):
+  """`model_config` as `entry.create` reads it: a `config_lib.View` that refuses, in one
+  line, a field its entry does not declare (`fields`, its own included), so that what
+  validation skips, resume leaves uncompared and results.json lists as unread is unread.
+  An entry that declares no fields (None) reads them all: the config as it is."""
+  if entry.fields is None:
+    return model_config
+  return config_lib.View(model_config, ("model.name", *_reads(entry)), f"model {entry.name!r}",
+                         prefix="model.", fix="add {name!r} to its fields= (validation, "
+                         "resume and results.json's model_fields_read then cover it).")
 
 
 def with_batchnorm(model, model_config, **fields):
@@ -56,7 +85,7 @@ def _model(name: str, create, *, own_fields=(), **declaration) -> Model:
   fields = declaration.pop("fields", None)
   if fields is not None:
     fields = tuple(fields) + tuple(f.split(".", 1)[1] for f in own_fields)
-  return Model(name, create=create, fields=fields, **declaration)
+  return Model(name, create=create, fields=fields, own_fields=tuple(own_fields), **declaration)
 
 
 MODELS: Registry[Model] = Registry("model.name", entry=_model)
@@ -71,7 +100,8 @@ def create_model(model_config, num_classes: int, context: int = 0, in_loop: bool
   `in_loop` says its step runs in a loop, when config.train.microbatches > 1. On CPU a
   ResNet's convolutions then get canonical gradients (models/conv.py); without them
   XLA:CPU runs them ~6x slower."""
-  return MODELS[model_config.name].create(model_config, num_classes, context, in_loop)
+  entry = MODELS[model_config.name]
+  return entry.create(model_view(entry, model_config), num_classes, context, in_loop)
 
 
 def _gpt2(model_config, num_classes: int, context: int, in_loop: bool):

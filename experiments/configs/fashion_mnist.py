@@ -143,6 +143,14 @@ def demo_points() -> dict:
   return out
 
 
+# The one-device grid's points: {curve: {point: the full grid's (curve, point) whose tuning
+# choice it trains at}} (experiments/rerun_plan.py reads it: a choice that moves, moves them).
+ONE_DEVICE_NAMESAKES = {
+    "data_parallel": {"B64": ("data_parallel", "D1"), "B256": ("data_parallel_sync_bn", "D4")},
+    "ensemble": {"N4_L469": ("ensemble", "N4_L469")},
+    "ensemble_pca_routed_small": {"N8_L235": ("ensemble_pca_routed_small", "N8_L235")}}
+
+
 def _at_tuned_choice(curve: str, point: str, **extra) -> tuple[str, dict]:
   """The full grid's `point` at its tuning's choice, trained once (no tuning of its own)."""
   variant, overrides = sweep_grid("full")[curve][point]
@@ -296,11 +304,9 @@ def sweep_grid(name: str = "full") -> dict:
     # there. cost.devices 1: nothing is scaled, the time is the device's own; one device
     # normalises its whole batch, so B256's namesake is the synchronised-BatchNorm D4.
     one = {"cost.devices": 1}
-    return {"data_parallel": {"B64": _at_tuned_choice("data_parallel", "D1", **one),
-                              "B256": _at_tuned_choice("data_parallel_sync_bn", "D4", **one)},
-            "ensemble": {"N4_L469": _at_tuned_choice("ensemble", "N4_L469", **one)},
-            "ensemble_pca_routed_small": {
-                "N8_L235": _at_tuned_choice("ensemble_pca_routed_small", "N8_L235", **one)}}
+    return {curve: {point: _at_tuned_choice(*namesake, **one)
+                    for point, namesake in points.items()}
+            for curve, points in ONE_DEVICE_NAMESAKES.items()}
   if name != "full":
     raise ValueError(f"unknown grid {name!r} of fashion_mnist.py; choose full, demo, smoke, "
                      "many_workers, one_device, ceilings or ladder")

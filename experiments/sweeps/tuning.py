@@ -15,8 +15,10 @@ smaller batch chose, since past the critical batch the configured batch-scaled r
 overshoots); the rule then goes on as above, so it can only choose a run at least as good.
 
 The schedule's length, `train.schedule_fraction` among the fields, is tried at the
-values `tune.schedule_fractions` of the point's budget (1, 1/2, 1/4), not extended: Shallue
-et al. (2018) tune it per batch size, since a shorter schedule decays sooner. Each length
+values `tune.schedule_fractions` of the point's budget (1, 1/2, 1/4), extended at its edges
+as the rate is (`tune.extend`, `tune.max_extensions`): past the shortest (1/8 after 1/4),
+and past the longest while it is short of the whole budget (never beyond 1, the budget);
+Shallue et al. (2018) tune it per batch size, since a shorter schedule decays sooner. Each length
 runs on `tune.seed` and then on each of `tune.schedule_seeds` (seeds never reported), and
 counts its worst seed: a short schedule reaches the target only as its rate decays, often
 at its last evals, so a length chosen on one seed missed the target on the reported seeds
@@ -57,7 +59,8 @@ TUNING_FILE = "tuning.json"  # a point's record: the grid, each run, the choice,
 SHORT_NAMES = {"optim.learning_rate": "lr", "method.outer_learning_rate": "outer_lr",
                config_lib.SCHEDULE_FRACTION: "sched"}
 # The schedule's length (config_lib.SCHEDULE_FRACTION): tried at tune.schedule_fractions of
-# the point's budget, never extended; at 1 (the whole budget) it is left out of a run's name.
+# the point's budget, extended at an edge as a rate is but never past 1 (the whole budget);
+# at 1 it is left out of a run's name.
 SCHEDULE = config_lib.SCHEDULE_FRACTION
 RULE = ("per key in turn, on seed tune.seed: factors x the configured value, extended by "
         "`extend` beyond an edge while the best sits there, until it is interior (a diverged "
@@ -66,7 +69,8 @@ RULE = ("per key in turn, on seed tune.seed: factors x the configured value, ext
         "best = fewest steps to target, then the better final metric (also for runs that "
         "never reach it); a diverged run loses; of equals the smaller value")
 SCHEDULE_RULE = ("; the schedule's length (train.schedule_fraction) at the values "
-                 "tune.schedule_fractions of the budget, not extended, each on tune.seed and "
+                 "tune.schedule_fractions of the budget, extended by `extend` beyond an edge "
+                 "as the rates are (never past 1, the whole budget), each on tune.seed and "
                  "then on each of tune.schedule_seeds: its steps are its worst seed's, and a "
                  "length that misses the target on one seed loses (not run on the next, nor "
                  "one that already took more steps than another length's worst seed); a run "
@@ -239,8 +243,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       if done and not reached(done[-1], margin):
         break
       run = on_seed(c, seed)
-      if done and t.stop_losers and lost(done[-1], rivals) and not os.path.exists(
-              os.path.join(point_dir, "tune", run_name(run), run_lib.RESULTS_FILE)):
+      if done and t.stop_losers and lost(done[-1], rivals) and run_name(run) not in runs \
+          and not os.path.exists(os.path.join(point_dir, "tune", run_name(run),
+                                              run_lib.RESULTS_FILE)):
         break  # (one trained before, by an earlier bound, is read: its compute was spent)
       done.append(result(run, rivals))
     return done
@@ -263,13 +268,12 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       for v, c in grid.items():
         examined[run_name(c)] = (c, tried[v], margin)
       best = min(values, key=lambda v: (max(objective(r, margin) for r in tried[v]), v))
-      if key == SCHEDULE:
-        break
-      if len(values) > 1 and best == values[0] and extensions["low"] < t.max_extensions:
-        values.insert(0, values[0] / t.extend)
+      low, high = beyond(key, values, t.extend)
+      if low is not None and best == values[0] and extensions["low"] < t.max_extensions:
+        values.insert(0, low)
         extensions["low"] += 1
-      elif len(values) > 1 and best == values[-1] and extensions["high"] < t.max_extensions:
-        values.append(values[-1] * t.extend)
+      elif high is not None and best == values[-1] and extensions["high"] < t.max_extensions:
+        values.append(high)
         extensions["high"] += 1
       else:
         break
@@ -283,13 +287,11 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         **({"values": values} if key == SCHEDULE else {}),
         **({"warm_start_factor": warm_start[key]} if key in warm_start else {}),
         # the best at an edge once the extensions ran out: the optimum may lie beyond
-        "at_edge": len(values) > 1 and best in (values[0], values[-1]) and (
-            key != SCHEDULE or best == values[0]),
+        "at_edge": at_edge(key, values, best),
         # the extensions stopped by their cap with the best still at that edge
-        **({"capped": len(values) > 1 and (
-            (best == values[0] and extensions["low"] >= t.max_extensions)
-            or (best == values[-1] and extensions["high"] >= t.max_extensions))}
-           if key != SCHEDULE else {"margin": t.schedule_margin}),
+        "capped": at_edge(key, values, best) and extensions[
+            "low" if best == values[0] else "high"] >= t.max_extensions,
+        **({"margin": t.schedule_margin} if key == SCHEDULE else {}),
         "runs": [_row(v, base, [(s, n, runs[n]) for s, n in
                                 ((s, run_name(on_seed(_with(chosen, key, v), s))) for s in seeds)
                                 if n in runs]) for v in values],
@@ -310,6 +312,22 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       "compute": compute(list(runs.values())),
   }
   return chosen, record
+
+
+def beyond(key: str, values: list[float], extend: float) -> tuple:
+  """(the value past the low edge of `values`, past the high one): a factor `extend` beyond
+  each; None where the axis ends (one value only; a schedule at the whole budget, 1)."""
+  if len(values) < 2:
+    return None, None
+  if key == SCHEDULE:
+    return values[0] / extend, (min(1.0, values[-1] * extend) if values[-1] < 1.0 else None)
+  return values[0] / extend, values[-1] * extend
+
+
+def at_edge(key: str, values: list[float], best: float) -> bool:
+  """Whether `best` sits at an edge of `values` the axis could be extended past (`beyond`)."""
+  return len(values) > 1 and (best == values[0] or (
+      best == values[-1] and (key != SCHEDULE or values[-1] < 1.0)))
 
 
 def _per_target(examined: dict, fields, ladder: int) -> list[dict]:
