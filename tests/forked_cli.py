@@ -17,6 +17,12 @@ From a test:
     fork = forks.start(args)           # like subprocess.Popen: pid, poll, wait,
                                        # send_signal, communicate, returncode
 or run_commands(module, [args, ...], env, timeout_s) -> [CompletedProcess, ...].
+
+`start` and `run` take an `env` of the command's own: the fork's environment, set before
+the command runs. What the preload read at import stays as the process was started (JAX's
+JAX_* options), so pass one that differs in what a command reads later alone, e.g.
+XLA_FLAGS' device count (read when the fork starts its backend): one process then serves
+commands on 1, 2 and 8 devices.
 """
 import importlib
 import json
@@ -100,14 +106,16 @@ class Forks:
         raise AssertionError(f"tests/forked_cli.py exited: {f.read()[-3000:]}")
     return json.loads(line)
 
-  def start(self, args: list[str]) -> Fork:
+  def start(self, args: list[str], env: dict | None = None) -> Fork:
     self._count += 1
     out, err = (os.path.join(self._dir, f"{self._count}.{name}") for name in ("out", "err"))
-    pid = self._ask({"op": "start", "args": list(args), "stdout": out, "stderr": err})["pid"]
+    pid = self._ask({"op": "start", "args": list(args), "stdout": out, "stderr": err,
+                     "env": None if env is None else dict(env)})["pid"]
     return Fork(self, [sys.executable, "-m", self.module, *args], pid, out, err)
 
-  def run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    fork = self.start(args)
+  def run(self, args: list[str], timeout_s: float,
+          env: dict | None = None) -> subprocess.CompletedProcess:
+    fork = self.start(args, env)
     out, err = fork.communicate(timeout_s)
     return subprocess.CompletedProcess(fork.args, fork.returncode, out, err)
 
@@ -139,13 +147,16 @@ def _reply(message: dict) -> None:
   sys.stdout.flush()
 
 
-def _start(module: str, args: list[str], out: str, err: str) -> int:
+def _start(module: str, args: list[str], out: str, err: str, env: dict | None) -> int:
   sys.stdout.flush()
   sys.stderr.flush()
   pid = os.fork()
   if pid:
     return pid
   # The fork: the command, which never returns here: it exits as `python -m` would.
+  if env is not None:
+    os.environ.clear()
+    os.environ.update(env)
   for fd, path, flags in ((0, os.devnull, os.O_RDONLY),
                           (1, out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                           (2, err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
@@ -166,7 +177,8 @@ def _serve() -> None:
   for line in iter(sys.stdin.readline, ""):
     request = json.loads(line)
     if request["op"] == "start":
-      pid = _start(spec["module"], request["args"], request["stdout"], request["stderr"])
+      pid = _start(spec["module"], request["args"], request["stdout"], request["stderr"],
+                   request.get("env"))
       running.add(pid)
       _reply({"pid": pid})
     elif request["op"] == "poll":

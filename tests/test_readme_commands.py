@@ -218,23 +218,26 @@ def test_ensemble_and_diloco_commands_are_documented_and_run_at_their_layout():
 
 
 # One child process imports the package once; each command runs to its end in a fork of it,
-# as `python -m ensemble_jax.main` (tests/forked_cli.py), on its own workdir. Data-parallel
-# commands on 2 devices; ensemble and DiLoCo commands on each of STACKED_DEVICES.
+# as `python -m ensemble_jax.main` (tests/forked_cli.py), on its own workdir, with the
+# environment of its device count (the fork starts its backend: one import serves all three
+# counts). Data-parallel commands on 2 devices; ensemble and DiLoCo commands on each of
+# STACKED_DEVICES.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """{(command, devices): (its workdir, its CompletedProcess)} for every command that
   runs here (data-parallel: 2 devices)."""
   root = tmp_path_factory.mktemp("readme_commands")
   out = {}
-  for devices, commands in ((2, RUNS), *((d, [c for c, e in STACKED_RUNS if e == d])
-                                         for d in STACKED_DEVICES)):
-    workdirs = [root / f"{devices}dev" / str(i) / "wd" for i in range(len(commands))]
-    argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
-             for command, workdir in zip(commands, workdirs)]
-    assert all(argv[:3] == [sys.executable, "-m", "ensemble_jax.main"] for argv in argvs)
-    procs = forked_cli.run_commands("ensemble_jax.main", [argv[3:] for argv in argvs],
-                                    subprocess_env(devices), timeout_s=600, cwd=REPO)
-    out.update({(c, devices): run for c, run in zip(commands, zip(workdirs, procs))})
+  with forked_cli.Forks("ensemble_jax.main", subprocess_env(2), cwd=REPO) as forks:
+    for devices, commands in ((2, RUNS), *((d, [c for c, e in STACKED_RUNS if e == d])
+                                           for d in STACKED_DEVICES)):
+      workdirs = [root / f"{devices}dev" / str(i) / "wd" for i in range(len(commands))]
+      argvs = [[a.format(workdir=workdir) for a in _plan(command)[0]]
+               for command, workdir in zip(commands, workdirs)]
+      assert all(argv[:3] == [sys.executable, "-m", "ensemble_jax.main"] for argv in argvs)
+      procs = [forks.run(argv[3:], timeout_s=600, env=subprocess_env(devices))
+               for argv in argvs]
+      out.update({(c, devices): run for c, run in zip(commands, zip(workdirs, procs))})
   return out
 
 

@@ -6,14 +6,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from ensemble_jax import config_lib
 from experiments.sweeps import cost_vs_time, study
+from tests import forked_cli
 from tests.conftest import REPO, subprocess_env
 
 pytestmark = pytest.mark.e2e
@@ -194,13 +193,26 @@ def sweep_grid(name):  # one point, one rate, 40 steps that never reach the targ
 """
 
 
-def _stop_when(command, env, path_glob, signum, timeout_s=240):
-  """Runs `command` until `path_glob` matches (a run's directory: the run is setting up,
-  its first step to come), then sends `signum`; (exit status, stdout, stderr)."""
+# What `python -m experiments.sweeps.cost_vs_time` imports before it parses a flag (its
+# own imports): the test's three commands run in forks of one process that imported them
+# (tests/forked_cli.py), each its own process, signalled by its pid.
+STUDY_PRELOAD = ("jax", "absl.flags", "absl.logging", "ml_collections",
+                 "ensemble_jax.checkpoint", "ensemble_jax.config_lib", "ensemble_jax.costs",
+                 "ensemble_jax.distributed", "ensemble_jax.methods", "ensemble_jax.record",
+                 "ensemble_jax.report", "ensemble_jax.resume", "ensemble_jax.sharding",
+                 "ensemble_jax.stored", "ensemble_jax.train", "ensemble_jax.run",
+                 "ensemble_jax.distill.pools", "ensemble_jax.distill.registry",
+                 "experiments.cli", "experiments.sweeps", "experiments.sweeps.launcher",
+                 "experiments.sweeps.study", "experiments.sweeps.tuning")
+
+
+def _stop_when(forks, args, path_glob, signum, timeout_s=240):
+  """Runs `args` (a fork of `forks`) until `path_glob` matches (a run's directory: the
+  run is setting up, its first step to come), then sends `signum`; (exit status, stdout,
+  stderr)."""
   import glob
 
-  proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  proc = forks.start(args)
   deadline = time.monotonic() + timeout_s
   while time.monotonic() < deadline and proc.poll() is None:
     if glob.glob(path_glob):
@@ -221,35 +233,36 @@ def test_a_study_stopped_by_ctrl_c_or_sigterm_says_where_and_resumes_with_true_c
   config = tmp_path / "long.py"
   config.write_text(LONG_GRID)
   workdir = tmp_path / "w"
-  command = [sys.executable, "-m", "experiments.sweeps.cost_vs_time", f"--config={config}",
-             "--grid=smoke", f"--workdir={workdir}", "--seeds=1", "--compile_cache="]
-  env = subprocess_env(1, PYTHONPATH=REPO)
+  args = [f"--config={config}", "--grid=smoke", f"--workdir={workdir}", "--seeds=1",
+          "--compile_cache="]
   point = workdir / "data_parallel" / "D1"
-  # Ctrl-C as the tuning run sets up: it checkpoints after its first step, and says so.
-  code, out, err = _stop_when(command, env, str(point / "tune" / "*"), signal.SIGINT)
-  assert code == 130, err[-3000:]
-  stop = _line(err, "study: stopped at step ")
-  assert "on Ctrl-C; checkpoint saved in" in stop and "/tune/lr" in stop, stop
-  assert f"Kept in {workdir}: 0 finished runs and 1 checkpointed part-way" in stop
-  assert "Traceback" not in err
-  # SIGTERM in the seed run: the rerun resumed the tuning run and said so.
-  code, out, err = _stop_when(command, env, str(point / "seed1"), signal.SIGTERM)
-  assert code == 143, err[-3000:]
-  first = _line(out, "study: 1 points in")
-  assert "it holds 0 finished runs and 1 checkpointed part-way (data_parallel/D1/tune/lr" in first
-  stop = _line(err, "study: stopped at step ")
-  assert "on a preemption notice (SIGTERM)" in stop and "/seed1/checkpoints" in stop, stop
-  # 2 finished: the tuning run and seed 0 (the tuning run, copied); seed 1 part-way.
-  assert f"Kept in {workdir}: 2 finished runs and 1 checkpointed part-way" in stop, stop
-  # The rerun finishes: it reads back what it kept and resumes seed 1, counted as such.
-  done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
-                        timeout=240)
-  assert done.returncode == 0, done.stderr[-3000:]
-  assert "it holds 2 finished runs and 1 checkpointed part-way (data_parallel/D1/seed1 at " \
-      "step" in _line(done.stdout, "study: 1 points in")
-  assert _line(done.stdout, "study: 0 tuning runs") == (
-      "study: 0 tuning runs and 1 seed runs trained (1 of them resumed from a checkpoint, 0 "
-      "diverged), 0 seed runs taken from tuning; read back: 1 finished tuning runs and 1 "
-      "finished seed runs")
+  with forked_cli.Forks("experiments.sweeps.cost_vs_time", subprocess_env(1, PYTHONPATH=REPO),
+                        preload=STUDY_PRELOAD) as forks:
+    # Ctrl-C as the tuning run sets up: it checkpoints after its first step, and says so.
+    code, out, err = _stop_when(forks, args, str(point / "tune" / "*"), signal.SIGINT)
+    assert code == 130, err[-3000:]
+    stop = _line(err, "study: stopped at step ")
+    assert "on Ctrl-C; checkpoint saved in" in stop and "/tune/lr" in stop, stop
+    assert f"Kept in {workdir}: 0 finished runs and 1 checkpointed part-way" in stop
+    assert "Traceback" not in err
+    # SIGTERM in the seed run: the rerun resumed the tuning run and said so.
+    code, out, err = _stop_when(forks, args, str(point / "seed1"), signal.SIGTERM)
+    assert code == 143, err[-3000:]
+    first = _line(out, "study: 1 points in")
+    assert ("it holds 0 finished runs and 1 checkpointed part-way (data_parallel/D1/tune/lr"
+            in first)
+    stop = _line(err, "study: stopped at step ")
+    assert "on a preemption notice (SIGTERM)" in stop and "/seed1/checkpoints" in stop, stop
+    # 2 finished: the tuning run and seed 0 (the tuning run, copied); seed 1 part-way.
+    assert f"Kept in {workdir}: 2 finished runs and 1 checkpointed part-way" in stop, stop
+    # The rerun finishes: it reads back what it kept and resumes seed 1, counted as such.
+    done = forks.run(args, timeout_s=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "it holds 2 finished runs and 1 checkpointed part-way (data_parallel/D1/seed1 at " \
+        "step" in _line(done.stdout, "study: 1 points in")
+    assert _line(done.stdout, "study: 0 tuning runs") == (
+        "study: 0 tuning runs and 1 seed runs trained (1 of them resumed from a checkpoint, 0 "
+        "diverged), 0 seed runs taken from tuning; read back: 1 finished tuning runs and 1 "
+        "finished seed runs")
   seed1 = json.loads((point / "seed1" / "results.json").read_text())
   assert seed1["steps"] == 40
