@@ -15,7 +15,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-pydocs-kd sweep-samplers critical-batch many-workers \
-	projection docs-tables docs ceilings lipt pile pile-run imagenet imagenet-run study clean
+	projection docs-tables docs ceilings ladder lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
@@ -114,6 +114,14 @@ docs: docs-tables
 ceilings: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
 	  --grid=ceilings --workdir=experiments/results/fashion_mnist_ceilings --seeds=1,2,3 \
+	  --calibration=experiments/results/fashion_mnist/calibration
+
+# The ladder (docs/results/targets.md): the method and the baselines at fixed lengths that
+# span the rungs, each point tuned by the rule per rung, on all 10,000 test images; its
+# points land one by one (--curves/--points) and every run resumes.
+ladder: install data
+	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
+	  --grid=ladder --workdir=experiments/results/fashion_mnist_ladder --seeds=1,2,3 \
 	  --calibration=experiments/results/fashion_mnist/calibration
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
