@@ -45,6 +45,19 @@ def subprocess_env(devices: int, **extra: str) -> dict:
   return {**os.environ, "XLA_FLAGS": " ".join(flags), **extra}
 
 
+def tiny_ensemble(**fields):
+  """Fashion-MNIST's tiny ensemble, 4 workers on a worker:4,data:2 mesh, with `fields`
+  ({dotted name: value}) set."""
+  from ensemble_jax import config_lib
+  from experiments.configs import fashion_mnist
+
+  c = fashion_mnist.get_config("ensemble,tiny")
+  c.method.num_workers, c.mesh = 4, "worker:4,data:2"
+  for name, value in fields.items():
+    config_lib.set_dotted(c, name, value)
+  return c
+
+
 def makefile_recipe(target: str) -> str:
   """The recipe of the Makefile's `target`, as written: the lines after its rule up to the
   next blank line, continuation lines joined."""

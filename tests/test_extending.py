@@ -18,7 +18,7 @@ from ensemble_jax.distill import pools
 from ensemble_jax.distill.registry import BUILDERS, BuildInputs, Built, pool_info, register_builder
 from ensemble_jax.methods import ensemble, step as step_lib
 from tests import pool_keys_lib
-from tests.conftest import REPO
+from tests.conftest import REPO, tiny_ensemble
 
 
 # -- docs/design.md, "Adding a mode": one function and one registration --------------------
@@ -47,21 +47,13 @@ def registered():
   BUILDERS.unregister("head")
 
 
-def _tiny_ensemble(**fields):
-  from experiments.configs import fashion_mnist
-
-  c = fashion_mnist.get_config("ensemble,tiny")
-  c.method.num_workers, c.mesh = 4, "worker:4,data:2"
-  for name, value in fields.items():
-    config_lib.set_dotted(c, name, value)
-  return c
 
 
 @pytest.mark.e2e
 def test_a_mode_and_a_builder_added_from_a_test_file_alone(registered, tmp_path):
   from ensemble_jax import run
 
-  config = _tiny_ensemble(**{"method.aggregation": "logits,first_worker,probs",
+  config = tiny_ensemble(**{"method.aggregation": "logits,first_worker,probs",
                              "distill.builder": "head", "distill.fraction": 0.01})
   results = run.train_and_evaluate(config, str(tmp_path))
   with open(tmp_path / run.RESULTS_FILE) as f:
@@ -109,20 +101,20 @@ def test_a_registered_mode_is_evaluated(registered):
 def test_a_builders_cache_key_holds_only_the_fields_it_reads(registered):
   """Fails on 75ab1a7: every distill field was in every pool's key, so changing the proxy's
   steps rebuilt a pool that trains no proxy; and validation required them > 0."""
-  config = _tiny_ensemble(**{"distill.builder": "head"})
+  config = tiny_ensemble(**{"distill.builder": "head"})
   data = pool_keys_lib.StubData({"dataset": "fashion_mnist"})
   key = pools.cache_key(config, data, 4)
   for field, value in [("distill.proxy_steps", 0), ("distill.keep", "easiest"),
                        ("optim.learning_rate", 0.5), ("distill.cache_dir", "/elsewhere")]:
-    other = _tiny_ensemble(**{"distill.builder": "head", field: value})
+    other = tiny_ensemble(**{"distill.builder": "head", field: value})
     validation.validate(other)  # a field the builder does not read is not checked either
     assert pools.cache_key(other, data, 4) == key, field
   for field, value in [("distill.fraction", 0.5), ("seed", 3)]:
-    assert pools.cache_key(_tiny_ensemble(**{"distill.builder": "head", field: value}),
+    assert pools.cache_key(tiny_ensemble(**{"distill.builder": "head", field: value}),
                            data, 4) != key, field
   assert pools.cache_key(config, data, 2) != key
   # A built-in proxy-free builder: its proxy fields are not checked (nor ever trained).
-  validation.validate(_tiny_ensemble(**{"distill.builder": "kmeans", "distill.embedding": "pca",
+  validation.validate(tiny_ensemble(**{"distill.builder": "kmeans", "distill.embedding": "pca",
                                         "distill.proxy_steps": 0}))
 
 
@@ -177,9 +169,9 @@ def test_a_configs_pool_keeps_its_cache_key(name):
 @pytest.mark.unit
 def test_an_unregistered_mode_or_builder_is_a_config_error_with_the_closest_name(registered):
   with pytest.raises(config_lib.ConfigError, match=r"Did you mean 'first_worker'\?"):
-    validation.validate(_tiny_ensemble(**{"method.aggregation": "logits,first_wroker"}))
+    validation.validate(tiny_ensemble(**{"method.aggregation": "logits,first_wroker"}))
   with pytest.raises(config_lib.ConfigError, match=r"config.distill.builder='haed'.*'head'\?"):
-    validation.validate(_tiny_ensemble(**{"distill.builder": "haed"}))
+    validation.validate(tiny_ensemble(**{"distill.builder": "haed"}))
 
 
 @pytest.mark.docs

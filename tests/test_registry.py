@@ -14,10 +14,11 @@ import jax
 import numpy as np
 import pytest
 
-from ensemble_jax import aggregate, config_lib, validation
+from ensemble_jax import aggregate, config_lib, plugins, validation
 from ensemble_jax.distill import pools
 from ensemble_jax.distill.registry import BUILDERS
 from tests import pool_keys_lib
+from tests.conftest import tiny_ensemble
 
 pytestmark = pytest.mark.integration
 
@@ -92,18 +93,12 @@ def mean_probs(logits_Nx, weights_N):
 
 
 def _plugin(tmp_path, name: str, source: str):
-  """Imports `source` as module `name` from a file in tmp_path, the way a config does."""
+  """Imports `source` as module `name` from a file in tmp_path, the way a config does
+  (`config.plugins` naming the file: plugins.load)."""
   path = tmp_path / f"{name}.py"
   path.write_text(textwrap.dedent(source))
-  spec = importlib.util.spec_from_file_location(name, path)
-  module = importlib.util.module_from_spec(spec)
-  sys.modules[name] = module
-  try:
-    spec.loader.exec_module(module)
-  except BaseException:
-    del sys.modules[name]
-    raise
-  return module
+  plugins.load({"plugins": str(path)})
+  return sys.modules[name]
 
 
 @pytest.fixture
@@ -118,14 +113,6 @@ def cleanup():
     sys.modules.pop(module, None)
 
 
-def _tiny(**fields):
-  from experiments.configs import fashion_mnist
-
-  c = fashion_mnist.get_config("ensemble,tiny")
-  c.method.num_workers, c.mesh = 4, "worker:4,data:2"
-  for name, value in fields.items():
-    config_lib.set_dotted(c, name, value)
-  return c
 
 
 @pytest.mark.unit
@@ -134,7 +121,7 @@ def test_a_builder_reading_a_field_it_did_not_declare_is_refused(tmp_path, clean
   key without it (a changed fraction reused the old pool)."""
   cleanup.append((BUILDERS, "peek"))
   _plugin(tmp_path, "peek_plugin", PEEK_PLUGIN)
-  config = _tiny(**{"distill.builder": "peek"})
+  config = tiny_ensemble(**{"distill.builder": "peek"})
   validation.validate(config)
   data = pool_keys_lib.StubData({"dataset": "fashion_mnist"})
   with pytest.raises(config_lib.ConfigError, match=r"^pool builder 'peek' read config\.distill"
@@ -272,7 +259,7 @@ def test_every_registry_registers_for_the_length_of_a_with_block():
 @pytest.mark.unit
 def test_aggregation_modes_take_spaces_around_commas():
   """Fails on 01e37c00: `"logits, probs"` was refused for the space."""
-  config = _tiny(**{"method.aggregation": "logits, probs"})
+  config = tiny_ensemble(**{"method.aggregation": "logits, probs"})
   assert config_lib.aggregation_modes(config) == ("logits", "probs")
   validation.validate(config)
 
