@@ -101,6 +101,8 @@ def load_runs(results_dir: str, target_value: float | None = None) -> list[dict]
                       for k, v in cost["modelled"].get("teacher_s", {}).items()},
         "teacher_flops": cost["measured"].get("teacher_flops", 0.0),
         "step_budget": r.get("step_budget"),
+        # passes over the training set to the target (or the run's end), all models together
+        "passes": passes(r, cost["measured"]["steps_to_target"]),
         # the crossing lies in (steps - resolution_steps, steps]; None: target missed
         "resolution_steps": t.get("resolution_steps"),
         # the point's tuning (experiments/sweeps/tuning.py): None for untuned runs
@@ -109,6 +111,13 @@ def load_runs(results_dir: str, target_value: float | None = None) -> list[dict]
         "rung_choice": rung_choice,
     })
   return runs
+
+
+def passes(r: dict, steps: int) -> float | None:
+  """The passes over the training set that `steps` steps of the run `r` read, all its models
+  together (examples, or windows of text); None where the record lacks the sizes."""
+  size = r["data"].get("train_examples") or r["data"].get("train_windows")
+  return steps * r["examples_per_step"] / size if size and r.get("examples_per_step") else None
 
 
 def _at_rung_choice(path: str, r: dict, value: float) -> tuple[dict, bool]:
@@ -259,6 +268,8 @@ def points(runs: list[dict]) -> list[dict]:
                 else None,
         "rest_seeds": len(rest),
         "step_budget": rs[0]["step_budget"],
+        "passes": (_spread([r["passes"] for r in rs])
+                   if all(r.get("passes") is not None for r in rs) else None),
         # the coarsest seed's: None when no seed reached the target
         "resolution_steps": max((r["resolution_steps"] for r in rs
                                  if r["resolution_steps"] is not None), default=None),

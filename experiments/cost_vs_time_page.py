@@ -70,7 +70,7 @@ def grid(sub: str) -> dict:
   """One grid: its model, target and device steps, the reading (`targets.closest`), the
   baseline points that missed on some seed, and the report's tables."""
   runs = report.load_runs(os.path.join(RESULTS, sub))
-  pts = report.points(runs)
+  pts = list(data.grid(sub))
   first = stored.load(sorted(glob.glob(os.path.join(RESULTS, sub, "data_parallel", "D1",
                                                     "seed*", "results.json")))[0])
   results = os.path.join(RESULTS, sub)
@@ -104,9 +104,7 @@ def _context() -> str:
   grids = [grid(sub) for sub in GRIDS]
   [calibration] = tables(report.calibration_table(list(CALIBRATED), REPO))
   return json.dumps({"grids": grids, "verdicts": targets.VERDICTS,
-                     "devices": max(p["devices"] for sub in GRIDS
-                                    for p in report.points(report.load_runs(
-                                        os.path.join(RESULTS, sub)))),
+                     "devices": max(p["devices"] for sub in GRIDS for p in data.grid(sub)),
                      "calibration_table": "\n".join(calibration)})
 
 

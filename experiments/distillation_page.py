@@ -8,6 +8,7 @@ experiments/docs_render.py renders the page from docs/templates/distillation.md.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import statistics
@@ -36,43 +37,35 @@ def _baseline_runs(runs: list[dict]) -> list[dict]:
   return [r for r in runs if r["curve"] in baselines]
 
 
-def _waiting(pts: list[dict], curves: dict) -> list[str]:
-  """'curve point' of each grid point of `curves` ({curve: its points}) not among `pts`
-  (no reported seed yet)."""
+def _study(pts: list[dict], runs: list[dict], base: list[dict], curves, planned: dict) -> dict:
+  """A study's `curves`: their reported `points`, all the grid's points (`grid`) and `runs`,
+  the amortised what-if's points beside the `base` runs' (`whatif`), and the points of
+  `planned` ({curve: its points}) with no reported seed yet (`waiting`)."""
   ran = {(p["curve"], p["point"]) for p in pts}
-  return sorted(f"{c} {q}" for c, qs in curves.items() for q in qs if (c, q) not in ran)
+  return {"points": [p for p in pts if p["curve"] in curves], "grid": pts, "runs": runs,
+          "whatif": report.points(base + report.amortised(runs)),
+          "waiting": sorted(f"{c} {q}" for c, qs in planned.items() for q in qs
+                            if (c, q) not in ran)}
 
 
 def distilled() -> dict:
-  """The Fashion-MNIST grid's distilled curves: their reported `points`, all the grid's
-  points (`grid`) and `runs`, the amortised what-if's points beside the baselines'
-  (`whatif`), and those curves' grid points with no reported seed yet (`waiting`)."""
+  """The Fashion-MNIST grid's distilled curves (`_study`)."""
   from experiments.configs import fashion_mnist
 
-  pts = list(data.grid("fashion_mnist"))
   runs = report.load_runs(os.path.join(data.RESULTS, "fashion_mnist"))
-  return {"points": [p for p in pts if p["curve"] in DISTILLED], "grid": pts, "runs": runs,
-          "whatif": report.points(_baseline_runs(runs) + report.amortised(runs)),
-          "waiting": _waiting(pts, {c: fashion_mnist.sweep_grid("full")[c] for c in DISTILLED})}
+  return _study(list(data.grid("fashion_mnist")), runs, _baseline_runs(runs), DISTILLED,
+                {c: fashion_mnist.sweep_grid("full")[c] for c in DISTILLED})
 
 
 def taught() -> dict:
   """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`, run after
-  the full grid, whose seed run teaches it) beside the full grid's baselines, in
-  `distilled`'s form."""
+  the full grid, whose seed run teaches it) beside the full grid's baselines (`_study`)."""
   from experiments.configs import pydocs_gpt2
 
   base = _baseline_runs(report.load_runs(os.path.join(data.RESULTS, "pydocs_gpt2")))
   kd_dir = os.path.join(data.RESULTS, "pydocs_gpt2_kd")
   kd = report.load_runs(kd_dir) if os.path.isdir(kd_dir) else []
-  pts = report.points(base + kd)
-  return {"points": [p for p in pts if p["curve"] in TAUGHT], "grid": pts, "runs": kd,
-          "whatif": report.points(base + report.amortised(kd)),
-          "waiting": _waiting(pts, pydocs_gpt2.sweep_grid("kd"))}
-
-
-def _name(curve: str, point: str) -> str:
-  return f"{NAMES.get(curve, curve)}, N = {point.split('_')[0][1:]}"
+  return _study(report.points(base + kd), kd, base, TAUGHT, pydocs_gpt2.sweep_grid("kd"))
 
 
 def _where(value: float, dc: float, dsa: float) -> str:
@@ -114,29 +107,33 @@ def reduced() -> dict:
           "loss": check.loss_table(record).rstrip("\n")}
 
 
-def cost() -> dict:
-  """One set's distillation charged against the strongest baseline (FLOPs: any hardware),
-  and an iteration's time beside a training step's on this CPU and on the H200."""
+def one_set() -> dict:
+  """One worker's set at the grid's protocol charged against the strongest baseline's
+  compute to the target (FLOPs: any hardware)."""
   with open(os.path.join(REPO, check.BENCH)) as f:
     cases = json.load(f)
   iterations, real = check.grid_protocol()
   strongest = report.verdict(list(data.grid("fashion_mnist")))["strongest"]
   base = data.point("fashion_mnist", *strongest.split())
-  per_step = base["flops"]["median"] / base["steps"]["median"] / base["devices"]
-  cpu_iteration = next(c["s_per_iteration"] for c in cases
-                       if c["workers"] == 1 and c["real_per_class"] == real)
+  return {"cases": cases, "iterations": iterations, "real": real, "strongest": strongest,
+          "strongest_name": data.point_name(*strongest.split()),
+          "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"]}
+
+
+def cost() -> dict:
+  """`one_set`, and an iteration's time beside a training step's on this CPU and on the
+  H200."""
+  c = one_set()
+  cases = c.pop("cases")
   h200 = {r["point"]: r for r in one_device_page.context()["rows"]
           if r["curve"] == "data_parallel"}
   lit = literature()
   # the calibrated device step that prices the strongest baseline's runs
   [cpu_step] = {r["cost"]["modelled"]["device_step_time_s"] for r in data.results(
-      f"fashion_mnist/{strongest.replace(' ', '/')}/seed*/results.json")}
-  return {"iterations": iterations, "real": real, "strongest": strongest,
-          "strongest_name": data.point_name(*strongest.split()),
-          "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"],
-          "flop_ratio": check.iteration_flops(cases, real) / per_step,
-          "cpu_iteration_s": cpu_iteration,
-          "cpu_step_s": cpu_step,
+      f"fashion_mnist/{c['strongest'].replace(' ', '/')}/seed*/results.json")}
+  return {**c, "cpu_step_s": cpu_step,
+          "cpu_iteration_s": next(x["s_per_iteration"] for x in cases
+                                  if x["workers"] == 1 and x["real_per_class"] == c["real"]),
           "h200_iteration_ms": {r["ipc"]: 1e3 * r["s_per_iteration"] for r in lit["rows"]
                                 if r["s_per_iteration"]},
           "h200_real": lit["distillation"]["real_per_class"],
@@ -175,7 +172,7 @@ def study(s: dict, reused) -> dict:
     [a] = [q for q in s["whatif"] if q["curve"] == p["curve"] + report.AMORTISED
            and q["point"] == p["point"]]
     rows.append({"curve": p["curve"], "point": p["point"],
-                 "name": _name(p["curve"], p["point"]),
+                 "name": f"{NAMES[p['curve']]}, N = {p['point'].split('_')[0][1:]}",
                  "seed_list": p["seed_list"], "reached": p["reached"], "seeds": p["seeds"],
                  "steps": p["steps"], "final": p["final"]["median"], "reused_s": reused(p),
                  "charged_s": p["time_s"]["eth10g"]["median"],
@@ -191,7 +188,6 @@ def step_pricing() -> dict:
   """How the distilled curves' training steps are priced: the curves they are priced like
   (`cost.price_like`) and the augmentation their steps apply to synthetic examples, which
   no calibrated step holds (`cost_vs_time.device_config` times the plain step)."""
-  import glob
   runs = [stored.load(p) for c in DISTILLED for p in glob.glob(
       os.path.join(data.RESULTS, "fashion_mnist", c, "*", "seed*", "results.json"))]
   augment = {((r.get("distill") or {}).get("distillation") or {}).get("train_augmentation",

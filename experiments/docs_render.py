@@ -4,12 +4,14 @@ context built from the committed JSON. Wording lives in the template, numbers in
   python -m experiments.docs_render [--write]
 
 Without --write it checks: every page is what its template renders today, else one line per
-page with the fix, exit status 1. tests/test_docs_render.py runs the check.
+page with the fix, exit status 1. tests/test_targets.py runs the check.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
+import textwrap
 from typing import Callable
 
 import jinja2
@@ -42,12 +44,23 @@ def _ratio(x: float | None) -> str:
   return "-" if x is None else f"{x:.2f}x"
 
 
+KEEP = "\u00a0"  # joins "N = 8" and "6.3 s" in a wrap (textwrap splits on ASCII spaces only)
+
+
+def _bullet(text: str) -> str:
+  """A Markdown bullet wrapped at 90 columns, a number kept with its unit, and its newline."""
+  text = re.sub(r"(\w) = (\w)", rf"\1{KEEP}={KEEP}\2", " ".join(text.split()))
+  text = re.sub(r"(\d) (s|ms|steps)\b", rf"\1{KEEP}\2", text)
+  return textwrap.fill(text, 90, break_long_words=False, break_on_hyphens=False,
+                       initial_indent="- ", subsequent_indent="  ").replace(KEEP, " ") + "\n"
+
+
 def environment() -> jinja2.Environment:
   """Templates fail on any name the context lacks (StrictUndefined), never render blanks."""
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                            undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                            trim_blocks=True, lstrip_blocks=True)
-  env.filters.update(pct=_pct, ratio=_ratio)
+  env.filters.update(pct=_pct, ratio=_ratio, bullet=_bullet)
   return env
 
 

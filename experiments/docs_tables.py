@@ -16,6 +16,7 @@ tests/test_readme.py runs the check.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import os
 import re
@@ -31,9 +32,9 @@ WRITE = "python -m experiments.docs_tables --write"
 BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
 END = "<!-- end -->"
 
-# Every anchor is (page, heading or line prefix): the tables sit after that line of that
-# page (a path relative to the repository), before its next heading. The results pages'
-# tables are rendered whole with their pages (experiments/docs_render.py), not anchored here.
+# Every anchor is (page, heading or line prefix): the table is the first after that line of
+# that page (a path relative to the repository), before its next heading. The results
+# pages' tables are rendered whole with their pages (experiments/docs_render.py).
 # step benchmarks on an accelerator: anchor -> the (code, --out file) pairs of one table
 _CROSS_ENTROPY = "bench/h200/cross_entropy/throughput_2_"
 THROUGHPUT_TABLES = {
@@ -45,10 +46,9 @@ THROUGHPUT_TABLES = {
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-  """A documented table: the `index`-th table after `anchor`, as its generator writes it."""
+  """A documented table: the first table after `anchor`, as its generator writes it."""
   name: str
   anchor: tuple[str, str]
-  index: int
   command: str  # prints this table alone
   rows: list[str]  # header, alignment, body
 
@@ -65,33 +65,22 @@ def documentation(root: str = REPO) -> dict[str, str]:
   return pages
 
 
-def _spans(lines: list[str], start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-  """Where the Markdown tables among lines[start:end] sit, each as [first, last + 1)."""
-  spans, first = [], None
-  for i in range(start, len(lines) if end is None else end):
-    if lines[i].startswith("|"):
-      first = i if first is None else first
-    elif first is not None:
-      spans.append((first, i))
-      first = None
-  return spans + ([(first, len(lines) if end is None else end)] if first is not None else [])
-
-
 def _span(lines: list[str], table: Table) -> tuple[int, int] | None:
-  """Where `table` sits among a page's lines: the index-th table after its anchor's line,
-  before the next heading (None without the line or the table)."""
-  prefix = table.anchor[1]
-  start = next((i for i, line in enumerate(lines) if line.startswith(prefix)), None)
+  """Where `table` sits among a page's lines, [first, last + 1): the first table after its
+  anchor's line, before the next heading (None without the line or the table)."""
+  start = next((i for i, line in enumerate(lines) if line.startswith(table.anchor[1])), None)
   if start is None:
     return None
-  end = next((i for i in range(start + 1, len(lines)) if re.match(r"#{1,6} ", lines[i])),
-             len(lines))
-  spans = _spans(lines, start + 1, end)
-  return spans[table.index] if table.index < len(spans) else None
-
-
-def cells(row: str) -> list[str]:
-  return [c.strip() for c in row.strip().strip("|").split("|")]
+  first = None
+  for i in range(start + 1, len(lines) + 1):
+    line = lines[i] if i < len(lines) else ""
+    if first is None and re.match(r"#{1,6} ", line):
+      return None
+    if line.startswith("|"):
+      first = i if first is None else first
+    elif first is not None:
+      return first, i
+  return None
 
 
 def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
@@ -99,10 +88,9 @@ def _kept(mine: list[str], generated: list[str]) -> list[int] | None:
   group of columns per curve) is read from the group the page puts it in: the first such
   column after the generated column of the last name before it that does not repeat (the
   group's own, e.g. "PCA-routed: steps to 85%"). None for a name not found so."""
-  header = cells(mine[0])
   full = cells(generated[0])
   kept, group = [], -1
-  for h in header:
+  for h in cells(mine[0]):
     where = [j for j, g in enumerate(full) if g == h]
     if len(where) == 1:
       kept.append(group := where[0])
@@ -125,8 +113,7 @@ def _compare(table: Table, mine: list[str]) -> list[str]:
   keep = _kept(mine, generated)
   if keep is None:
     return [f"{name}: {page} has columns not among the generated "
-            f"{cells(generated[0])}; keep only those "
-            f"(`{table.command}` prints them)"]
+            f"{cells(generated[0])}; keep only those (`{table.command}` prints them)"]
   fix = f"`{WRITE}` rewrites it (this table alone: `{table.command}`)"
   mine_rows = [cells(r) for r in mine[2:]]
   generated_rows = [[cells(r)[i] for i in keep] for r in generated[2:]]
@@ -147,16 +134,18 @@ def _throughput_tables() -> list[Table]:
     command = "python -m experiments.bench.throughput --table=" + ",".join(
         f"'{label}'=experiments/results/{path}" for label, path in runs)
     [rows] = tables(throughput.table(pairs))
-    out.append(Table(f"throughput {anchor[1]}", anchor, 0, command, rows))
+    out.append(Table(f"throughput {anchor[1]}", anchor, command, rows))
   return out
 
 
 # Each family of tables (a name for --skip) and how it is regenerated.
-FAMILIES: dict[str, Callable[[], list[Table]]] = {
-    "throughput": _throughput_tables}
-
-
+FAMILIES: dict[str, Callable[[], list[Table]]] = {"throughput": _throughput_tables}
 PROSE = "prose"  # the family of readme_page's regions, checked and written apart
+
+
+def regenerate(skip=()) -> list[Table]:
+  """Every documented table but the skipped families'."""
+  return [t for family, generate in FAMILIES.items() if family not in skip for t in generate()]
 
 
 def regions(text: str) -> dict[str, tuple[int, int]]:
@@ -183,15 +172,11 @@ def _first_difference(mine: list[str], rendered: list[str]) -> str:
           f"{' '.join(b[max(0, i - 4):i + 4])!r}")
 
 
-_RENDERED: dict[Callable, list[str]] = {}
-
-
-def _rendered(render: Callable[[], str]) -> list[str]:
-  """A template's lines, rendered once per process: the committed JSON it reads does not
+@functools.lru_cache(maxsize=None)
+def _rendered(render: Callable[[], str]) -> tuple[str, ...]:
+  """A region's lines, rendered once per process: the committed JSON it reads does not
   change under a check (the docs tests check many edited copies of the pages against it)."""
-  if render not in _RENDERED:
-    _RENDERED[render] = render().split("\n")
-  return list(_RENDERED[render])
+  return tuple(render().split("\n"))
 
 
 def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], list[str]]:
@@ -203,73 +188,62 @@ def _prose(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str], l
   pages, errors, stale = dict(pages), [], []
   for page, text in pages.items():
     for name in regions(text):
-      if name not in readme_page.TEMPLATES or readme_page.TEMPLATES[name][0] != page:
+      if readme_page.TEMPLATES.get(name, (None,))[0] != page:
         errors.append(f"prose {name}: {page} holds a generated region no template of "
                       f"experiments/readme_page.py renders for it")
   for name, (page, render) in readme_page.TEMPLATES.items():
-    lines = _lines(pages, page)
     where = regions(pages.get(page, "")).get(name)
     if where is None:
       errors.append(f"prose {name}: no `<!-- generated: {name} -->` ... `{END}` "
                     f"region in {page}; put one where the paragraph goes and run `{WRITE}`")
       continue
     try:
-      rendered = _rendered(render)
+      rendered = list(_rendered(render))
     except readme_page.Contradicted as e:
       errors.append(f"prose {name}: the results contradict its template's wording ({e}); "
-                    "rewrite the template in experiments/readme_page.py")
+                    "rewrite the template in docs/templates/")
       continue
+    lines = pages[page].split("\n")
     mine = lines[where[0]:where[1]]
     if mine != rendered:
       stale.append(f"prose {name}: {page} (lines {where[0] + 1}-{where[1]}) reads "
-                    f"{_first_difference(mine, rendered)}; `{WRITE}` rewrites it")
+                   f"{_first_difference(mine, rendered)}; `{WRITE}` rewrites it")
       lines[where[0]:where[1]] = rendered
       pages[page] = "\n".join(lines)
   return pages, errors, stale
 
 
-def regenerate(skip=()) -> tuple[list[Table], list[str]]:
-  """Every documented table but the skipped families', and why any family has none."""
-  return [t for family, generate in FAMILIES.items() if family not in skip
-          for t in generate()], []
-
-
-def _lines(pages: dict[str, str], page: str) -> list[str]:
-  """A page's lines: joined with "\n" they give it back byte for byte."""
-  return pages.get(page, "").split("\n")
-
-
-def _mine(pages: dict[str, str], table: Table) -> list[str]:
-  lines = _lines(pages, table.anchor[0])
-  span = _span(lines, table)
-  return lines[span[0]:span[1]] if span else []
+def _mine(pages: dict[str, str], table: Table) -> tuple[list[str], tuple[int, int] | None]:
+  """A page's lines (joined with "\\n" they give it back byte for byte) and where `table`
+  sits among them."""
+  lines = pages.get(table.anchor[0], "").split("\n")
+  return lines, _span(lines, table)
 
 
 def mismatches(pages: dict[str, str], skip=()) -> list[str]:
-  """Every documented table that differs from its regeneration, one line each."""
-  tables, errors = regenerate(skip)
-  for table in tables:
-    errors += _compare(table, _mine(pages, table))
+  """Every documented table and region that differs from its regeneration, one line each."""
+  errors = []
+  for table in regenerate(skip):
+    lines, span = _mine(pages, table)
+    errors += _compare(table, lines[span[0]:span[1]] if span else [])
   _, prose_errors, stale = _prose(pages, skip)
   return errors + prose_errors + stale
 
 
 def write(pages: dict[str, str], skip=()) -> tuple[dict[str, str], list[str]]:
-  """The pages with every documented table regenerated, and the tables that could not be
-  written (not found, or columns the generator does not write)."""
-  tables, errors = regenerate(skip)
-  pages = dict(pages)
-  for table in tables:
-    lines = _lines(pages, table.anchor[0])
-    span = _span(lines, table)
+  """The pages with every documented table and region regenerated, and those that could not
+  be written (not found, unknown columns, contradicted)."""
+  pages, errors = dict(pages), []
+  for table in regenerate(skip):
+    lines, span = _mine(pages, table)
     mine = lines[span[0]:span[1]] if span else []
     keep = _kept(mine, table.rows) if mine else None
     if keep is None:
       errors += _compare(table, mine)
       continue
-    body = (table.rows[2:] if keep == list(range(len(cells(table.rows[0])))) else
-            ["| " + " | ".join(cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
-    lines[span[0]:span[1]] = mine[:2] + body
+    lines[span[0]:span[1]] = mine[:2] + (
+        table.rows[2:] if keep == list(range(len(cells(table.rows[0])))) else
+        ["| " + " | ".join(cells(r)[i] for i in keep) + " |" for r in table.rows[2:]])
     pages[table.anchor[0]] = "\n".join(lines)
   pages, prose_errors, _ = _prose(pages, skip)  # a stale region is written, not an error
   return pages, errors + prose_errors

@@ -9,8 +9,6 @@ import glob
 import json
 import os
 
-from absl import app
-
 from ensemble_jax import stored
 from experiments import docs_data as data
 from experiments import lipt_pipeline
@@ -18,10 +16,6 @@ from experiments import lipt_pipeline
 WORKDIR = os.path.join(data.RESULTS, "lipt")
 PHASES = ("full", "coreset", "finetune")
 COMMAND = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
-
-
-def _span(values) -> dict:
-  return {"min": min(values), "max": max(values)}
 
 
 def table() -> list[str]:
@@ -61,22 +55,18 @@ def context() -> dict:
       "warm": coreset[0]["target"]["value"], "target": finetune[0]["target"]["value"],
       "budget": coreset[0]["step_budget"],
       "proxy": [r["distill"]["proxy"]["accuracy"] for r in coreset],
-      "coreset_sizes": _span([r["distill"]["pool_size"] for r in coreset]),
+      "coreset_sizes": data.spread([r["distill"]["pool_size"] for r in coreset]),
       "coreset_final": [r["final"]["accuracy"] for r in coreset],
       "coreset_reached": sum(r["target"]["reached"] for r in coreset),
-      "full_to_warm": _span([r["full_steps_to_warm"] for r in rows]),
-      "finetune": _span([r["finetune_steps"] for r in rows if r["finetune_steps"] is not None]),
-      "full_to_target": _span([r["full_steps_to_target"] for r in rows]),
+      "full_to_warm": data.spread([r["full_steps_to_warm"] for r in rows]),
+      "finetune": data.spread([r["finetune_steps"] for r in rows
+                               if r["finetune_steps"] is not None]),
+      "full_to_target": data.spread([r["full_steps_to_target"] for r in rows]),
       "speedups": sum(any("speedup" in k for k in r) for r in rows),
       "published": lipt_pipeline.PUBLISHED, "gflops_per_step": flops / 1e9,
-      "build_tflops": _span([r["build_tflops"] for r in rows]),
-      "step_s": _span([r["step_time_s"] for r in every])}
-
-
-def main(argv) -> None:
-  del argv
-  print(json.dumps(context(), indent=1, default=str))
+      "build_tflops": data.spread([r["build_tflops"] for r in rows]),
+      "step_s": data.spread([r["step_time_s"] for r in every])}
 
 
 if __name__ == "__main__":
-  app.run(main)
+  print(json.dumps(context(), indent=1, default=str))

@@ -12,9 +12,10 @@ import glob
 import json
 import os
 
-from ensemble_jax import config_lib, costs, report, stored
+from ensemble_jax import config_lib, costs, stored
 from ensemble_jax import record as record_lib
 from experiments import cost_vs_time_page, targets
+from experiments import docs_data as data
 from experiments.docs_data import RESULTS, load_json
 # the cost-vs-time studies whose routed runs read a re-timed pool build
 ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
@@ -23,8 +24,7 @@ ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_
 def budget(sub: str) -> dict:
   """A grid's budget in examples (windows) and its multiple of what data-parallel on one
   device needs to reach the target (its reported seeds' median steps x its batch)."""
-  pts = report.points(report.load_runs(os.path.join(RESULTS, sub)))
-  d1 = next(p for p in pts if (p["curve"], p["point"]) == ("data_parallel", "D1"))
+  d1 = data.point(sub, "data_parallel", "D1")
   run = stored.load(sorted(glob.glob(os.path.join(
       RESULTS, sub, "data_parallel", "D1", "seed*", "results.json")))[-1])
   fraction = run["config"]["train"].get("schedule_fraction", 1.0)
@@ -38,8 +38,7 @@ def budget(sub: str) -> dict:
 def winners_curse() -> dict:
   """Over both grids' points that reached on every seed: how often the tuning seed's chosen
   run took at most as many steps as every reported seed (chance: one in seeds + 1)."""
-  pts = [p for sub in cost_vs_time_page.GRIDS
-         for p in report.points(report.load_runs(os.path.join(RESULTS, sub)))
+  pts = [p for sub in cost_vs_time_page.GRIDS for p in data.grid(sub)
          if p["reached"] == p["seeds"] and p["tuning_seed_steps"]]
   low = sum(p["tuning_seed_steps"] <= p["steps"]["min"] for p in pts)
   return {"low": low, "points": len(pts),

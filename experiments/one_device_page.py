@@ -76,20 +76,14 @@ def context() -> dict:
         "cpu_steps": cpu, "cpu_runs": "seed runs" if dict(trained) == chosen else "superseded/",
         "steps_overlap": bool(cpu and p["steps"]["min"] <= cpu["max"]
                               and p["steps"]["max"] >= cpu["min"])})
-  baselines = set(report.baseline_curves(pts))
   first = min(rows, key=lambda r: r["host"]["median"])
-  best = None
-  for curve in sorted({p["curve"] for p in pts} - baselines):
+  methods = sorted({p["curve"] for p in pts} - set(report.baseline_curves(pts)))
+  for curve in methods:  # one device has no collectives: every preset reads the same
     for m in report.matched(pts, curve, "nvlink"):
       if "time" in m["ahead"]:
         raise ValueError(f"{curve} {m['point']} is ahead of every baseline on one device: "
                          "word the page's answer for it")
-      if m["time"] is not None and (best is None or m["time"][0] > best["ratio"]):
-        best = {"ratio": m["time"][0], "range": list(m["time_range"]),
-                "name": data.point_name(curve, m["point"]),
-                "vs": data.point_name(*m["time"][1].split())}
-  if best:
-    best["verdict"] = targets.verdict_word(best["ratio"], best["range"])
+  best = targets.best_matched(pts, methods, "time")
   run = next(iter(runs))
   host = data.results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
   return {"rows": rows, "first": first, "others": [r for r in rows if r is not first],

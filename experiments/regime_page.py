@@ -13,8 +13,6 @@ import json
 import os
 import re
 
-from absl import app
-
 from ensemble_jax import stored
 from experiments import docs_data as data
 from experiments import many_workers_table, projection, targets
@@ -22,44 +20,19 @@ from experiments.docs_data import tables
 from experiments.sweeps import critical_batch
 
 # Each critical-batch sweep (experiments/results/critical_batch/<name>): its label, the
-# cost-vs-time grid and curve whose largest batch it extends, the batch's unit.
-SWEEPS = (("fashion", "Fashion-MNIST", "fashion_mnist", "data_parallel", "images"),
+# cost-vs-time grid and curve whose largest batch it extends, the batch's unit, and the
+# sweep's (--workload, --grid).
+SWEEPS = (("fashion", "Fashion-MNIST", "fashion_mnist", "data_parallel", "images",
+           ("fashion", "full")),
           ("fashion_small_model", "Fashion-MNIST's small model", "fashion_mnist",
-           "dp_small_model", "images"),
-          ("pydocs", "The Python docs", "pydocs_gpt2", "data_parallel", "windows"))
-# the critical-batch sweep per results directory: (--workload, --grid)
-CRITICAL_BATCH_GRIDS = {"fashion": ("fashion", "full"), "pydocs": ("pydocs", "full"),
-                        "fashion_small_model": ("fashion", "small_model")}
+           "dp_small_model", "images", ("fashion", "small_model")),
+          ("pydocs", "The Python docs", "pydocs_gpt2", "data_parallel", "windows",
+           ("pydocs", "full")))
 MANY_WORKERS = {"fashion": "Fashion-MNIST", "pydocs": "the Python docs"}  # many_workers_table's
 # The projections (experiments/results/projection/<name>.json): measured models first.
 PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
                "fashion_mnist_whatif_resnet50_pools_charged", "pydocs_gpt2_whatif_gpt2_small",
                "pydocs_gpt2_whatif_gpt2_small_pools_charged")
-
-
-def critical_batch_table(name: str) -> list[str]:
-  """A critical-batch sweep's table, from its runs (`critical_batch.table`)."""
-  workload, grid = CRITICAL_BATCH_GRIDS[name]
-  summary = critical_batch.summarize(os.path.join(data.RESULTS, "critical_batch", name),
-                                     critical_batch.load_workload(workload, grid))
-  [rows] = tables(critical_batch.table(summary))
-  return rows
-
-
-def many_worker_table(workload: str) -> list[str]:
-  """A many-worker sweep's table (fashion or pydocs), from its reported seeds."""
-  w = many_workers_table.WORKLOADS[workload]
-  runs = many_workers_table.load(os.path.join(data.REPO, w.workdir))
-  [rows] = tables(many_workers_table.table(runs, workload,
-                                           many_workers_table.grid_sizes(workload)))
-  return rows
-
-
-def grid_batch(grid: str, curve: str) -> int:
-  """The largest global batch a cost-vs-time grid's `curve` trains (its runs'
-  examples_per_step)."""
-  return max(stored.load(p)["examples_per_step"] for p in glob.glob(
-      os.path.join(data.RESULTS, grid, curve, "*", "seed*", "results.json")))
 
 
 def _place(batch: int, knee: int, flat: int) -> str:
@@ -71,16 +44,21 @@ def _place(batch: int, knee: int, flat: int) -> str:
   return "past_knee" if batch < flat else "past_fall"
 
 
-def sweep(name: str, label: str, grid: str, curve: str, unit: str) -> dict:
-  """One critical-batch sweep: its table, fit, knee (`critical_batch.stops_halving`) and
-  where its steps stop falling (`critical_batch.stops_falling`), against its grid's batch."""
+def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> dict:
+  """One critical-batch sweep: its table (`critical_batch.table` of its runs), fit, knee
+  (`critical_batch.stops_halving`) and where its steps stop falling (`stops_falling`),
+  against the largest global batch its grid's `curve` trains (its runs' examples_per_step)."""
   summary = data.load_json("critical_batch", name, "summary.json")
+  [table] = tables(critical_batch.table(critical_batch.summarize(
+      os.path.join(data.RESULTS, "critical_batch", name),
+      critical_batch.load_workload(*workload))))
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
-  largest = grid_batch(grid, curve)
+  largest = max(stored.load(p)["examples_per_step"] for p in glob.glob(
+      os.path.join(data.RESULTS, grid, curve, "*", "seed*", "results.json")))
   readings = critical_batch._b_simple_readings(summary["rows"])
   return {"name": name, "label": label, "unit": unit, "target": summary["target"],
-          "per_device": summary["per_device"], "table": critical_batch_table(name),
+          "per_device": summary["per_device"], "table": table,
           "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
           "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
           "flat_is_largest": flat is rows[-1], "smallest": rows[0], "largest": rows[-1],
@@ -96,15 +74,19 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str) -> dict:
 
 
 def many_workers(workload: str) -> dict:
-  """A many-worker sweep: its table, the steps L its points train, its curves."""
+  """A many-worker sweep: its table (of its reported seeds), the steps L its points train,
+  its curves."""
   w = many_workers_table.WORKLOADS[workload]
+  [table] = tables(many_workers_table.table(
+      many_workers_table.load(os.path.join(data.REPO, w.workdir)), workload,
+      many_workers_table.grid_sizes(workload)))
   points = {os.path.basename(p) for p in glob.glob(os.path.join(
       data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
   lengths = sorted({int(re.search(r"_L(\d+)", p)[1]) for p in points})
   workers = sorted({int(re.match(r"N(\d+)_", p)[1]) for p in points})
   return {"workload": workload, "label": MANY_WORKERS[workload], "target": w.target,
           "workdir": w.workdir, "lengths": lengths, "workers": workers,
-          "table": many_worker_table(workload),
+          "table": table,
           "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
 
 
@@ -149,10 +131,5 @@ def context() -> dict:
           "max_devices": max(projection.DEVICES), "verdicts": targets.VERDICTS}
 
 
-def main(argv) -> None:
-  del argv
-  print(json.dumps(context(), indent=1, default=str))
-
-
 if __name__ == "__main__":
-  app.run(main)
+  print(json.dumps(context(), indent=1, default=str))

@@ -10,8 +10,6 @@ import json
 import os
 import statistics
 
-from absl import app
-
 from ensemble_jax import stored
 from experiments import targets
 from experiments.docs_data import REPO, tables
@@ -73,10 +71,5 @@ def context() -> dict:
   return {"reference": REFERENCE, "workloads": [workload(w) for w in samplers.WORKLOADS]}
 
 
-def main(argv) -> None:
-  del argv
-  print(json.dumps(context(), indent=1, default=str))
-
-
 if __name__ == "__main__":
-  app.run(main)
+  print(json.dumps(context(), indent=1, default=str))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 
 from absl import app, flags
@@ -20,12 +21,27 @@ from absl import app, flags
 from ensemble_jax import config_lib, report, stored
 from experiments import docs_data as data
 
-# Per workload: its ceilings study and the studies read at every rung (the first is the
-# one-target study the README's answer was measured in), under experiments/results/.
+# Per workload: its ceilings study (`ceiling_curves`: the curves of it that are ceilings; all
+# when absent), the studies read at every rung (the first is the one-target study the README's
+# answer was measured in), under experiments/results/, the rungs the page reads by name, and
+# `below_ceiling`: read too the highest rung this far below the single model's ceiling and
+# the lowest above it that the highest ceiling reaches (None: the named rungs only).
 WORKLOADS = {
     "fashion_mnist": {"name": "Fashion-MNIST", "ceilings": "fashion_mnist_ceilings",
                       "studies": ("fashion_mnist", "fashion_mnist_ceilings",
-                                  "fashion_mnist_ladder")},
+                                  "fashion_mnist_ladder"),
+                      "named_rungs": (0.85, 0.88, 0.90), "below_ceiling": 0.005,
+                      "length": "epochs",
+                      # (study, curve, N): the deep ensemble, every worker the single
+                      # model's best length on the whole data (`deep_ensemble`)
+                      "deep_ensemble": ("fashion_mnist_ladder", "ensemble", 4)},
+    # The docs' ceilings are the ladder's own fixed lengths of the single models (1, 2 and 4
+    # budgets: 0.46-1.85 passes): the best within them, a lower bound.
+    "pydocs_gpt2": {"name": "the Python docs", "ceilings": "pydocs_gpt2_ladder",
+                    "ceiling_curves": ("data_parallel", "dp_small_model"),
+                    "studies": ("pydocs_gpt2", "pydocs_gpt2_ladder"),
+                    "named_rungs": (14.0, 12.0, 11.0), "below_ceiling": None,
+                    "length": "passes over the corpus"},
 }
 # A rung's verdict, from its closest method point's ratio and its range over the seeds.
 VERDICTS = {"beats": "beats the strongest baseline on every seed",
@@ -48,10 +64,11 @@ def verdict_word(ratio: float | None, seed_range: tuple[float, float] | None,
 
 
 def _epochs(r: dict) -> float:
-  return r["step_budget"] * r["examples_per_step"] / r["data"]["train_examples"]
+  """The run's length in passes over the training set (epochs)."""
+  return report.passes(r, r["step_budget"])
 
 
-def ceilings(results_dir: str) -> list[dict]:
+def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[dict]:
   """Per model (curve) of a ceilings study: each length's final metric over its reported
   seeds (the tuning seed's run chose the rate: left out when others ran), and the ceiling,
   the best length's median. `plateau`: the first length whose doubling gained less than
@@ -60,6 +77,8 @@ def ceilings(results_dir: str) -> list[dict]:
   out = []
   for curve_dir in sorted(glob.glob(os.path.join(results_dir, "*", ""))):
     curve = os.path.basename(os.path.dirname(curve_dir))
+    if curves is not None and curve not in curves:
+      continue
     lengths = []
     for point_dir in glob.glob(os.path.join(curve_dir, "*", "")):
       runs = [stored.load(p) for p in glob.glob(os.path.join(point_dir, "seed*",
@@ -101,6 +120,31 @@ def ceilings(results_dir: str) -> list[dict]:
                 "plateau": plateau and plateau["point"],
                 "plateau_epochs": plateau and round(plateau["epochs"])})
   return out
+
+
+def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> dict | None:
+  """The ensemble of `n` whose every worker trained the single model's best length on the
+  whole data (its point `N<n>_E<epochs>`), as a ceilings row: its reported seeds' final
+  metric at the point's choice; None until it has run."""
+  point = f"N{n}_E{single['best_epochs']}"
+  paths = glob.glob(os.path.join(study_dir, curve, point, "seed*", "results.json"))
+  runs = report.reported([stored.load(p) for p in paths], seeds=report.result_seeds)
+  if not runs:
+    return None
+  metric = runs[0]["target"]["metric"]
+  final = {**data.spread([r["final"][metric] for r in runs]), "seeds": len(runs)}
+  tuning = runs[0].get("tuning") or {}
+  length = {"point": point, "epochs": single["best_epochs"], "final": final,
+            "seed_list": sorted(r["config"]["seed"] for r in runs),
+            "eval_examples": runs[0]["final"].get("num_examples"),
+            "peak_learning_rate": tuning.get("peak_learning_rate"),
+            "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
+            "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric}
+  return {"curve": curve, "model": f"the deep ensemble (N = {n})",
+          "architecture": f"{n} x {data.model_name(runs[0]['config'])}",
+          "params": n * runs[0].get("num_params_per_worker", 0), "lengths": [length],
+          "ceiling": final, "best_point": point, "best_epochs": single["best_epochs"],
+          "plateau": None, "plateau_epochs": None, "deep_ensemble": True}
 
 
 def rungs(dirs: list[str]) -> list[float]:
@@ -151,6 +195,7 @@ def closest(pts: list[dict]) -> dict:
   fastest = min(report._reached(pts, baselines, report.PRESETS[0]), default=None)
   strongest = out["time"]["vs"] if out["time"] else fastest[2] if fastest else None
   out["strongest"] = strongest and data.point_name(*strongest.split())
+  out["strongest_point"] = strongest
   best = max((b for b in (out["time"], out["compute"]) if b), key=lambda b: b["ratio"],
              default=None)
   out["best"] = best
@@ -172,6 +217,11 @@ def at_rung(dirs: list[str], value: float) -> dict:
   baselines = set(report.baseline_curves(pts))
   methods = sorted({p["curve"] for p in pts} - baselines)
   c = closest(pts)
+  # the passes over the training set each named point took to the rung (median of its seeds)
+  passes = {f"{p['curve']} {p['point']}": p["passes"] and p["passes"]["median"] for p in pts}
+  for best in (c["time"], c["compute"]):
+    if best:
+      best["passes"], best["vs_passes"] = passes.get(best["point"]), passes.get(best["vs"])
   row = {"value": value, "method_points": sum(p["curve"] in methods for p in pts),
          "baseline_points": sum(p["curve"] in baselines for p in pts),
          "baselines_reaching": sum(p["curve"] in baselines and p["reached"] == p["seeds"]
@@ -179,43 +229,60 @@ def at_rung(dirs: list[str], value: float) -> dict:
          # points some of whose seeds stand at another rung's choice (none of its own)
          "off_choice_points": len({(r["curve"], r["point"]) for r in runs
                                    if not r["rung_choice"]}),
-         "strongest": c["strongest"], "time": c["time"], "compute": c["compute"],
+         "strongest": c["strongest"],
+         "strongest_passes": c["strongest_point"] and passes.get(c["strongest_point"]),
+         "time": c["time"], "compute": c["compute"],
          "verdict": c["verdict"]}
   return row
 
 
-def study_rungs(values: list[float], single_ceiling: float | None,
-                top_ceiling: float | None) -> list[float]:
-  """The rungs the page reads (every other stays in the JSON): 85%, 88%, 90%, the highest
-  rung at least half a point below the single model's ceiling, and the lowest above it that
-  the highest ceiling (a wider model's, a deep ensemble's) still reaches."""
-  named = [v for v in (0.85, 0.88, 0.90) if v in values]
-  if single_ceiling is not None:
-    below = [v for v in values if v <= single_ceiling - 0.005 + 1e-9]
+def study_rungs(values: list[float], named: tuple[float, ...], single_ceiling: float | None,
+                top_ceiling: float | None, below_ceiling: float | None) -> list[float]:
+  """The rungs the page reads (every other stays in the JSON): the `named` ones tracked and,
+  with `below_ceiling`, the highest rung at least that far below the single model's ceiling
+  and the lowest above it that the highest ceiling (a wider model's, a deep ensemble's) still
+  reaches (accuracy: higher is harder)."""
+  out = [v for v in named if any(math.isclose(v, t) for t in values)]
+  if below_ceiling is not None and single_ceiling is not None:
+    below = [v for v in values if v <= single_ceiling - below_ceiling + 1e-9]
     between = [v for v in values if single_ceiling < v <= (top_ceiling or 0.0)]
-    named += [max(below)] if below else []
-    named += [min(between)] if between else []
-  return sorted(set(named))
+    out += [max(below)] if below else []
+    out += [min(between)] if between else []
+  lower = bool(values) and values[0] > values[-1]  # listed easiest first
+  return sorted(set(out), reverse=lower)
 
 
 def context(workload: str = "fashion_mnist") -> dict:
   """What docs/results/targets.md is rendered from."""
   w = WORKLOADS[workload]
   dirs = [os.path.join(data.RESULTS, s) for s in w["studies"]]
-  ceiling_rows = ceilings(os.path.join(data.RESULTS, w["ceilings"]))
+  ceiling_rows = ceilings(os.path.join(data.RESULTS, w["ceilings"]), w.get("ceiling_curves"))
   single = next((c for c in ceiling_rows if c["curve"] == report.BASELINE), None)
   single_ceiling = single["ceiling"]["median"] if single else None
+  if single and w.get("deep_ensemble"):
+    study, curve, n = w["deep_ensemble"]
+    ceiling_rows += [row] if (row := deep_ensemble(
+        os.path.join(data.RESULTS, study), curve, n, single)) else []
   values = rungs(dirs)
-  top_ceiling = max((c["ceiling"]["median"] for c in ceiling_rows), default=None)
-  ladder = [at_rung(dirs, v) for v in study_rungs(values, single_ceiling, top_ceiling)]
-  for row in ladder:
-    row["above_single_ceiling"] = bool(single and row["value"] > single_ceiling)
+  lower = bool(values) and values[0] > values[-1]  # rungs listed easiest first
+  top_ceiling = (min if lower else max)((c["ceiling"]["median"] for c in ceiling_rows),
+                                        default=None)
+  ladder = [at_rung(dirs, v) for v in study_rungs(
+      values, w["named_rungs"], single_ceiling, top_ceiling, w["below_ceiling"])]
+  deep = next((f"{c['curve']} {c['best_point']}" for c in ceiling_rows
+               if c.get("deep_ensemble")), None)
+  for row in ladder:  # harder than the single model's ceiling
+    for best in (row["time"], row["compute"]):
+      if best and best["point"] == deep:
+        best["name"] += " (the deep ensemble)"
+    row["above_single_ceiling"] = bool(single) and (
+        row["value"] < single_ceiling if lower else row["value"] > single_ceiling)
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
           "by_verdict": by_verdict, "verdicts": VERDICTS,
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
-          "figure": f"experiments/results/targets/{workload}.png"}
+          "figure": f"experiments/results/targets/{workload}.png", "length": w["length"]}
 
 
 def plot(ctx: dict, path: str) -> None:

@@ -77,8 +77,8 @@ def test_each_rung_reads_the_runs_that_tracked_it_and_labels_one_above_the_ceili
     _plant(ladder, "ensemble", "N4_L469", seed, 0.86, {0.85: 300},
            source="ensemble/N4_L469/seed1")
   monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
-  monkeypatch.setitem(targets.WORKLOADS, "planted",
-                      {"name": "planted", "ceilings": "ceil", "studies": ("ceil", "ladder")})
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder")})
   ctx = targets.context("planted")
   assert ctx["tracked_rungs"] == [0.85, 0.88, 0.90, 0.905]
   rows = {r["value"]: r for r in ctx["ladder"]}
@@ -137,3 +137,60 @@ def test_a_rung_whose_choice_differs_reads_its_own_seeds_or_says_it_has_none(tmp
       "p", "tune", "lr0.003")
   c.tune.report_targets = (0.85,)
   assert tuning_lib.rung_choices(c, tuning) == {}
+
+
+def test_a_perplexity_ladder_reads_its_named_rungs_and_counts_passes(tmp_path, monkeypatch):
+  """Lower is better: the docs' rungs 14, 12, 11 read easiest first, one below the single
+  model's ceiling (11.5) labelled above it; the ceilings are the ladder's own single-model
+  curves only; each rung says the passes over the corpus its points took to reach it."""
+  source = "pydocs_gpt2/data_parallel/D8/seed1"
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  for seed in (1, 2, 3):
+    for curve, final, steps in (("data_parallel", 11.5, {14.0: 100, 13.0: 150, 12.0: 200,
+                                                          11.0: None}),
+                                ("ensemble_tfidf_routed_small", 11.8,
+                                 {14.0: 300, 13.0: 400, 12.0: 500, 11.0: None})):
+      r = stored.load(os.path.join(COMMITTED.removesuffix("fashion_mnist"), source,
+                                   "results.json"))
+      r["config"]["seed"] = seed
+      r["final"]["perplexity"] = final
+      r["targets"] = [{**r["target"], "value": v, "reached": s is not None,
+                       "reached_step": s, "resolution_steps": 1 if s else None}
+                      for v, s in steps.items()]
+      r["target"] = r["targets"][0]
+      d = tmp_path / "ladder" / curve / "D8_W1" / f"seed{seed}"
+      d.mkdir(parents=True)
+      (d / "results.json").write_text(json.dumps(r))
+  monkeypatch.setitem(targets.WORKLOADS, "planted_text", {
+      **targets.WORKLOADS["pydocs_gpt2"], "ceilings": "ladder", "studies": ("ladder",)})
+  ctx = targets.context("planted_text")
+  assert ctx["tracked_rungs"] == [14.0, 13.0, 12.0, 11.0]
+  assert [c["curve"] for c in ctx["ceilings"]] == ["data_parallel"]  # not the experts
+  assert ctx["single"]["ceiling"]["median"] == pytest.approx(11.5)
+  rows = {r["value"]: r for r in ctx["ladder"]}
+  assert list(rows) == [14.0, 12.0, 11.0]  # 13 tracked, not read
+  assert [v for v, r in rows.items() if r["above_single_ceiling"]] == [11.0]
+  r = stored.load(os.path.join(COMMITTED.removesuffix("fashion_mnist"), source,
+                               "results.json"))
+  per_pass = r["examples_per_step"] / r["data"]["train_windows"]
+  assert rows[12.0]["strongest_passes"] == pytest.approx(200 * per_pass)
+
+
+def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
+    tmp_path, monkeypatch):
+  """N = 4 whose every worker trained the single model's best length (4 epochs here) is the
+  deep ensemble's ceilings row; N = 4 at 2 epochs is not."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "ceil", "data_parallel", "D8_E4", seed, 0.900, {0.85: 80},
+           budget=4 * 60_000 // 512)
+    for epochs, final in ((2, 0.905), (4, 0.915)):
+      _plant(tmp_path / "ladder", "ensemble", f"N4_E{epochs}", seed, final, {0.85: 300},
+             source="ensemble/N4_L469/seed1")
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder"),
+      "deep_ensemble": ("ladder", "ensemble", 4)})
+  rows = {c["model"]: c for c in targets.context("planted")["ceilings"]}
+  deep = rows["the deep ensemble (N = 4)"]
+  assert deep["best_point"] == "N4_E4" and deep["ceiling"]["median"] == pytest.approx(0.915)
+  assert deep["architecture"] == "4 x resnet18 width 8" and deep["ceiling"]["seeds"] == 3
