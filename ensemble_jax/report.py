@@ -116,7 +116,7 @@ def load_runs(results_dir: str, target_value: float | None = None) -> list[dict]
 def passes(r: dict, steps: int) -> float | None:
   """The passes over the training set that `steps` steps of the run `r` read, all its models
   together (examples, or windows of text); None where the record lacks the sizes."""
-  size = r["data"].get("train_examples") or r["data"].get("train_windows")
+  size = r.get("data", {}).get("train_examples") or r.get("data", {}).get("train_windows")
   return steps * r["examples_per_step"] / size if size and r.get("examples_per_step") else None
 
 

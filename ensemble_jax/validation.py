@@ -167,24 +167,32 @@ def _checked_entry(entry, model_json: str, task: str, image_size: int, context: 
     # multi-process run's jax.distributed.initialize
     variables = jax.eval_shape(lambda x: model.init(jax.random.key(0), x, train=False),
                                inputs)
+    has_bn = "batch_stats" in variables
+    if has_bn and not entry.batchnorm:
+      return ("its variables hold BatchNorm statistics but its entry says batchnorm=False: "
+              "declare batchnorm=True (the module then takes bn_axis_name and bn_groups)")
+    if entry.batchnorm and not all(hasattr(model, f) for f in ("bn_axis_name", "bn_groups")):
+      return ("its entry says batchnorm=True but the module has no bn_axis_name / bn_groups "
+              "fields: add them, or declare batchnorm=False")
+    if entry.features:
+      _, sown = jax.eval_shape(functools.partial(model.apply, train=False,
+                                                 mutable=["intermediates"]), variables, inputs)
+      if "features" not in sown.get("intermediates", {}):
+        return ("its entry says features=True but it sows no intermediates/features: "
+                "self.sow('intermediates', 'features', x_BxD), or declare features=False")
   except config_lib.UndeclaredField as e:  # it read a field it does not declare
     return str(e)
-  except (ValueError, TypeError) as e:
-    return f"its abstract model fails on this config.model: {e}"
-  has_bn = "batch_stats" in variables
-  if has_bn and not entry.batchnorm:
-    return ("its variables hold BatchNorm statistics but its entry says batchnorm=False: "
-            "declare batchnorm=True (the module then takes bn_axis_name and bn_groups)")
-  if entry.batchnorm and not all(hasattr(model, f) for f in ("bn_axis_name", "bn_groups")):
-    return ("its entry says batchnorm=True but the module has no bn_axis_name / bn_groups "
-            "fields: add them, or declare batchnorm=False")
-  if entry.features:
-    _, sown = jax.eval_shape(functools.partial(model.apply, train=False,
-                                               mutable=["intermediates"]), variables, inputs)
-    if "features" not in sown.get("intermediates", {}):
-      return ("its entry says features=True but it sows no intermediates/features: "
-              "self.sow('intermediates', 'features', x_BxD), or declare features=False")
+  except Exception as e:  # noqa: BLE001  (the entry's own code; an interrupt or SystemExit
+    return _model_raised(e)  # is no Exception: it goes on)
   return ""
+
+
+def _model_raised(e: Exception) -> str:
+  """What the entry's own code raised at the abstract check, as one line with the fix."""
+  said = next((line.strip() for line in str(e).splitlines() if line.strip()), "no message")
+  return (f"its abstract model (jax.eval_shape on a batch of 2) raised {type(e).__name__}: "
+          f"{said.rstrip('.')}; fix the model for this config.model (its create or "
+          "__call__), or choose another model.name.")
 
 
 def _check_model_entry(entry, model_dict: dict, task: str, image_size: int,

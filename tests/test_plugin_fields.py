@@ -144,3 +144,79 @@ def test_a_model_reading_a_field_it_does_not_declare_is_refused_at_validation(pl
       "config.model.name='fieldy_mlp': model 'fieldy_mlp' read config.model.width, which it "
       "does not declare: add 'width' to its fields= (validation, resume and results.json's "
       "model_fields_read then cover it).")
+
+
+# A model whose forward pass has a bug of the user's: `{body}` raises at validation's
+# abstract check (`jax.eval_shape` of its init), before anything trains.
+RAISING_PLUGIN = '''
+import flax.linen as nn
+import jax.numpy as jnp
+
+from ensemble_jax import models
+
+
+class Buggy(nn.Module):
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    x = jnp.reshape(x, (x.shape[0], -1))
+    {body}
+
+
+@models.MODELS.register("buggy_mlp", task="classification", fields=())
+def create(model_config, num_classes, context, in_loop):
+  return Buggy(num_classes)
+'''
+
+USER_BUGS = {  # the exception: a __call__ that raises it, what its message says
+    "KeyError": ('return {"logits": x}["scores"]', "'scores'"),
+    "AttributeError": ("return x.logits", "logits"),
+    "IndexError": ("return x[:, :x.shape[3]]", "tuple index out of range"),
+    "NotImplementedError": ('raise NotImplementedError("the stem is not written yet")',
+                            "the stem is not written yet"),
+    "ZeroDivisionError": ("return x * (1 // 0)", "division"),
+    "TypeError": ("return nn.Dense(self.num_classes)(x) @ jnp.ones((3, 3))", "dot_general"),
+}
+
+
+@pytest.fixture
+def buggy_model(tmp_path):
+  """Writes a plugin whose model raises; unregisters it and forgets its modules after."""
+  written = []
+
+  def write(body: str) -> str:
+    module = f"buggy_plugin_{len(written)}"
+    path = tmp_path / f"{module}.py"
+    path.write_text(textwrap.dedent(RAISING_PLUGIN).replace("{body}", body))
+    written.append(module)
+    return str(path)
+
+  yield write
+  if "buggy_mlp" in models.MODELS:
+    models.MODELS.unregister("buggy_mlp")
+  for module in written:
+    sys.modules.pop(module, None)
+
+
+@pytest.mark.parametrize("raised", sorted(USER_BUGS))
+def test_a_plugin_model_raising_at_the_abstract_check_is_one_line(buggy_model, raised):
+  """Fails on e158d51a for all but TypeError: only ValueError and TypeError became a
+  ConfigError; a KeyError, AttributeError, IndexError, NotImplementedError or any other
+  escaped validation as a raw traceback from inside the model."""
+  body, said = USER_BUGS[raised]
+  c = _config(buggy_model(body), **{"model.name": "buggy_mlp"})
+  with pytest.raises(config_lib.ConfigError) as e:
+    validation.validate(c)
+  message = str(e.value)
+  assert "\n" not in message, message
+  assert message.startswith("config.model.name='buggy_mlp': "), message
+  assert f"raised {raised}: " in message and said in message, message
+  assert "fix the model" in message, message
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit], ids=lambda e: e.__name__)
+def test_an_interrupt_at_the_abstract_check_is_not_a_config_error(buggy_model, stop):
+  c = _config(buggy_model(f"raise {stop.__name__}()"), **{"model.name": "buggy_mlp"})
+  with pytest.raises(stop):
+    validation.validate(c)

@@ -6,6 +6,9 @@ cluster's programs in a child process (`python -m ensemble_jax.communication`), 
 import the plugin too. The run, stop and --help tests fail on 01e37c00: the config had no
 `plugins`, the child never imported a plugin, `record.py` priced such a run with the
 legacy model (`collectives: []`) after training, exit 0, and --help listed no plugin's.
+The sweep's test passes on e158d51a, which has them; it fails where the cost model's child
+does not import config.plugins (checked with `plugins.load` dropped from
+`communication.build`). tests/test_slurm.py submits the same workload to SLURM.
 """
 import subprocess
 import sys
@@ -89,6 +92,52 @@ def test_a_run_the_child_cannot_price_stops_before_training(plugin, tmp_path):
   assert not (workdir / run.RESULTS_FILE).exists()
   checkpoints = workdir / "checkpoints"  # not a step trained
   assert not checkpoints.exists() or not any(checkpoints.iterdir())
+
+
+# A user's workload file beside the plugin: config.plugins names the plugin's file, and its
+# one sweep point trains 16 workers on this host's 8 devices (a given device step: no
+# calibration run; one learning rate: one tuning run, which is seed 0's).
+USER_WORKLOAD = textwrap.dedent('''
+    from experiments.configs import fashion_mnist
+
+    def get_config(arg=""):
+      c = fashion_mnist.get_config(arg)
+      c.plugins = {plugin!r}
+      return c
+
+    def sweep_grid(name):
+      del name  # one grid
+      return {{"ensemble": {{"N16": ("ensemble,tiny", {{
+          "method.num_workers": 16, "mesh": "worker:8,data:1", "method.steps_per_worker": 2,
+          "train.log_every_steps": 2, "eval.every_steps": 2,
+          "method.aggregation": "logits,{mode}", "tune.factors": (1.0,),
+          "cost.device_step_time_s": 0.01}})}}}}
+    ''')
+
+
+def test_a_sweep_point_with_more_workers_than_devices_prices_a_plugin_mode_compiled(
+    plugin, tmp_path, monkeypatch):
+  """The sweep reads the workload file, which names the plugin's file alone; the sweep's
+  own process and the cost model's child both import it from config.plugins."""
+  from ensemble_jax import communication, run, stored
+  from experiments.sweeps import cost_vs_time
+
+  directory, module, mode = plugin
+  monkeypatch.setattr(communication, "_READ", {})  # no reading of another test's cluster
+  workload = tmp_path / "my_workload.py"
+  workload.write_text(USER_WORKLOAD.format(plugin=str(directory / f"{module}.py"), mode=mode))
+  workdir = tmp_path / "sweep"
+  counts = cost_vs_time.run(str(workload), str(workdir), seeds=[0], grid="mine",
+                            write_report=False)
+  assert counts["tuning_runs"] == 1 and counts["from_tuning"] == 1, counts
+  results = stored.load(str(workdir / "ensemble" / "N16" / "seed0" / run.RESULTS_FILE))
+  assert results["config"]["plugins"] == str(directory / f"{module}.py")
+  modelled = results["cost"]["modelled"]
+  assert modelled["devices"] == 16
+  assert modelled["collectives_source"].startswith("compiled HLO"), modelled["collectives_source"]
+  assert "child process" in modelled["collectives_source"]
+  assert modelled["collectives"]
+  assert mode in results["ensemble"]
 
 
 @pytest.mark.unit

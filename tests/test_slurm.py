@@ -1,16 +1,21 @@
 """The study on a real SLURM cluster (tests/slurm_cluster.py: this host as one node):
 submitted through `--launcher=slurm`, preempted mid-point, requeued, resumed, and equal to
-the local study but for timings; submitted again, it retrains nothing."""
+the local study but for timings; submitted again, it retrains nothing. A user's plugin
+named only in the workload's config.plugins is imported by the tasks that need it."""
 import glob
+import json
 import os
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 
 from experiments.sweeps import cost_vs_time, launcher
-from tests.conftest import REPO
+from tests.conftest import REPO, subprocess_env
 from tests.slurm_cluster import Cluster, Unavailable
+from tests.test_plugins import PLUGIN, USER_WORKLOAD
 from tests.test_sweep import _close, _records
 
 pytestmark = pytest.mark.slurm
@@ -103,3 +108,32 @@ def test_a_study_preempted_on_slurm_resumes_and_ends_as_the_local_one(cluster, t
       "--seeds=0", *(f"--set={k}={v}" for k, v in SETTINGS.items()), "--launcher=slurm",
       "--slurm_gpus=0", "--slurm_cpus=1", "--slurm_time_min=10", "--slurm_wait"]) == 0
   assert _results_times(workdir) == before
+
+
+def test_a_plugin_named_only_in_the_config_is_imported_by_the_slurm_tasks(cluster, tmp_path):
+  """A user's workload file names a plugin file (a mode) in config.plugins; the study,
+  submitted from the command line, runs its point as a SLURM task (16 workers on the
+  task's 8 devices): the task imports the plugin, evaluates its mode, and the cost model's
+  child in the task compiles the 16-device programs with it."""
+  plugin, mode = tmp_path / "slurm_user_modes.py", "slurm_plugin_last_worker"
+  plugin.write_text(PLUGIN.format(name=mode))
+  workload = tmp_path / "my_workload.py"
+  workload.write_text(USER_WORKLOAD.format(plugin=str(plugin), mode=mode))
+  workdir = tmp_path / "study"
+  done = subprocess.run(
+      [sys.executable, "-m", "experiments.sweeps.cost_vs_time", f"--config={workload}",
+       f"--workdir={workdir}", "--grid=mine", "--seeds=0", "--launcher=slurm",
+       "--slurm_gpus=0", "--slurm_cpus=1", "--slurm_time_min=10", "--slurm_wait"],
+      cwd=REPO, env=subprocess_env(8, SLURM_CONF=cluster.conf), capture_output=True,
+      text=True, timeout=DEADLINE_S)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + _logs(
+      str(workdir / "slurm"))
+  with open(workdir / "ensemble" / "N16" / "seed0" / "results.json") as f:
+    results = json.load(f)
+  assert results["config"]["plugins"] == str(plugin)
+  assert mode in results["ensemble"]  # the task evaluated the plugin's mode
+  modelled = results["cost"]["modelled"]
+  assert modelled["devices"] == 16 and modelled["collectives"]
+  assert modelled["collectives_source"].startswith("compiled HLO"), modelled
+  assert "child process" in modelled["collectives_source"]
+  assert (workdir / "table.md").exists()
