@@ -17,7 +17,8 @@ from ensemble_jax import config_lib
 RENAMED = {"distill.method": "distill.builder"}
 # Config fields added since runs were first recorded: {dotted name: the value every run
 # from before it trained with}, so that a record without one compares as what it did.
-ADDED = {"method.batchnorm": "synchronised", "eval.target_values": [], "plugins": ""}
+ADDED = {"method.batchnorm": "synchronised", "eval.target_values": [], "plugins": "",
+         "tune.objective": "steps_to_target"}
 # The keys of a pool's info (results.json `distill`) renamed with them.
 INFO_RENAMED = {"method": "builder"}
 # What every run's results.json holds (`record.build`); a results.json without them is

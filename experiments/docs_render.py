@@ -25,7 +25,7 @@ WRITE = "python -m experiments.docs_render --write"
 
 # page (relative to the repository) -> (its template, the function building its context)
 PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
-    "docs/results/targets.md": ("targets.md.j2", lambda: targets.context("fashion_mnist")),
+    "docs/results/targets.md": ("targets.md.j2", targets.page_context),
     "docs/results/cost_vs_time.md": ("cost_vs_time.md.j2", cost_vs_time_page.context),
     "docs/methodology.md": ("methodology.md.j2", methodology_page.context),
     "docs/results/regime.md": ("regime.md.j2", regime_page.context),
@@ -38,6 +38,16 @@ PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
 
 def _pct(x: float | None, digits: int = 1) -> str:
   return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _rung(x: float, metric: str | None) -> str:
+  """A target as the pages write it: 85.0% (accuracy), 12 (perplexity)."""
+  return _pct(x) if metric in (None, "accuracy") else f"{x:g}"
+
+
+def _final(x: float, metric: str | None) -> str:
+  """A measured metric: 90.14% (accuracy), 11.53 (perplexity)."""
+  return _pct(x, 2) if metric in (None, "accuracy") else f"{x:.2f}"
 
 
 def _ratio(x: float | None) -> str:
@@ -60,7 +70,7 @@ def environment() -> jinja2.Environment:
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                            undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                            trim_blocks=True, lstrip_blocks=True)
-  env.filters.update(pct=_pct, ratio=_ratio, bullet=_bullet)
+  env.filters.update(pct=_pct, rung=_rung, final=_final, ratio=_ratio, bullet=_bullet)
   return env
 
 

@@ -93,11 +93,12 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
           "final": {**data.spread(finals := [r["final"][metric] for r in runs]),
                     "seeds": len(finals)},
           "seed_list": sorted(r["config"]["seed"] for r in runs),
-          "eval_examples": runs[0]["final"].get("num_examples"),
+          "eval_examples": (runs[0]["final"].get("num_examples")
+                            or runs[0]["config"]["eval"]["num_examples"]),
           "peak_learning_rate": tuning.get("peak_learning_rate"),
           "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
           "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
-          "metric": metric})
+          "metric": metric, "objective": runs[0]["config"]["tune"]["objective"]})
     if not lengths:
       continue
     lengths.sort(key=lambda x: x["epochs"])
@@ -117,7 +118,7 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
                 "params": first.get("num_params"), "lengths": lengths,
                 "ceiling": best["final"], "best_point": best["point"],
                 "best_epochs": round(best["epochs"]),
-                "plateau": plateau and plateau["point"],
+                "plateau": plateau and plateau["point"], "deep_ensemble": False,
                 "plateau_epochs": plateau and round(plateau["epochs"])})
   return out
 
@@ -136,10 +137,12 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> dict | No
   tuning = runs[0].get("tuning") or {}
   length = {"point": point, "epochs": single["best_epochs"], "final": final,
             "seed_list": sorted(r["config"]["seed"] for r in runs),
-            "eval_examples": runs[0]["final"].get("num_examples"),
+            "eval_examples": (runs[0]["final"].get("num_examples")
+                            or runs[0]["config"]["eval"]["num_examples"]),
             "peak_learning_rate": tuning.get("peak_learning_rate"),
             "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
-            "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric}
+            "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric,
+            "objective": runs[0]["config"]["tune"]["objective"]}
   return {"curve": curve, "model": f"the deep ensemble (N = {n})",
           "architecture": f"{n} x {data.model_name(runs[0]['config'])}",
           "params": n * runs[0].get("num_params_per_worker", 0), "lengths": [length],
@@ -282,7 +285,14 @@ def context(workload: str = "fashion_mnist") -> dict:
           "by_verdict": by_verdict, "verdicts": VERDICTS,
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
-          "figure": f"experiments/results/targets/{workload}.png", "length": w["length"]}
+          "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
+          "metric": single["lengths"][0]["metric"] if single else None}
+
+
+def page_context() -> dict:
+  """docs/results/targets.md's context: every workload whose ceilings study has run."""
+  return {"workloads": [context(w) for w, spec in WORKLOADS.items()
+                        if os.path.isdir(os.path.join(data.RESULTS, spec["ceilings"]))]}
 
 
 def plot(ctx: dict, path: str) -> None:

@@ -93,7 +93,7 @@ def test_each_rung_reads_the_runs_that_tracked_it_and_labels_one_above_the_ceili
   # the time to each rung is the run's own, priced at that rung's steps
   runs = {r["curve"]: r for r in report.load_runs(str(ceilings), target_value=0.88)}
   assert runs["data_parallel"]["steps"] == 150 and runs["dp_wide_model"]["steps"] == 120
-  text = docs_render.render_template("targets.md.j2", ctx)
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
   assert "no method point was trained to it" in text and "88.0%" in text
 
 
@@ -174,6 +174,9 @@ def test_a_perplexity_ladder_reads_its_named_rungs_and_counts_passes(tmp_path, m
                                "results.json"))
   per_pass = r["examples_per_step"] / r["data"]["train_windows"]
   assert rows[12.0]["strongest_passes"] == pytest.approx(200 * per_pass)
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
+  assert "| 11 (above the single ceiling) |" in text and "passes over the corpus" in text
+  assert "11.50 (11.50-11.50)" in text  # the ceiling as a perplexity, not a percentage
 
 
 def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
