@@ -302,11 +302,14 @@ def plot(ctx: dict, path: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
+  accuracy = ctx["metric"] in (None, "accuracy")
+  x = (lambda v: 100 * v) if accuracy else (lambda v: v)  # the axis's units
+  step = 0.08 if accuracy else 0.08 * (ctx["tracked_rungs"][0] - ctx["tracked_rungs"][-1]) / 9
   fig, ax = plt.subplots(figsize=(8.4, 3.6))
-  for kind, marker, shift in (("time", "o", -0.0008), ("compute", "s", 0.0008)):
+  for kind, marker, shift in (("time", "o", -step), ("compute", "s", step)):
     rows = [r for r in ctx["ladder"] if r[kind]]
     if rows:
-      xs = [100 * (r["value"] + shift) for r in rows]
+      xs = [x(r["value"]) + shift for r in rows]
       ys = [r[kind]["ratio"] for r in rows]
       err = [[y - r[kind]["range"][0] for y, r in zip(ys, rows)],
              [r[kind]["range"][1] - y for y, r in zip(ys, rows)]]
@@ -315,15 +318,18 @@ def plot(ctx: dict, path: str) -> None:
   ax.axhline(1.0, color="black", lw=0.8, ls="--", label="1x: level with the strongest baseline")
   ax.set_yscale("log")
   for c in ctx["ceilings"]:
-    ax.axvline(100 * c["ceiling"]["median"], color="gray", lw=0.8, ls=":")
-    ax.text(100 * c["ceiling"]["median"], ax.get_ylim()[1],
+    ax.axvline(x(c["ceiling"]["median"]), color="gray", lw=0.8, ls=":")
+    ax.text(x(c["ceiling"]["median"]), ax.get_ylim()[1],
             f" {c['model']} ceiling" + ("" if c["plateau"] else " (a lower bound)"),
             rotation=90, va="top", ha="right", fontsize=7, color="gray")
-  unmeasured = [100 * r["value"] for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
+  unmeasured = [x(r["value"]) for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
   if unmeasured:
     ax.plot(unmeasured, [1.0] * len(unmeasured), "x", color="red",
             label="no method point trained to this target")
-  ax.set_xlabel("target: test accuracy (%)")
+  ax.set_xlabel("target: test accuracy (%)" if accuracy else
+                f"target: {ctx['metric']} (harder to the right)")
+  if not accuracy:
+    ax.invert_xaxis()
   ax.set_ylabel("baseline / method (above 1: method better)")
   report.plain_log_ticks(ax, "y")
   ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
@@ -335,15 +341,16 @@ def plot(ctx: dict, path: str) -> None:
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("workload", "fashion_mnist", "a key of WORKLOADS")
-flags.DEFINE_bool("plot", False, "also draw the figure (the context's `figure`)")
+flags.DEFINE_bool("plot", False, "also draw the figure of every workload on the page (each "
+                  "context's `figure`)")
 
 
 def main(argv) -> None:
   del argv
-  ctx = context(FLAGS.workload)
   if FLAGS.plot:
-    plot(ctx, os.path.join(data.REPO, ctx["figure"]))
-  print(json.dumps(ctx, indent=1))
+    for ctx in page_context()["workloads"]:
+      plot(ctx, os.path.join(data.REPO, ctx["figure"]))
+  print(json.dumps(context(FLAGS.workload), indent=1))
 
 
 if __name__ == "__main__":

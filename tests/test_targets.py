@@ -177,6 +177,8 @@ def test_a_perplexity_ladder_reads_its_named_rungs_and_counts_passes(tmp_path, m
   text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
   assert "| 11 (above the single ceiling) |" in text and "passes over the corpus" in text
   assert "11.50 (11.50-11.50)" in text  # the ceiling as a perplexity, not a percentage
+  targets.plot(ctx, str(tmp_path / "figure.png"))  # perplexity on its own axis
+  assert (tmp_path / "figure.png").stat().st_size > 0
 
 
 def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
