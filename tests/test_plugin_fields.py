@@ -60,28 +60,36 @@ class FieldyEnsemble(methods.METHODS["ensemble"]):
 '''
 
 
-@pytest.fixture
-def plugin(tmp_path):
-  """Writes the plugin (its model's width `model.<read>`) as tmp_path/user/<module>.py;
-  unregisters its entries after the test."""
+def _plugin_files(directory, template: str, placeholder: str, entries):
+  """A fixture's body: yields write(value), which writes `template` with `placeholder`
+  replaced as a new module under `directory`; then unregisters `entries` ((registry, name)
+  pairs) and forgets the modules."""
   written = []
 
-  def write(read: str = "fieldy_hidden") -> str:
-    directory = tmp_path / "user"
+  def write(value: str) -> str:
     directory.mkdir(exist_ok=True)
-    module = f"fieldy_plugin_{len(written)}"
+    module = f"{directory.name}_plugin_{len(written)}"
     path = directory / f"{module}.py"
-    path.write_text(textwrap.dedent(PLUGIN).replace("{read}", read))
+    path.write_text(textwrap.dedent(template).replace(placeholder, value))
     written.append(module)
     return str(path)
 
   yield write
-  for registry, name in ((models.MODELS, "fieldy_mlp"), (BUILDERS, "fieldy_first"),
-                         (methods.METHODS, "fieldy_ensemble")):
+  for registry, name in entries:
     if name in registry:
       registry.unregister(name)
   for module in written:
     sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def plugin(tmp_path):
+  """Writes the plugin (its model's width `model.<read>`, fieldy_hidden unless given) as
+  tmp_path/fieldy/<module>.py; unregisters its entries after the test."""
+  for write in _plugin_files(tmp_path / "fieldy", PLUGIN, "{read}", (
+      (models.MODELS, "fieldy_mlp"), (BUILDERS, "fieldy_first"),
+      (methods.METHODS, "fieldy_ensemble"))):
+    yield lambda read="fieldy_hidden": write(read)
 
 
 def _config(path: str, **fields):
@@ -183,20 +191,8 @@ USER_BUGS = {  # the exception: a __call__ that raises it, what its message says
 @pytest.fixture
 def buggy_model(tmp_path):
   """Writes a plugin whose model raises; unregisters it and forgets its modules after."""
-  written = []
-
-  def write(body: str) -> str:
-    module = f"buggy_plugin_{len(written)}"
-    path = tmp_path / f"{module}.py"
-    path.write_text(textwrap.dedent(RAISING_PLUGIN).replace("{body}", body))
-    written.append(module)
-    return str(path)
-
-  yield write
-  if "buggy_mlp" in models.MODELS:
-    models.MODELS.unregister("buggy_mlp")
-  for module in written:
-    sys.modules.pop(module, None)
+  yield from _plugin_files(tmp_path / "buggy", RAISING_PLUGIN, "{body}",
+                           ((models.MODELS, "buggy_mlp"),))
 
 
 @pytest.mark.parametrize("raised", sorted(USER_BUGS))
