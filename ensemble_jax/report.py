@@ -196,8 +196,24 @@ def _tuning_row(record: dict | None) -> dict | None:
   return {"chosen": record["chosen"], "peak_learning_rate": record["peak_learning_rate"],
           "whole_schedule_steps": (whole[0]["steps_to_target"] or "missed") if whole else None,
           "at_edge": any(axis["at_edge"] for axis in record["axes"]),
+          "rung_at_edge": _rung_at_edge(record),
           "runs": compute["runs"], "diverged": compute["diverged"], "flops": compute["flops"],
           "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
+
+
+def _rung_at_edge(record: dict) -> dict:
+  """{rung: whether that rung's own choice sits at an edge of a tuned axis} (the rule extends
+  an axis only for the first rung's choice: a later rung's may lie beyond what was tried;
+  the schedule's whole budget, 1, is no edge)."""
+  out = {}
+  rungs = [t["value"] for t in record.get("chosen_per_target", [])]
+  for axis in record["axes"] if rungs else []:
+    tried = sorted({r["value"] for r in axis["runs"]})
+    whole = axis.get("key") == config_lib.SCHEDULE_FRACTION and tried[-1] >= 1.0
+    for rung, v in zip(rungs, axis.get("chosen_per_target", [])):
+      edge = len(tried) > 1 and (v == tried[0] or (v == tried[-1] and not whole))
+      out[rung] = out.get(rung, False) or edge
+  return out
 
 
 def missed_by(run: dict) -> int | None:

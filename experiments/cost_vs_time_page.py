@@ -67,8 +67,8 @@ def schedule_edges(sub: str, pts: list[dict]) -> list[dict]:
 
 
 def grid(sub: str) -> dict:
-  """One grid: its model, target and device steps, the reading (`targets.closest`), the
-  baseline points that missed on some seed, and the report's tables."""
+  """One grid: its model, target, seeds and device steps, the reading (`targets.closest`),
+  the points chosen at the schedule axis's edge, and the report's tables."""
   runs = report.load_runs(os.path.join(RESULTS, sub))
   pts = list(data.grid(sub))
   first = stored.load(sorted(glob.glob(os.path.join(RESULTS, sub, "data_parallel", "D1",
@@ -77,21 +77,14 @@ def grid(sub: str) -> dict:
   steps = sorted((r for r in report.calibrations(results, os.path.join(results, "calibration"))
                   if r["runs"]), key=lambda r: -r["params"])
   made = tables(report.table(runs))  # points, matched, summary, tuning per point, per curve
-  baselines = set(report.baseline_curves(pts))
-  tuning_runs = sum(p["tuning"]["runs"] for p in pts if p["tuning"])
   return {
       "sub": sub, "name": GRIDS[sub], "target": sorted({r["target"] for r in runs}),
       "model": data.model_name(first["config"]), "params": first.get("num_params"),
       "per_device": steps[0]["per_device_batch"],
-      "points": len(pts), "tuning_runs": tuning_runs, "seeds": seeds(sub, pts),
+      "points": len(pts), "seeds": seeds(sub, pts),
       "device_steps": [{"params": r["params"], "step_s": r["device_step_s"],
                         "points": r["points"]} for r in steps],
       "reading": targets.closest(pts),
-      "missed_baselines": [f"{p['curve']} {p['point']} ({p['reached']}/{p['seeds']})"
-                           for p in pts if p["curve"] in baselines and p["reached"] < p["seeds"]],
-      "missed_methods": [f"{p['curve']} {p['point']} ({p['reached']}/{p['seeds']})"
-                         for p in pts if p["curve"] not in baselines
-                         and p["reached"] < p["seeds"]],
       "schedule_edges": schedule_edges(sub, pts),
       "figure": f"experiments/results/{sub}/cost_vs_time_ib_xdr800.png",
       "points_table": columns(made[0]), "matched_table": "\n".join(made[1]),

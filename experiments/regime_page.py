@@ -56,21 +56,16 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> 
   knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
   largest = max(stored.load(p)["examples_per_step"] for p in glob.glob(
       os.path.join(data.RESULTS, grid, curve, "*", "seed*", "results.json")))
-  readings = critical_batch._b_simple_readings(summary["rows"])
   return {"name": name, "label": label, "unit": unit, "target": summary["target"],
           "per_device": summary["per_device"], "table": table,
           "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
           "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
-          "flat_is_largest": flat is rows[-1], "smallest": rows[0], "largest": rows[-1],
-          "fall": rows[0]["median_steps"] / flat["median_steps"],
-          "grid": grid, "grid_curve": curve, "grid_batch": largest,
+          "flat_is_largest": flat is rows[-1], "grid_batch": largest,
           "grid_devices": max(
               int(m[1]) for p in glob.glob(os.path.join(data.RESULTS, grid, curve, "*"))
               if (m := re.fullmatch(r"D(\d+)", os.path.basename(p)))),
           "grid_place": _place(largest, knee["batch"], flat["batch"]),
-          "fit": summary["fit"], "b_simple": summary["b_simple"],
-          "b_simple_read": len(readings), "batches": len(summary["rows"]),
-          "short_schedules": sum(r["schedule_fraction"] < 1 for r in summary["rows"])}
+          "fit": summary["fit"], "b_simple": summary["b_simple"]}
 
 
 def many_workers(workload: str) -> dict:
@@ -114,9 +109,7 @@ def projected(name: str) -> dict:
     beats = [r for r in mine if any((c := _cell(r, k)) and c["verdict"] == "beats"
                                     for k in ("time", "compute"))]
     presets.append({"preset": data.PRESET_NAMES[preset], **best, "cells": len(mine),
-                    "beats": len(beats),
-                    "beating": sorted({data.point_name(r["method"], r["method_point"])
-                                       for r in beats})})
+                    "beats": len(beats)})
   closest = max(({**p["time"], "preset": p["preset"]} for p in presets if p["time"]),
                 key=lambda c: c["ratio"])
   return {"name": name, "what_if": "whatif" in name, "presets": presets,

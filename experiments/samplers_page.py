@@ -54,8 +54,6 @@ def workload(name: str) -> dict:
               for s, rows in runs.items() if s != REFERENCE}
   by_verdict = {v: [s for s, c in compared.items() if c["verdict"] == v]
                 for v in ("beats", "level", "behind")}
-  builds = [r["build_time_s"] for s, rows in runs.items() for r in rows.values()
-            if r["build_time_s"] > 0]
   with open(os.path.join(REPO, samplers.WORKLOADS[name][1], "table.md")) as f:
     caption = f.readline().strip()  # the sweep's caption, as it wrote its table
   return {"name": name, "label": LABELS[name], "metric": metric, "caption": caption,
@@ -63,8 +61,7 @@ def workload(name: str) -> dict:
           "workdir": samplers.WORKLOADS[name][1],
           "best": max(means, key=lambda s: sign * means[s]), "means": means,
           "compared": compared, "by_verdict": by_verdict,
-          "seeds": sorted({s for rows in runs.values() for s in rows}),
-          "builds": (min(builds), max(builds)) if builds else None}
+          "seeds": sorted({s for rows in runs.values() for s in rows})}
 
 
 def context() -> dict:

@@ -232,6 +232,10 @@ def at_rung(dirs: list[str], value: float) -> dict:
          # points some of whose seeds stand at another rung's choice (none of its own)
          "off_choice_points": len({(r["curve"], r["point"]) for r in runs
                                    if not r["rung_choice"]}),
+         # points whose choice for this rung sits at an edge of their tuning grid (the rule
+         # extends a grid for the first rung's choice only)
+         "edge_choice_points": sum(bool(p["tuning"] and p["tuning"]["rung_at_edge"].get(
+             value, p["tuning"]["at_edge"])) for p in pts),
          "strongest": c["strongest"],
          "strongest_passes": c["strongest_point"] and passes.get(c["strongest_point"]),
          "time": c["time"], "compute": c["compute"],

@@ -339,21 +339,29 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
 
 def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   """README's first bold line is rendered from the verdicts (readme_answer.md.j2): a planted
-  grid win turns its "no" into "in part", a what-if win alone does not."""
+  grid win or a win at a rung of the ladder turns its "no" into "in part", a what-if win
+  alone does not."""
   from experiments import docs_render, targets
 
   def grid(verdict):
     return {"name": "G", "target": ["accuracy >= 0.85"], "reading": {"verdict": verdict}}
 
-  def context(verdict, what_if_beats=1):
+  def context(verdict, what_if_beats=1, rung_beats=()):
     return {"grids": [grid("behind"), grid(verdict)], "verdicts": targets.VERDICTS,
             "max_devices": 1024,
             "projections": [{"name": "p", "what_if": False, "beats": 0},
                             {"name": "w", "what_if": True, "beats": what_if_beats}],
-            "ladder": {"by_verdict": {"unmeasured": [0.9]}, "single": None}}
+            "ladder": {"by_verdict": {**{k: [] for k in targets.VERDICTS},
+                                      "unmeasured": [0.9], "beats": list(rung_beats)},
+                       "single": None}}
 
   render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
   assert render(context("level")).startswith("**The answer so far: no.")
   assert "borrow an H100's step" in render(context("level"))
   assert render(context("beats")).startswith("**The answer so far: in part.")
   assert "H100" not in render(context("level", what_if_beats=0))
+  at_rung = render(context("level", rung_beats=[0.88]))
+  assert at_rung.startswith("**The answer so far: in part.") and "beats it at 88.0%" in at_rung
+  assert "was trained to 90.0%" in at_rung and "to none" not in render(
+      {**context("level"), "ladder": {"by_verdict": {k: [] for k in targets.VERDICTS},
+                                      "single": None}})
