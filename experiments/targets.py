@@ -34,14 +34,18 @@ WORKLOADS = {
                       "length": "epochs",
                       # (study, curve, N): the deep ensemble, every worker the single
                       # model's best length on the whole data (`deep_ensemble`)
-                      "deep_ensemble": ("fashion_mnist_ladder", "ensemble", 4)},
+                      "deep_ensemble": ("fashion_mnist_ladder", "ensemble", 4),
+                      # study -> (config, grid): the points the page waits for (`pending`)
+                      "grids": {"fashion_mnist_ceilings": ("fashion_mnist", "ceilings"),
+                                "fashion_mnist_ladder": ("fashion_mnist", "ladder")}},
     # The docs' ceilings are the ladder's own fixed lengths of the single models (1, 2 and 4
     # budgets: 0.46-1.85 passes): the best within them, a lower bound.
     "pydocs_gpt2": {"name": "the Python docs", "ceilings": "pydocs_gpt2_ladder",
                     "ceiling_curves": ("data_parallel", "dp_small_model"),
                     "studies": ("pydocs_gpt2", "pydocs_gpt2_ladder"),
                     "named_rungs": (14.0, 12.0, 11.0), "below_ceiling": None,
-                    "length": "passes over the corpus"},
+                    "length": "passes over the corpus",
+                    "grids": {"pydocs_gpt2_ladder": ("pydocs_gpt2", "ladder")}},
 }
 # A rung's verdict, from its closest method point's ratio and its range over the seeds.
 VERDICTS = {"beats": "beats the strongest baseline on every seed",
@@ -150,6 +154,24 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> dict | No
           "plateau": None, "plateau_epochs": None, "deep_ensemble": True}
 
 
+def pending(grids: dict) -> dict:
+  """The points of the workload's ceilings and ladder grids ({study: (config, grid)}) without
+  a reported seed's results.json (the tuning seed's alone does not count), by curve, and
+  how many points the grids hold: {"total": n, "curves": {curve name: [point names]}}."""
+  import importlib
+  out, total = {}, 0
+  for study, (config, grid) in grids.items():
+    points = importlib.import_module(f"experiments.configs.{config}").sweep_grid(grid)
+    for curve, names in points.items():
+      for point in names:
+        total += 1
+        runs = [stored.load(p) for p in glob.glob(os.path.join(
+            data.RESULTS, study, curve, point, "seed*", "results.json"))]
+        if not any(s != t for s, t in map(report.result_seeds, runs)):
+          out.setdefault(data.CURVE_NAMES.get(curve, curve), []).append(point)
+  return {"total": total, "count": sum(map(len, out.values())), "curves": out}
+
+
 def rungs(dirs: list[str]) -> list[float]:
   """Every rung some committed run of `dirs` tracked, easiest first."""
   values, metric = set(), None
@@ -216,6 +238,9 @@ def at_rung(dirs: list[str], value: float) -> dict:
   for d in dirs:
     if os.path.isdir(d):
       runs += report.load_runs(d, target_value=value)
+  # reported seeds only: a point whose tuning seed alone ran (it won the choice: biased) is
+  # pending, not read
+  runs = [r for r in runs if r["seed"] != r["tuning_seed"]]
   pts = report.points(runs)
   baselines = set(report.baseline_curves(pts))
   methods = sorted({p["curve"] for p in pts} - baselines)
@@ -290,6 +315,7 @@ def context(workload: str = "fashion_mnist") -> dict:
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
+          "pending": pending(w["grids"]),
           "metric": single["lengths"][0]["metric"] if single else None}
 
 
