@@ -15,7 +15,7 @@ export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: install install-test data test test-fast test-slurm demo sweep-fashion sweep-pydocs sweep-pydocs-kd sweep-samplers critical-batch many-workers \
-	projection docs-tables docs ceilings ladder ladder-pydocs lipt pile pile-run imagenet imagenet-run study clean
+	projection docs ceilings ladder ladder-pydocs lipt pile pile-run imagenet imagenet-run study clean
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
@@ -96,15 +96,9 @@ projection: install
 	$(PY) -m experiments.projection --workload=pydocs_gpt2 --what_if=gpt2_small --charge_pools \
 	  --also=experiments/results/many_workers_pydocs
 
-# Every results table of the README and docs/ rewritten from the committed results, each
-# page keeping its columns (experiments/docs_tables.py; without --write it only checks).
-# SKIP=a,b (families among --skip's choices) leaves those tables alone.
-docs-tables: install
-	$(PY) -m experiments.docs_tables --write $(if $(SKIP),--skip=$(SKIP))
-
-# Every results page: the generated tables and regions, then the pages rendered whole from
-# docs/templates/ (experiments/docs_render.py) and the targets and distillation figures.
-docs: docs-tables
+# The targets and distillation figures, then every page and generated region rendered from
+# docs/templates/ (experiments/docs_render.py; without --write it only checks).
+docs: install
 	$(PY) -m experiments.targets --plot >/dev/null
 	$(PY) -m experiments.distillation_page
 	$(PY) -m experiments.docs_render --write

@@ -1,27 +1,38 @@
-"""Results pages rendered whole: a Markdown template (docs/templates/, Jinja2) filled from a
-context built from the committed JSON. Wording lives in the template, numbers in the context.
+"""The docs rendered from the committed JSON: a Markdown template (docs/templates/, Jinja2)
+filled from a context built from it. Wording lives in the template, numbers in the context.
 
   python -m experiments.docs_render [--write]
 
-Without --write it checks: every page is what its template renders today, else one line per
-page with the fix, exit status 1. tests/test_targets.py runs the check.
+Two kinds of target: the pages `PAGES` renders whole (docs/results/*.md, methodology.md),
+and the regions `REGIONS` renders inside hand-written pages (README.md's answers, a table of
+docs/benchmarks.md): the lines between `<!-- generated: NAME -->` and `<!-- end -->`, from
+template NAME.md.j2. A context reads only committed JSON and raises `Contradicted` where the
+results no longer bear out its template's wording (a "no win" that became one), so a rerun
+that changes the answer fails the check instead of rewording it. Without --write it checks:
+one line per page or region that differs from its rendering (or is unknown, missing or
+contradicted), with its fix, exit status 1. `--write` puts each rendering in place, every
+line outside the regions as it is. tests/test_readme.py runs the check.
 """
 from __future__ import annotations
 
+import functools
+import glob
 import os
 import re
-import sys
 import textwrap
 from typing import Callable
 
 import jinja2
-from absl import app, flags
+from absl import flags
 
-from experiments import (cost_vs_time_page, distillation_page, lipt_page, methodology_page,
-                         one_device_page, regime_page, samplers_page, targets)
-from experiments.docs_data import REPO
+from experiments import (cli, cost_vs_time_page, distillation_page, docs_data, lipt_page,
+                         methodology_page, one_device_page, readme_page, regime_page,
+                         samplers_page, targets)
+from experiments.docs_data import REPO, Contradicted
 TEMPLATES = os.path.join(REPO, "docs", "templates")
 WRITE = "python -m experiments.docs_render --write"
+BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
+END = "<!-- end -->"
 
 # page (relative to the repository) -> (its template, the function building its context)
 PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
@@ -33,6 +44,14 @@ PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
     "docs/results/lipt.md": ("lipt.md.j2", lipt_page.context),
     "docs/results/distillation.md": ("distillation.md.j2", distillation_page.context),
     "docs/results/one_device.md": ("one_device.md.j2", one_device_page.context),
+}
+# region -> (its page, the function building its context); its template is NAME.md.j2
+REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
+    **{name: ("README.md", build) for name, build in readme_page.REGIONS.items()},
+    # GPT-2 small on one H200, before and after each change to the loss (script run_2.sh)
+    "benchmarks_loss_passes": ("docs/benchmarks.md", lambda: {
+        run: docs_data.load_json(f"bench/h200/cross_entropy/throughput_2_{run}.json")
+        for run in ("old", "mid", "new")}),
 }
 
 
@@ -83,35 +102,123 @@ def render(page: str) -> str:
   return render_template(template, build())
 
 
-def mismatches(pages=None) -> list[str]:
-  """One line per page that differs from its rendering (or is missing)."""
-  out = []
-  for page in pages or PAGES:
-    path = os.path.join(REPO, page)
-    text = open(path).read() if os.path.exists(path) else None
-    if text != render(page):
-      out.append(f"{page}: not what {PAGES[page][0]} renders from the committed JSON; "
-                 f"run `{WRITE}`")
+def render_region(name: str) -> str:
+  """A region's body: its lines, without the newline before its `<!-- end -->`."""
+  return render_template(name + ".md.j2", REGIONS[name][1]()).removesuffix("\n")
+
+
+@functools.lru_cache(maxsize=None)
+def _rendered(template: str, build: Callable[[], dict]) -> str:
+  """Rendered once per process: the committed JSON does not change under a check (the docs
+  tests check many edited copies of the pages against it)."""
+  return render_template(template, build())
+
+
+def regions(text: str) -> dict[str, tuple[int, int]]:
+  """Each generated region of a page: name -> (first line, last line + 1) of its body, the
+  lines between its markers (the page split on "\\n")."""
+  lines, out, name = text.split("\n"), {}, None
+  for i, line in enumerate(lines):
+    if (m := BEGIN.match(line)) and name is None:
+      name, start = m[1], i + 1
+    elif line == END and name is not None:
+      out[name] = (start, i)
+      name = None
   return out
 
 
-FLAGS = flags.FLAGS
-flags.DEFINE_bool("write", False, "write every page instead of checking it")
+def _first_difference(mine: list[str], rendered: list[str]) -> str:
+  """Where a region first differs from its rendering, word by word (a re-wrap alone reads
+  'the same words, wrapped otherwise')."""
+  a, b = " ".join(mine).split(), " ".join(rendered).split()
+  i = next((i for i, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
+  if a == b:
+    return "the same words, wrapped otherwise"
+  return (f"{' '.join(a[max(0, i - 4):i + 4])!r} != from the results "
+          f"{' '.join(b[max(0, i - 4):i + 4])!r}")
 
 
-def main(argv) -> int:
-  del argv
-  if FLAGS.write:
-    for page in PAGES:
-      with open(os.path.join(REPO, page), "w") as f:
-        f.write(render(page))
-      print(f"wrote {page}")
-    return 0
-  errors = mismatches()
-  for e in errors:
-    print(e, file=sys.stderr)
-  return 1 if errors else 0
+def documentation() -> dict[str, str | None]:
+  """README.md, every page under docs/ and every page PAGES names (None where missing), by
+  path relative to the repository, byte for byte."""
+  paths = {"README.md", *PAGES, *(os.path.relpath(p, REPO) for p in glob.glob(
+      os.path.join(REPO, "docs", "**", "*.md"), recursive=True))}
+  pages = dict.fromkeys(sorted(paths))
+  for path in pages:
+    if os.path.exists(os.path.join(REPO, path)):
+      with open(os.path.join(REPO, path), newline="") as f:
+        pages[path] = f.read()
+  return pages
+
+
+def check(pages: dict[str, str | None]) -> tuple[dict[str, str | None], list[str], list[str]]:
+  """The pages (path -> text) as a write leaves them; the errors a write cannot fix (a region
+  unknown, missing or contradicted); and one line per page or region of them that differs
+  from its rendering. Only the pages given are checked."""
+  out, errors, stale = dict(pages), [], []
+
+  def rendered(where: str, template: str, build) -> str | None:
+    try:
+      return _rendered(template, build)
+    except Contradicted as e:
+      errors.append(f"{where}: the results contradict its template's wording ({e}); "
+                    f"rewrite docs/templates/{template}")
+      return None
+
+  for page, (template, build) in PAGES.items():
+    if page in pages and (text := rendered(page, template, build)) not in (None, pages[page]):
+      stale.append(f"{page}: not what {template} renders from the committed JSON; "
+                   f"run `{WRITE}`")
+      out[page] = text
+  for page, text in pages.items():
+    errors += [f"{page}, region {name}: no template renders it here; name it in "
+               "experiments/docs_render.py's REGIONS or remove its markers"
+               for name in regions(text or "") if REGIONS.get(name, (None,))[0] != page]
+  for name, (page, build) in REGIONS.items():
+    where = regions(out[page] or "").get(name) if page in pages else ()
+    if where is None:
+      errors.append(f"{page}, region {name}: no `<!-- generated: {name} -->` ... `{END}` "
+                    f"lines; put them where it goes and run `{WRITE}`")
+    if not where or (body := rendered(f"{page}, region {name}", name + ".md.j2",
+                                      build)) is None:
+      continue
+    lines, body = out[page].split("\n"), body.removesuffix("\n").split("\n")
+    if lines[where[0]:where[1]] != body:
+      stale.append(f"{page}, region {name} (lines {where[0] + 1}-{where[1]}) reads "
+                   f"{_first_difference(lines[where[0]:where[1]], body)}; run `{WRITE}`")
+      lines[where[0]:where[1]] = body
+      out[page] = "\n".join(lines)
+  return out, errors, stale
+
+
+def mismatches(pages=None) -> list[str]:
+  """One line per page (of `pages`, paths; default all) or region in it that differs from its
+  rendering, or that a write cannot fix."""
+  _, errors, stale = check({p: t for p, t in documentation().items()
+                            if pages is None or p in pages})
+  return errors + stale
+
+
+FLAGS = flags.FlagValues()
+flags.DEFINE_bool("write", False, "write every page and region instead of checking it",
+                  flag_values=FLAGS)
+
+
+def main(argv: list[str]) -> int:
+  cli.parse(FLAGS, argv, __doc__)
+  pages = documentation()
+  written, errors, stale = check(pages)
+  for path, text in written.items():
+    if FLAGS.write and text != pages[path]:
+      with open(os.path.join(REPO, path), "w", newline="") as f:
+        f.write(text)
+      print(f"wrote {path}")
+  for error in errors + ([] if FLAGS.write else stale):
+    print(error)
+  if not errors and not stale:
+    print("every page and region is what its template renders from the committed JSON")
+  return 1 if errors or stale and not FLAGS.write else 0
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -1,31 +1,22 @@
 """README.md's generated regions: the first screen's answers, rendered from the committed JSON.
 
-A page holds a rendered region between two marker lines,
-
-  <!-- generated: NAME -->
-  ...
-  <!-- end -->
-
-and experiments/docs_tables.py checks each against its rendering (the `prose` family) and
-`--write` fills it: a number in such a paragraph cannot drift from the results. A region is
-a template of docs/templates/ and the function building its context, which reads only
-committed JSON and raises `Contradicted` where the results no longer bear out the template's
-wording (a "no win" that became one), so a rerun that changes the answer fails the check
-instead of rewording it.
+Each region's context, for experiments/docs_render.py's `REGIONS` (which renders it between
+the README's `<!-- generated: NAME -->` and `<!-- end -->` lines from template NAME.md.j2):
+a number in such a paragraph cannot drift from the results. A context reads only committed
+JSON and raises `Contradicted` where the results no longer bear out its template's wording.
 """
 from __future__ import annotations
 
 import statistics
 
 from ensemble_jax import costs, report
-from experiments import (cost_vs_time_page, distillation_page, docs_render, one_device_page,
-                         projection, regime_page, targets)
+from experiments import (cost_vs_time_page, distillation_page, one_device_page, projection,
+                         regime_page, targets)
 from experiments import docs_data as data
 from experiments.distillation_page import DISTILLED, TAUGHT
 from experiments.docs_data import Contradicted, grid
 from experiments.sweeps import critical_batch as critical_batch_sweep
 
-README = "README.md"
 WHATIF = "fashion_mnist_whatif_resnet50"
 SMALL_ROUTED = "ensemble_pca_routed_small"
 
@@ -159,15 +150,11 @@ def distilled() -> dict:
                                "amortised")}
 
 
-def _region(template: str, build):
-  return lambda: docs_render.render_template(template, build()).rstrip("\n")
-
-
-# name -> (its page, its rendering): the template of the same name and its context
-TEMPLATES = {name: (README, _region(name + ".md.j2", build)) for name, build in {
+# region -> the function building its context
+REGIONS = {
     "readme_answer": lambda: {**cost_vs_time_page.context(), **regime_page.context(),
                               "ladder": targets.context("fashion_mnist")},
     "readme_targets": lambda: targets.context("fashion_mnist"),
     "readme_grids": cost_vs_time_page.context,
     "readme_regime": regime,
-    "readme_distilled": distilled}.items()}
+    "readme_distilled": distilled}

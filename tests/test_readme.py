@@ -1,10 +1,12 @@
-"""Every results table in the docs is what its generator writes from the committed JSON.
+"""Every page and generated region of the docs is what its template renders from the
+committed JSON.
 
-experiments/docs_tables.py regenerates the tables from experiments/results/ (reading
-results.json, never training) and compares them with the copy in the page that holds them
-(README.md or a page of docs/), so a number edited by hand, or left stale after a rerun,
-fails here; `python -m experiments.docs_tables --write` puts every table back. Here the
-check runs on the committed pages, and the write on altered copies of them.
+experiments/docs_render.py renders the results pages whole and the generated regions of
+hand-written pages (README.md's answers, a table of docs/benchmarks.md) from
+experiments/results/ (reading results.json, never training) and compares them with the
+pages, so a number edited by hand, or left stale after a rerun, fails here;
+`python -m experiments.docs_render --write` puts every one back. Here the check runs on the
+committed pages, and the write on altered copies of them.
 """
 import glob
 import json
@@ -14,22 +16,22 @@ import shutil
 
 import pytest
 
-from experiments import distillation_page, docs_data, docs_tables, readme_page
+from experiments import distillation_page, docs_data, docs_render, readme_page
 from tests.conftest import REPO, makefile_recipe
 
 pytestmark = pytest.mark.docs
 
-OTHERS = [f for f in docs_tables.FAMILIES if f != "throughput"]  # families these tests skip
-BENCHMARKS = "docs/benchmarks.md"  # the page of the throughput table these tests alter
+BENCHMARKS = "docs/benchmarks.md"  # the page of the loss-passes table these tests alter
+LOSS_PASSES = "benchmarks_loss_passes"  # its region
 
 
 @pytest.fixture(scope="module")
 def pages():
-  return docs_tables.documentation()
+  return docs_render.documentation()
 
 
-def test_documented_tables_match_the_committed_results(pages):
-  errors = docs_tables.mismatches(pages)
+def test_every_page_and_region_matches_the_committed_results(pages):
+  errors = docs_render.mismatches()
   assert not errors, "\n".join(errors)
 
 
@@ -41,92 +43,76 @@ def _bump(row: str) -> str:
   return "| " + " | ".join(cells) + " |"
 
 
-def _throughput() -> docs_tables.Table:
-  [table] = docs_tables.regenerate(skip=OTHERS)
-  return table
+def _region_page(name: str, body: str | None = None) -> str:
+  """A page holding only region `name`, with `body` or its rendering."""
+  body = docs_render.render_region(name) if body is None else body
+  return f"<!-- generated: {name} -->\n{body}\n{docs_render.END}\n"
 
 
-def _throughput_page() -> tuple[str, list[str]]:
-  """A page holding only the regenerated throughput table under its anchor."""
-  table = _throughput()
-  return table.anchor[1] + "\n\n" + "\n".join(table.rows) + "\n", table.rows
+def _errors(pages: dict, name: str) -> list[str]:
+  """The check's lines about region `name` (of the pages given alone)."""
+  _, errors, stale = docs_render.check(pages)
+  return [e for e in errors + stale if f", region {name}" in e]
 
 
 def test_an_altered_number_is_caught():
-  """The check can fail: a page holding the regenerated table passes, and the same with
-  one digit changed (the first row's third cell) fails, naming the table, its page, its
-  command and the one that rewrites it (whatever the committed pages hold)."""
-  good, generated = _throughput_page()
-  bad = good.replace(generated[2], _bump(generated[2]))
-
-  def errors(text):
-    return [e for e in docs_tables.mismatches({BENCHMARKS: text}, skip=OTHERS + ["prose"])
-            if e.startswith("throughput")]
-
-  assert errors(good) == []
-  [error] = errors(bad)
-  assert f"{BENCHMARKS} row" in error and "experiments.bench.throughput" in error, error
-  assert docs_tables.WRITE in error, error
+  """The check can fail: a page holding the rendered loss-passes table passes, and the same
+  with one digit changed (the first row's third cell) fails, naming the page, the region,
+  the cell and the command that rewrites it (whatever the committed pages hold)."""
+  rows = docs_render.render_region(LOSS_PASSES).split("\n")
+  bad = "\n".join(rows[:2] + [_bump(rows[2])] + rows[3:])
+  assert _errors({BENCHMARKS: _region_page(LOSS_PASSES)}, LOSS_PASSES) == []
+  [error] = _errors({BENCHMARKS: _region_page(LOSS_PASSES, bad)}, LOSS_PASSES)
+  assert error.startswith(f"{BENCHMARKS}, region {LOSS_PASSES} (lines 2-"), error
+  assert docs_data.cells(_bump(rows[2]))[2] in error and docs_render.WRITE in error, error
 
 
-def test_a_table_moved_to_another_page_is_not_found():
-  """The anchors name a page: the right table on the wrong page fails, naming the page."""
-  text, _ = _throughput_page()
-  errors = [e for e in docs_tables.mismatches({"docs/usage.md": text},
-                                              skip=OTHERS + ["prose"])
-            if e.startswith("throughput")]
-  assert errors and f"not found in {BENCHMARKS}" in errors[0], errors
+def test_a_region_moved_to_another_page_is_not_found():
+  """A region names its page: the right table on the wrong page fails, naming both pages."""
+  errors = _errors({BENCHMARKS: "", "docs/usage.md": _region_page(LOSS_PASSES)}, LOSS_PASSES)
+  assert any(e.startswith(f"docs/usage.md, region {LOSS_PASSES}: no template renders it")
+             for e in errors), errors
+  assert any(e.startswith(f"{BENCHMARKS}, region {LOSS_PASSES}: no `<!-- generated")
+             for e in errors), errors
 
 
-def test_repeated_column_names_are_read_from_their_own_group():
-  """One group of columns per curve repeats names: a page keeping some groups reads each
-  from its own group, not the first or last of that name."""
-  generated = ["| N | a: steps | time (s) | b: steps | time (s) | c: steps | time (s) |"]
-  assert docs_tables._kept(["| N | a: steps | time (s) | b: steps | time (s) |"],
-                           generated) == [0, 1, 2, 3, 4]
-  assert docs_tables._kept(["| N | c: steps | time (s) |"], generated) == [0, 5, 6]
-  assert docs_tables._kept(["| N | c: steps | time (s) | b: steps |"], generated) == [0, 5, 6, 3]
-  assert docs_tables._kept(["| N | c: steps | time (s) | time (s) |"], generated) is None
-
-
-def _edit(text: str, table: docs_tables.Table, edit) -> str:
-  """The page with `edit(rows)` in place of `table`'s rows."""
+def _edit(text: str, name: str, edit) -> str:
+  """The page with `edit(lines)` in place of region `name`'s lines."""
   lines = text.split("\n")
-  start, end = docs_tables._span(lines, table)
+  start, end = docs_render.regions(text)[name]
   lines[start:end] = edit(lines[start:end])
   return "\n".join(lines)
 
 
-def test_write_puts_back_the_tables_and_nothing_else(tmp_path, capsys):
-  """On copies of the pages with one digit of the throughput table altered, the check exits
+def test_write_puts_back_the_pages_and_nothing_else(tmp_path, capsys, monkeypatch):
+  """On copies of the pages with one digit of the loss-passes table altered, the check exits
   1 naming it; --write gives the committed pages back byte for byte, the check then exits 0
-  and a second write changes nothing; --skip=throughput leaves the altered table alone."""
+  and a second write changes nothing; an unknown flag exits 2."""
   shutil.copy(os.path.join(REPO, "README.md"), tmp_path)
   shutil.copytree(os.path.join(REPO, "docs"), tmp_path / "docs")
-  committed = docs_tables.documentation(str(tmp_path))
-  table = _throughput()
-  altered = _edit(committed[BENCHMARKS], table, lambda rows: rows[:2] + [_bump(rows[2])]
-                  + rows[3:])
+  monkeypatch.setattr(docs_render, "REPO", str(tmp_path))
+  committed = docs_render.documentation()
+  altered = _edit(committed[BENCHMARKS], LOSS_PASSES,
+                  lambda rows: rows[:2] + [_bump(rows[2])] + rows[3:])
   with open(tmp_path / BENCHMARKS, "w", newline="") as f:
     f.write(altered)
 
-  def run(*flags, skip=()):
-    skipped = "--skip=" + ",".join([*OTHERS, docs_tables.PROSE, *skip])
-    code = docs_tables.main(["docs_tables", f"--docs={tmp_path}", skipped, *flags])
+  def run(*flags):
+    code = docs_render.main(["docs_render", *flags])
     return code, capsys.readouterr().out
 
-  code, out = run("--write", skip=["throughput"])  # skipped: left as it is
-  assert code == 0 and "wrote" not in out, out
-  assert docs_tables.documentation(str(tmp_path)) == {**committed, BENCHMARKS: altered}
   code, out = run()
-  assert code == 1 and f"{table.name}: {BENCHMARKS} row" in out, out
+  assert code == 1 and f"{BENCHMARKS}, region {LOSS_PASSES} (lines" in out, out
+  assert docs_render.documentation() == {**committed, BENCHMARKS: altered}  # only checked
   code, out = run("--write")
+  assert code == 0 and out.startswith(f"wrote {BENCHMARKS}\n"), out
+  assert docs_render.documentation() == committed
+  code, out = run()
   assert code == 0, out
-  assert docs_tables.documentation(str(tmp_path)) == committed
   code, out = run("--write")
   assert code == 0 and "wrote" not in out, out
   with pytest.raises(SystemExit) as exit_:
-    run(skip=["critical"])
+    run("--skip=throughput")
   assert exit_.value.code == 2
 
 
@@ -186,40 +172,32 @@ def test_the_report_reproduces_each_committed_table(grid, tmp_path):
 
 def _region(pages, name, body):
   """The pages with generated region `name` holding `body`."""
-  page = readme_page.TEMPLATES[name][0]
-  lines = pages[page].split("\n")
-  start, end = docs_tables.regions(pages[page])[name]
-  lines[start:end] = body.split("\n")
-  return {**pages, page: "\n".join(lines)}
-
-
-def _prose_errors(pages, name):
-  return [e for e in docs_tables.mismatches(pages, skip=docs_tables.FAMILIES)
-          if e.startswith(f"prose {name}:")]
+  page = docs_render.REGIONS[name][0]
+  return {**pages, page: _edit(pages[page], name, lambda _: body.split("\n"))}
 
 
 def test_every_template_has_its_region_and_each_region_a_template(pages):
-  """Each paragraph readme_page renders sits in its page, and regenerates byte for byte."""
-  for name, (page, render) in readme_page.TEMPLATES.items():
-    start, end = docs_tables.regions(pages[page])[name]
-    assert pages[page].split("\n")[start:end] == render().split("\n"), name
-  assert not docs_tables.mismatches(pages, skip=docs_tables.FAMILIES)
+  """Each region docs_render renders sits in its page, and renders byte for byte."""
+  for name, (page, _) in docs_render.REGIONS.items():
+    start, end = docs_render.regions(pages[page])[name]
+    assert pages[page].split("\n")[start:end] == docs_render.render_region(name).split("\n")
+  assert not docs_render.check(pages)[1] and not docs_render.check(pages)[2]
 
 
-@pytest.mark.parametrize("name", sorted(readme_page.TEMPLATES))
-def test_a_number_changed_in_a_generated_paragraph_fails(pages, name):
-  """One digit changed anywhere in a generated paragraph fails the check; re-wrapping alone
+@pytest.mark.parametrize("name", sorted(docs_render.REGIONS))
+def test_a_number_changed_in_a_generated_region_fails(pages, name):
+  """One digit changed anywhere in a generated region fails the check; re-wrapping alone
   is also caught (byte for byte), and --write's rendering puts the page back."""
-  page = readme_page.TEMPLATES[name][0]
-  start, end = docs_tables.regions(pages[page])[name]
+  page = docs_render.REGIONS[name][0]
+  start, end = docs_render.regions(pages[page])[name]
   body = "\n".join(pages[page].split("\n")[start:end])
   digit = re.search(r"\d", body)
   bumped = body[:digit.start()] + str((int(digit[0]) + 1) % 10) + body[digit.end():]
-  [error] = _prose_errors(_region(pages, name, bumped), name)
+  [error] = _errors(_region(pages, name, bumped), name)
   assert "!= from the results" in error, error
-  [error] = _prose_errors(_region(pages, name, " ".join(body.split())), name)
+  [error] = _errors(_region(pages, name, " ".join(body.split())), name)
   assert "wrapped otherwise" in error, error
-  written, errors = docs_tables.write(_region(pages, name, bumped), skip=docs_tables.FAMILIES)
+  written, errors, _ = docs_render.check(_region(pages, name, bumped))
   assert not errors and written == pages
 
 
@@ -227,20 +205,20 @@ def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatc
   """A region no template renders, a template without its region, and a template whose
   wording the results contradict each fail, and --write does not hide them."""
   name = "readme_regime"
-  page = readme_page.TEMPLATES[name][0]
+  page = docs_render.REGIONS[name][0]
   renamed = {**pages, page: pages[page].replace(f"<!-- generated: {name} -->",
                                                 "<!-- generated: no_such_template -->")}
-  errors = docs_tables.mismatches(renamed, skip=docs_tables.FAMILIES)
-  assert any(e.startswith("prose no_such_template:") for e in errors), errors
-  assert any(e.startswith(f"prose {name}: no `<!-- generated") for e in errors), errors
-  assert docs_tables.write(renamed, skip=docs_tables.FAMILIES)[1], "write hid them"
+  errors = docs_render.check(renamed)[1]
+  assert any(e.startswith(f"{page}, region no_such_template: no template") for e in errors)
+  assert any(e.startswith(f"{page}, region {name}: no `<!-- generated") for e in errors)
 
   def contradicted():
     raise readme_page.Contradicted("a method point wins")
 
-  monkeypatch.setitem(readme_page.TEMPLATES, name, (page, contradicted))
-  [error] = _prose_errors(pages, name)
+  monkeypatch.setitem(docs_render.REGIONS, name, (page, contradicted))
+  [error] = _errors(pages, name)
   assert "contradict" in error and "a method point wins" in error, error
+  assert docs_render.check(pages)[1] == [error], "write hid it"
 
 
 def _distilled_study(tmp_path, speedup: float) -> str:
@@ -326,7 +304,7 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
       assert (row["curve"], row["reached"], row["seeds"]) == ("ensemble_distilled", 3, 3), row
       assert row["amortised"]["verdict"] == verdict, row
       assert study["best_amortised"]["verdict"] == verdict, study["best_amortised"]
-      render = readme_page.TEMPLATES["readme_distilled"][1]
+      render = lambda: docs_render.render_region("readme_distilled")
       if verdict == "beats":
         with pytest.raises(readme_page.Contradicted, match="amortised"):
           render()

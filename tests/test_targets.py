@@ -97,10 +97,6 @@ def test_each_rung_reads_the_runs_that_tracked_it_and_labels_one_above_the_ceili
   assert "no method point was trained to it" in text and "88.0%" in text
 
 
-def test_every_rendered_page_is_what_its_template_renders():
-  assert docs_render.mismatches() == []
-
-
 def test_a_rung_whose_choice_differs_reads_its_own_seeds_or_says_it_has_none(tmp_path):
   """The point chose lr0.006 (its first rung); 88% chose lr0.003, whose seed 1 ran under
   per_target/: 88% reads that run; seed 2 has none and is read at the point's choice,
