@@ -47,6 +47,8 @@ WORKLOADS = {
                     "length": "passes over the corpus",
                     "grids": {"pydocs_gpt2_ladder": ("pydocs_gpt2", "ladder")}},
 }
+# The reported seeds a point needs before the page reads it (every study here reports 1-3).
+SEEDS = 3
 # A rung's verdict, from its closest method point's ratio and its range over the seeds.
 VERDICTS = {"beats": "beats the strongest baseline on every seed",
             "level": "level with it, within the seeds' spread",
@@ -154,10 +156,11 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> dict | No
           "plateau": None, "plateau_epochs": None, "deep_ensemble": True}
 
 
-def pending(grids: dict) -> dict:
-  """The points of the workload's ceilings and ladder grids ({study: (config, grid)}) without
-  a reported seed's results.json (the tuning seed's alone does not count), by curve, and
-  how many points the grids hold: {"total": n, "curves": {curve name: [point names]}}."""
+def pending(grids: dict, seeds: int = SEEDS) -> dict:
+  """The points of the workload's ceilings and ladder grids ({study: (config, grid)}) with
+  fewer than `seeds` reported seeds' results.json (the tuning seed's does not count), by
+  curve, and how many points the grids hold: {"total": n, "count": pending,
+  "curves": {curve name: [point names]}}."""
   import importlib
   out, total = {}, 0
   for study, (config, grid) in grids.items():
@@ -167,9 +170,10 @@ def pending(grids: dict) -> dict:
         total += 1
         runs = [stored.load(p) for p in glob.glob(os.path.join(
             data.RESULTS, study, curve, point, "seed*", "results.json"))]
-        if not any(s != t for s, t in map(report.result_seeds, runs)):
+        if sum(s != t for s, t in map(report.result_seeds, runs)) < seeds:
           out.setdefault(data.CURVE_NAMES.get(curve, curve), []).append(point)
-  return {"total": total, "count": sum(map(len, out.values())), "curves": out}
+  return {"total": total, "count": sum(map(len, out.values())), "curves": out,
+          "seeds": seeds}
 
 
 def rungs(dirs: list[str]) -> list[float]:
@@ -230,10 +234,11 @@ def closest(pts: list[dict]) -> dict:
   return out
 
 
-def at_rung(dirs: list[str], value: float) -> dict:
+def at_rung(dirs: list[str], value: float, seeds: int = SEEDS) -> dict:
   """One rung: the points of every study in `dirs` priced to it (a run that did not track it
-  is left out), read by `closest`: the closest method point in time and in compute, the
-  strongest baseline and the rung's verdict in VERDICTS' words."""
+  is left out; a point with fewer than `seeds` reported seeds is pending, not read), read by
+  `closest`: the closest method point in time and in compute, the strongest baseline and
+  the rung's verdict in VERDICTS' words."""
   runs = []
   for d in dirs:
     if os.path.isdir(d):
@@ -241,6 +246,10 @@ def at_rung(dirs: list[str], value: float) -> dict:
   # reported seeds only: a point whose tuning seed alone ran (it won the choice: biased) is
   # pending, not read
   runs = [r for r in runs if r["seed"] != r["tuning_seed"]]
+  counts = {}
+  for r in runs:
+    counts[r["curve"], r["point"]] = counts.get((r["curve"], r["point"]), 0) + 1
+  runs = [r for r in runs if counts[r["curve"], r["point"]] >= seeds]
   pts = report.points(runs)
   baselines = set(report.baseline_curves(pts))
   methods = sorted({p["curve"] for p in pts} - baselines)

@@ -197,15 +197,16 @@ def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
   assert deep["architecture"] == "4 x resnet18 width 8" and deep["ceiling"]["seeds"] == 3
 
 
-def test_a_point_whose_tuning_seed_alone_ran_is_pending_not_read(tmp_path, monkeypatch):
-  """The tuning seed's run won the choice (biased): until a reported seed lands, its point
-  gives no verdict at any rung and is listed among the grid's points without reported
-  seeds."""
+def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
+  """The tuning seed's run won the choice (biased), and one reported seed is no spread: until
+  the point's three reported seeds land it gives no verdict at any rung and is listed among
+  the grid's pending points."""
   for seed in (1, 2, 3):
     _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.90,
            {0.85: 80, 0.90: 230})
-  _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", 0, 0.90,
-         {0.85: 300, 0.90: 800}, source="ensemble/N4_L469/seed1")
+  for seed in (0, 1):
+    _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", seed, 0.90,
+           {0.85: 300, 0.90: 800}, source="ensemble/N4_L469/seed1")
   assert report.result_seeds(stored.load(str(
       tmp_path / "fashion_mnist_ladder/ensemble/N4_E1/seed0/results.json"))) == (0, 0)
   monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
