@@ -703,6 +703,23 @@ def test_a_ceiling_chooses_the_best_final_metric_and_records_each_rungs_choice()
   assert record["rule"].startswith(tuning.FINAL_RULE)
 
 
+def test_a_rung_whose_choice_sits_at_an_edge_extends_the_grid_as_the_points_own():
+  """The first rung's choice, x0.5, is interior; 90% is reached first by x2, the top of the
+  grid: the rule tries x4 (faster to 90% here) and x8 (slower), as it would for the point's
+  own choice, and 90% chooses x4. The point's choice does not move."""
+  steps = {0.25: (120, None), 0.5: (100, None), 1.0: (150, 400), 2.0: (300, 350),
+           4.0: (320, 330), 8.0: (600, None)}
+  finals = {0.25: 0.87, 0.5: 0.88, 1.0: 0.905, 2.0: 0.91, 4.0: 0.91, 8.0: 0.85}
+  fake = LadderFakeTrain(steps, finals)
+  chosen, record = tuning.tune(_ladder_config(), "/point", fake)
+  assert chosen.optim.learning_rate == pytest.approx(BASE / 2)
+  assert [t["chosen"]["optim.learning_rate"] for t in record["chosen_per_target"]] == (
+      pytest.approx([BASE / 2, 4 * BASE]))
+  assert sorted(r["factor"] for r in record["axes"][0]["runs"]) == [
+      0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
+  assert record["axes"][0]["extensions"] == {"low": 1, "high": 2}
+
+
 def test_a_ladder_stops_a_run_only_once_it_can_win_no_rung():
   """With stop_losers, x1 (first to 90% at 400) must not be stopped at 100 (the fewest steps
   to 85%): it can still win 90%. Once both rungs have a finisher, later runs stop at the

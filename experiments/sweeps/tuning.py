@@ -83,8 +83,9 @@ FINAL_RULE = ("per key in turn, on seed tune.seed: factors x the configured valu
               "run loses; of equals the smaller value")
 LADDER_RULE = ("; with a ladder of targets (eval.target_values) each rung's choice is read "
                "from the same runs by fewest steps to that rung, then the better final "
-               "metric (chosen_per_target); with stop_losers a run stops only once it can "
-               "win no rung")
+               "metric (chosen_per_target), a grid extended past an edge where a rung some "
+               "run reached chooses it, as for the point's own choice; with stop_losers a "
+               "run stops only once it can win no rung")
 WARM_START_RULE = ("; the first grid also holds the key's warm-start factor (the factor the "
                    "next smaller batch chose)")
 STOP_LOSERS_RULE = ("; once a run has reached the target, a run trained after it stops at "
@@ -268,18 +269,22 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
       for v, c in grid.items():
         examined[run_name(c)] = (c, tried[v], margin)
       best = min(values, key=lambda v: (max(objective(r, margin) for r in tried[v]), v))
+      # each rung's choice among the same runs, by steps to that rung; an edge is extended
+      # for the point's choice and for each rung some candidate reached whose choice sits
+      # there, as the point's own (a rung none reached is chosen by its final metric)
+      per_rung = [min(values, key=lambda v: (max(rank(r, margin, i) for r in tried[v]), v))
+                  for i in range(ladder)]
+      wanted = {best} | {v for i, v in enumerate(per_rung) if ladder > 1 and any(
+          reached(r, margin, i) for runs_at in tried.values() for r in runs_at)}
       low, high = beyond(key, values, t.extend)
-      if low is not None and best == values[0] and extensions["low"] < t.max_extensions:
+      if low is not None and values[0] in wanted and extensions["low"] < t.max_extensions:
         values.insert(0, low)
         extensions["low"] += 1
-      elif high is not None and best == values[-1] and extensions["high"] < t.max_extensions:
+      elif high is not None and values[-1] in wanted and extensions["high"] < t.max_extensions:
         values.append(high)
         extensions["high"] += 1
       else:
         break
-    # each rung's choice among the same runs, by steps to that rung
-    per_rung = [min(values, key=lambda v: (max(rank(r, margin, i) for r in tried[v]), v))
-                for i in range(ladder)]
     axes.append({
         "key": key, "base": base, "chosen": best, "extensions": extensions,
         **({"chosen_per_target": per_rung} if ladder > 1 or t.objective != "steps_to_target"
