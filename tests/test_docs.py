@@ -265,13 +265,18 @@ REPRODUCE_ROW = re.compile(r"^\| `make ([\w-]+)` \| ([^|]+) \|[^|]+\| about (\d+
 def recorded_hours(folders: list[str]) -> float:
   """The run times the results.json files under `folders` record, pool builds included
   (`distill.build_time_s`, outside a run's `wall_time_s`), summed, in hours; runs moved to
-  a `superseded/` folder are left out (a rerun does not train them)."""
+  a `superseded/` folder are left out (a rerun does not train them), and so is the tuning
+  seed's `seed<k>/` record, a copy of the chosen tuning run (counted once, under tune/)."""
   total = 0.0
   for folder in folders:
     for path in glob.glob(os.path.join(REPO, folder, "**", "results.json"), recursive=True):
-      if f"{os.sep}superseded{os.sep}" not in path:
-        with open(path) as f:
-          results = json.load(f)
+      if f"{os.sep}superseded{os.sep}" in path:
+        continue
+      with open(path) as f:
+        results = json.load(f)
+      copied = (os.path.basename(os.path.dirname(path)).startswith("seed")
+                and (results.get("tuning") or {}).get("seed") == results["config"]["seed"])
+      if not copied:
         total += results["wall_time_s"] + (results.get("distill") or {}).get("build_time_s", 0)
   return total / 3600
 
