@@ -149,10 +149,9 @@ def fit(config: ml_collections.ConfigDict, workdir: str, *,
   """
   s = setup or set_up(config, workdir)
   state = s.method.init(_rngs(config)[0])
-  checkpointer = checkpoint_lib.Checkpointer(os.path.join(workdir, CHECKPOINTS),
-                                             config.checkpoint.every_steps,
-                                             config.checkpoint.max_to_keep,
-                                             config.checkpoint.every_minutes)
+  checkpointer = checkpoint_lib.Checkpointer(
+      os.path.join(workdir, CHECKPOINTS), config.checkpoint.every_steps,
+      config.checkpoint.max_to_keep, config.checkpoint.every_minutes)
   finished = resume.finished_results(config, workdir, s.num_steps)
   state, meta = _restore(config, workdir, s, state, checkpointer)
   if finished is not None:  # its results stand; the state is the final checkpoint's
@@ -217,17 +216,15 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
 
 def _pool_or_own(config, s: Setup, pool: pool_lib.Pool | None) -> pool_lib.Pool:
   """`pool`, or without a distilled sequence the method's own sampler."""
-  if pool is None:
-    return pool_lib.Pool(s.method.sampler(len(s.data.train), config.seed), None)
-  return pool
+  own = pool is None
+  return pool_lib.Pool(s.method.sampler(len(s.data.train), config.seed), None) if own else pool
 
 
 def _streams(config, s: Setup, pool: pool_lib.Pool):
   """(train batches, eval batches): what each worker reads, in the method's layouts."""
   source = s.data.train if pool.source is None else pool.source
-  sampler = pool.sampler
-  if isinstance(sampler, pool_lib.StagedSampler):  # its switch: a fraction of this run
-    sampler = sampler.for_run(s.num_steps)
+  sampler = (pool.sampler.for_run(s.num_steps)  # its switch: a fraction of this run
+             if isinstance(pool.sampler, pool_lib.StagedSampler) else pool.sampler)
   train_batches = pipeline.TrainBatches(source, sampler, s.data.train_transform,
                                         s.method.train_layout, config.seed)
   eval_batches = pipeline.EvalBatches(
@@ -311,12 +308,10 @@ _END_REASONS = {
 
 
 def _end_reason(config, done: int, num_steps: int, evaluated: bool, p: Progress) -> str | None:
-  """Why the run ends after step `done` (a key of `_END_REASONS`), or None.
-
-  Steps-to-target runs stop at the first eval that reaches the target (every rung). With
-  train.stop_at_step, any run stops at its first eval at or past that step; its evals are
-  the full run's up to there, and its schedule stays the budget's.
-  """
+  """Why the run ends after step `done` (a key of `_END_REASONS`), or None: steps-to-target
+  runs stop at the first eval that reaches the target (every rung); with train.stop_at_step
+  any run stops at its first eval at or past that step (its evals the full run's up to
+  there, its schedule the budget's)."""
   if config.train.stop_at_target and p.all_reached():
     return "target"
   if done == num_steps:
@@ -420,6 +415,12 @@ def _score_rest(config, s: Setup, pool: pool_lib.Pool, state, step: int) -> dict
                               per_example=route, first=first)
   metrics = _eval(s.method, s.method.deployable(state, step, None), rest)
   return {"first": first, "num_examples": rest.num_examples, **record.scalars(metrics)}
+
+
+def evaluate(config: ml_collections.ConfigDict, s: Setup, state, step: int) -> dict:
+  """`state` at `step` scored as the loop scores it, outside a run (evaluate.py; no pool)."""
+  eval_batches = _streams(config, s, _pool_or_own(config, s, None))[1]
+  return _eval(s.method, s.method.deployable(state, step, None), eval_batches)
 
 
 def _eval(method: Method, state, eval_batches) -> dict:

@@ -19,6 +19,7 @@ PACKAGE = "ensemble_jax"
 LAYERS = {
     "main": 7,  # flags only
     "run": 6,  # composes a run: the distilled pool, then the loop
+    "evaluate": 6,  # a finished run's sub-ensemble: its flags, its set-up, the loop's eval
     "distill": 5,  # proxies, scores, coresets, clusters -> pools
     "train": 4,  # the one loop
     "resume": 4, "record": 4,  # the loop's resume policy and its results.json
