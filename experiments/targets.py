@@ -129,31 +129,49 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
   return out
 
 
-def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> dict | None:
+def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict]:
   """The ensemble of `n` whose every worker trained the single model's best length on the
-  whole data (its point `N<n>_E<epochs>`), as a ceilings row: its reported seeds' final
-  metric at the point's choice; None until it has run."""
+  whole data (its point `N<n>_E<epochs>`) as ceilings rows: its reported seeds' final metric
+  at the point's choice, and N = 2 read from workers 0 and 1 of each seed's run where
+  `python -m ensemble_jax.evaluate --workers=0,1` has scored them (every seed); none until
+  it has run."""
   point = f"N{n}_E{single['best_epochs']}"
-  paths = glob.glob(os.path.join(study_dir, curve, point, "seed*", "results.json"))
+  paths = sorted(glob.glob(os.path.join(study_dir, curve, point, "seed*", "results.json")))
   runs = report.reported([stored.load(p) for p in paths], seeds=report.result_seeds)
   if not runs:
-    return None
+    return []
   metric = runs[0]["target"]["metric"]
-  final = {**data.spread([r["final"][metric] for r in runs]), "seeds": len(runs)}
   tuning = runs[0].get("tuning") or {}
-  length = {"point": point, "epochs": single["best_epochs"], "final": final,
-            "seed_list": sorted(r["config"]["seed"] for r in runs),
-            "eval_examples": (runs[0]["final"].get("num_examples")
-                            or runs[0]["config"]["eval"]["num_examples"]),
-            "peak_learning_rate": tuning.get("peak_learning_rate"),
-            "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
-            "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric,
-            "objective": runs[0]["config"]["tune"]["objective"]}
-  return {"curve": curve, "model": f"the deep ensemble (N = {n})",
-          "architecture": f"{n} x {data.model_name(runs[0]['config'])}",
-          "params": n * runs[0].get("num_params_per_worker", 0), "lengths": [length],
-          "ceiling": final, "best_point": point, "best_epochs": single["best_epochs"],
-          "plateau": None, "plateau_epochs": None, "deep_ensemble": True}
+  seeds = sorted(r["config"]["seed"] for r in runs)
+
+  def row(size: int, finals: list[float], params: int) -> dict:
+    final = {**data.spread(finals), "seeds": len(finals)}
+    length = {"point": point, "epochs": single["best_epochs"], "final": final,
+              "seed_list": seeds, "eval_examples": (runs[0]["final"].get("num_examples")
+                                                    or runs[0]["config"]["eval"]["num_examples"]),
+              "peak_learning_rate": tuning.get("peak_learning_rate"),
+              "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
+              "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric,
+              "objective": runs[0]["config"]["tune"]["objective"]}
+    return {"curve": curve, "model": f"the deep ensemble (N = {size}" + (
+                ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
+            "architecture": f"{size} x {data.model_name(runs[0]['config'])}",
+            "params": size * params, "lengths": [length], "ceiling": final,
+            "best_point": point, "best_epochs": single["best_epochs"], "plateau": None,
+            "plateau_epochs": None, "deep_ensemble": True}
+
+  per_worker = runs[0].get("num_params_per_worker", 0)
+  out = [row(n, [r["final"][metric] for r in runs], per_worker)]
+  subsets = [os.path.join(study_dir, curve, point, f"seed{s}", "subsets", "workers_0_1.json")
+             for s in seeds]
+  if all(os.path.exists(p) for p in subsets):
+    out.append(row(2, [_read(p)["metrics"][metric] for p in subsets], per_worker))
+  return out
+
+
+def _read(path: str) -> dict:
+  with open(path) as f:
+    return json.load(f)
 
 
 def pending(grids: dict, seeds: int = SEEDS) -> dict:
@@ -302,8 +320,7 @@ def context(workload: str = "fashion_mnist") -> dict:
   single_ceiling = single["ceiling"]["median"] if single else None
   if single and w.get("deep_ensemble"):
     study, curve, n = w["deep_ensemble"]
-    ceiling_rows += [row] if (row := deep_ensemble(
-        os.path.join(data.RESULTS, study), curve, n, single)) else []
+    ceiling_rows += deep_ensemble(os.path.join(data.RESULTS, study), curve, n, single)
   values = rungs(dirs)
   lower = bool(values) and values[0] > values[-1]  # rungs listed easiest first
   top_ceiling = (min if lower else max)((c["ceiling"]["median"] for c in ceiling_rows),
@@ -311,7 +328,7 @@ def context(workload: str = "fashion_mnist") -> dict:
   ladder = [at_rung(dirs, v) for v in study_rungs(
       values, w["named_rungs"], single_ceiling, top_ceiling, w["below_ceiling"])]
   deep = next((f"{c['curve']} {c['best_point']}" for c in ceiling_rows
-               if c.get("deep_ensemble")), None)
+               if c["deep_ensemble"]), None)
   for row in ladder:  # harder than the single model's ceiling
     for best in (row["time"], row["compute"]):
       if best and best["point"] == deep:

@@ -195,6 +195,15 @@ def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
   deep = rows["the deep ensemble (N = 4)"]
   assert deep["best_point"] == "N4_E4" and deep["ceiling"]["median"] == pytest.approx(0.915)
   assert deep["architecture"] == "4 x resnet18 width 8" and deep["ceiling"]["seeds"] == 3
+  # N = 2 from workers 0-1 of each seed's run, once every seed has been scored so
+  for seed, accuracy in zip((1, 2, 3), (0.905, 0.907, 0.903)):
+    subsets = tmp_path / "ladder" / "ensemble" / "N4_E4" / f"seed{seed}" / "subsets"
+    subsets.mkdir()
+    (subsets / "workers_0_1.json").write_text(json.dumps({"metrics": {"accuracy": accuracy}}))
+    rows = {c["model"]: c for c in targets.context("planted")["ceilings"]}
+    assert ("the deep ensemble (N = 2, workers 0-1 of the N = 4 runs)" in rows) == (seed == 3)
+  two = rows["the deep ensemble (N = 2, workers 0-1 of the N = 4 runs)"]
+  assert two["ceiling"]["median"] == pytest.approx(0.905) and two["architecture"].startswith("2 x")
 
 
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
