@@ -627,6 +627,23 @@ def test_recosting_keeps_a_committed_record_whose_replay_moves(tmp_path):
   assert json.loads(path.read_text()) == committed
 
 
+def test_a_rungs_choice_runs_its_seeds_under_per_target_before_that_folder_exists(tmp_path):
+  """A rung whose choice differs from the point's gets its seeds in per_target/<run>/, its
+  record naming the tuning run as ../../tune/<run>: the tuning seed's run is that tuning
+  run, copied, though per_target/<run>/ did not exist yet (it was read as 'every rate
+  diverged' and no seed of any rung's choice ran)."""
+  chosen = _config()
+  (tmp_path / "tune" / "lr0.006").mkdir(parents=True)
+  (tmp_path / "tune" / "lr0.006" / "results.json").write_text(json.dumps({"steps": 3}))
+  record = {"chosen_run": os.path.join("..", "..", "tune", "lr0.006")}
+  counts = dict.fromkeys(("skipped", "from_tuning", "trained"), 0)
+  rung_dir = tmp_path / "per_target" / "lr0.006"
+  tuning.run_seed(chosen, record, str(rung_dir), chosen.tune.seed, counts)
+  assert counts["from_tuning"] == 1
+  assert json.loads((rung_dir / f"seed{chosen.tune.seed}" / "results.json").read_text())[
+      "steps"] == 3
+
+
 def test_a_seed_run_of_another_config_is_refused_not_counted_as_finished(tmp_path):
   # `run.finished_results` decides a seed run's "finished" as every entry point does: a
   # results.json trained at an untuned field's other value is not this point's run.

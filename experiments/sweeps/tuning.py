@@ -486,7 +486,10 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
   """The point's run at `seed` in `<point_dir>/seed<k>/`, at the chosen values: read if
   finished (`skipped`), the chosen tuning run copied for seed tune.seed (`from_tuning`),
   else trained (`trained`); each carries the point's tuning record as `tuning`."""
-  chosen_results = os.path.join(point_dir, record["chosen_run"], run_lib.RESULTS_FILE)
+  # (a rung's choice names it from under per_target/, `../../tune/<run>`: normalised, as
+  # the kernel will not walk `..` out of a folder not made yet)
+  chosen_results = os.path.normpath(os.path.join(point_dir, record["chosen_run"],
+                                                 run_lib.RESULTS_FILE))
   if not os.path.exists(chosen_results):
     print(f"sweep: every rate tried diverged at {point_dir} ({TUNING_FILE}); no seeds run")
     return
