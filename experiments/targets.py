@@ -18,7 +18,7 @@ import os
 
 from absl import app, flags
 
-from ensemble_jax import config_lib, report, stored
+from ensemble_jax import config_lib, methods, report, stored
 from experiments import docs_data as data
 
 # Per workload: its ceilings study (`ceiling_curves`: the curves of it that are ceilings; all
@@ -54,7 +54,11 @@ VERDICTS = {"beats": "beats the strongest baseline on every seed",
             "level": "level with it, within the seeds' spread",
             "behind": "behind it on every seed",
             "missed": "no method point reaches it on every seed",
-            "unmeasured": "no method point was trained to it"}
+            "unmeasured": "no method point was trained to it",
+            # ahead or level against the baselines measured, while baseline points of the
+            # grids are pending: a stronger baseline may yet come (behind stays behind)
+            "provisional": "ahead of or level with the baselines measured so far; baseline "
+                           "points pending"}
 
 
 def verdict_word(ratio: float | None, seed_range: tuple[float, float] | None,
@@ -180,7 +184,7 @@ def pending(grids: dict, seeds: int = SEEDS) -> dict:
   curve, and how many points the grids hold: {"total": n, "count": pending,
   "curves": {curve name: [point names]}}."""
   import importlib
-  out, total = {}, 0
+  out, total, baselines = {}, 0, 0
   for study, (config, grid) in grids.items():
     points = importlib.import_module(f"experiments.configs.{config}").sweep_grid(grid)
     for curve, names in points.items():
@@ -190,8 +194,11 @@ def pending(grids: dict, seeds: int = SEEDS) -> dict:
             data.RESULTS, study, curve, point, "seed*", "results.json"))]
         if sum(s != t for s, t in map(report.result_seeds, runs)) < seeds:
           out.setdefault(data.CURVE_NAMES.get(curve, curve), []).append(point)
+          variant = names[point][0]
+          baselines += not any(v in methods.METHODS and v != report.BASELINE
+                               for v in variant.split(","))
   return {"total": total, "count": sum(map(len, out.values())), "curves": out,
-          "seeds": seeds}
+          "seeds": seeds, "baselines": baselines}
 
 
 def rungs(dirs: list[str]) -> list[float]:
@@ -335,13 +342,18 @@ def context(workload: str = "fashion_mnist") -> dict:
         best["name"] += " (the deep ensemble)"
     row["above_single_ceiling"] = bool(single) and (
         row["value"] < single_ceiling if lower else row["value"] > single_ceiling)
+  waiting = pending(w["grids"])
+  for row in ladder:  # a win or a draw stands once every baseline point has its seeds
+    row["measured_verdict"] = row["verdict"]
+    if waiting["baselines"] and row["verdict"] in ("beats", "level"):
+      row["verdict"] = "provisional"
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
           "by_verdict": by_verdict, "verdicts": VERDICTS,
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
-          "pending": pending(w["grids"]),
+          "pending": waiting,
           "metric": single["lengths"][0]["metric"] if single else None}
 
 

@@ -331,7 +331,7 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
                             {"name": "w", "what_if": True, "beats": what_if_beats}],
             "ladder": {"by_verdict": {**{k: [] for k in targets.VERDICTS},
                                       "unmeasured": [0.9], "beats": list(rung_beats)},
-                       "single": None, "pending": {"total": 4, "count": 1}}}
+                       "single": None, "pending": {"total": 4, "count": 1, "baselines": 0}}}
 
   render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
   assert render(context("level")).startswith("**The answer so far: no.")
@@ -342,4 +342,4 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   assert at_rung.startswith("**The answer so far: in part.") and "beats it at 88.0%" in at_rung
   assert "was trained to 90.0%" in at_rung and "to none" not in render(
       {**context("level"), "ladder": {"by_verdict": {k: [] for k in targets.VERDICTS},
-                                      "single": None, "pending": {"total": 4, "count": 0}}})
+                                      "single": None, "pending": {"total": 4, "count": 0, "baselines": 0}}})

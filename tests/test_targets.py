@@ -224,3 +224,22 @@ def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkey
   assert "N4_E1" in ctx["pending"]["curves"]["random streams"]
   assert "D8_E2" not in ctx["pending"]["curves"]["data-parallel"]
   assert ctx["pending"]["count"] == ctx["pending"]["total"] - 1
+
+
+def test_a_win_with_baseline_points_pending_is_provisional(tmp_path, monkeypatch):
+  """A method point far ahead of the one baseline measured at 90% is not a win while the
+  grids' other baseline points have no seeds (a stronger one may come): the verdict says
+  provisional, the headline's 'in part' does not follow; with none pending it beats."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.905,
+           {0.85: 150, 0.90: 230})
+    _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", seed, 0.905,
+           {0.85: 5, 0.90: 8}, source="ensemble/N4_L469/seed1")
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  ctx = targets.context("fashion_mnist")
+  row = next(r for r in ctx["ladder"] if r["value"] == 0.90)
+  assert (row["measured_verdict"], row["verdict"]) == ("beats", "provisional")
+  assert ctx["pending"]["baselines"] > 0 and 0.90 not in ctx["by_verdict"]["beats"]
+  monkeypatch.setattr(targets, "pending", lambda grids: {
+      "total": 2, "count": 0, "curves": {}, "seeds": 3, "baselines": 0})
+  assert 0.90 in targets.context("fashion_mnist")["by_verdict"]["beats"]
