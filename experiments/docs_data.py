@@ -81,7 +81,8 @@ def point_name(curve: str, point: str) -> str:
   name = CURVE_NAMES.get(family, family.replace("_", "-"))
   bn = " (synchronised BatchNorm)" if family != curve else ""
   size, *rest = point.split("_")
-  length = "".join(f", {r[1:]} epochs" for r in rest if r.startswith("E"))
+  length = "".join(f", {r[1:]} epoch{'' if r[1:] == '1' else 's'}" for r in rest
+                   if r.startswith("E"))
   return (f"{name} at D = {size[1:]}{bn}{length}" if size[0] == "D"
           else f"{name}, {size[0]} = {size[1:]}{bn}{length}")
 
