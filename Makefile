@@ -57,6 +57,12 @@ demo: install data
 
 # The cost-vs-time grids, resumable, written to experiments/results/<workload>: every point
 # tuned on seed 0, then reported on seeds 1-3 (seeds that played no part in the choice).
+# $(call study_of,CONFIG,GRID,WORKDIR,CALIBRATED): CONFIG's GRID as a cost-vs-time study in
+# experiments/results/WORKDIR, seeds 1-3, its steps priced by CALIBRATED's device timings.
+study_of = $(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/$(1).py \
+	  --grid=$(2) --workdir=experiments/results/$(3) --seeds=1,2,3 \
+	  --calibration=experiments/results/$(4)/calibration
+
 sweep-fashion: install data
 	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
 	  --workdir=experiments/results/fashion_mnist --seeds=1,2,3
@@ -68,21 +74,15 @@ sweep-pydocs: install data
 # Knowledge distillation: the ensemble's points taught by the full grid's strongest
 # data-parallel run (pydocs_gpt2.KD_TEACHER, its training charged); after sweep-pydocs.
 sweep-pydocs-kd: install data
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
-	  --grid=kd --workdir=experiments/results/pydocs_gpt2_kd --seeds=1,2,3 \
-	  --calibration=experiments/results/pydocs_gpt2/calibration
+	$(call study_of,pydocs_gpt2,kd,pydocs_gpt2_kd,pydocs_gpt2)
 
 # Where the claim could hold: many-worker ensembles, N = 2 .. 64 (Fashion-MNIST's PCA-routed
 # experts to 128) at the full grid's L at N = 8 (random streams and routed experts of both
 # models: PCA on Fashion-MNIST, tf-idf on the Python docs), then the modelled projection to
 # 1024 devices from the measured grids.
 many-workers: install data
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-	  --grid=many_workers --workdir=experiments/results/many_workers --seeds=1,2,3 \
-	  --calibration=experiments/results/fashion_mnist/calibration
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
-	  --grid=many_workers --workdir=experiments/results/many_workers_pydocs --seeds=1,2,3 \
-	  --calibration=experiments/results/pydocs_gpt2/calibration
+	$(call study_of,fashion_mnist,many_workers,many_workers,fashion_mnist)
+	$(call study_of,pydocs_gpt2,many_workers,many_workers_pydocs,pydocs_gpt2)
 
 projection: install
 	$(PY) -m experiments.projection --workload=fashion_mnist --also=experiments/results/many_workers
@@ -106,24 +106,18 @@ docs: install
 # The ceilings (docs/results/targets.md): the sweep, wider and small models at D = 8 trained
 # 2-16 epochs to their end on all 10,000 test images, every rung of the ladder tracked.
 ceilings: install data
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-	  --grid=ceilings --workdir=experiments/results/fashion_mnist_ceilings --seeds=1,2,3 \
-	  --calibration=experiments/results/fashion_mnist/calibration
+	$(call study_of,fashion_mnist,ceilings,fashion_mnist_ceilings,fashion_mnist)
 
 # The ladder (docs/results/targets.md): the method and the baselines at fixed lengths that
 # span the rungs, each point tuned by the rule per rung, on all 10,000 test images; its
 # points land one by one (--curves/--points) and every run resumes.
 ladder: install data
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/fashion_mnist.py \
-	  --grid=ladder --workdir=experiments/results/fashion_mnist_ladder --seeds=1,2,3 \
-	  --calibration=experiments/results/fashion_mnist/calibration
+	$(call study_of,fashion_mnist,ladder,fashion_mnist_ladder,fashion_mnist)
 
 # The Python docs' ladder: perplexity 14 to 10 at 1, 2 and 4 budgets (0.46-1.85 passes);
 # its single models' fixed lengths are the docs' ceilings (the best within them).
 ladder-pydocs: install data
-	$(PY) -m experiments.sweeps.cost_vs_time --config=experiments/configs/pydocs_gpt2.py \
-	  --grid=ladder --workdir=experiments/results/pydocs_gpt2_ladder --seeds=1,2,3 \
-	  --calibration=experiments/results/pydocs_gpt2/calibration
+	$(call study_of,pydocs_gpt2,ladder,pydocs_gpt2_ladder,pydocs_gpt2)
 
 # Distilled sequences: the ensemble per sampler (3 seeds), and the LiPT pipeline.
 sweep-samplers: install data
