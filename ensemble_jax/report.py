@@ -116,7 +116,8 @@ def load_runs(results_dir: str, target_value: float | None = None) -> list[dict]
 def passes(r: dict, steps: int) -> float | None:
   """The passes over the training set that `steps` steps of the run `r` read, all its models
   together (examples, or windows of text); None where the record lacks the sizes."""
-  size = r.get("data", {}).get("train_examples") or r.get("data", {}).get("train_windows")
+  data = r.get("data", {})
+  size = data.get("train_examples") or data.get("train_windows")
   return steps * r["examples_per_step"] / size if size and r.get("examples_per_step") else None
 
 
@@ -201,18 +202,23 @@ def _tuning_row(record: dict | None) -> dict | None:
           "time_s": compute["time_s"], "device_seconds": compute["device_seconds"]}
 
 
+def at_edge(key: str, values: list[float], best: float) -> bool:
+  """Whether `best` sits at an edge of a tuned axis' sorted `values` that the axis could be
+  extended past (the schedule's whole budget, 1, is no edge: `tuning.beyond`)."""
+  return len(values) > 1 and (best == values[0] or (
+      best == values[-1] and (key != config_lib.SCHEDULE_FRACTION or values[-1] < 1.0)))
+
+
 def _rung_at_edge(record: dict) -> dict:
-  """{rung: whether that rung's own choice sits at an edge of a tuned axis} (the rule extends
-  an axis only for the first rung's choice: a later rung's may lie beyond what was tried;
-  the schedule's whole budget, 1, is no edge)."""
+  """{rung: whether that rung's own choice sits at an edge of a tuned axis}: capped, or
+  tuned when the rule extended an axis for the first rung's choice alone (a later rung's
+  best may lie beyond what was tried)."""
   out = {}
   rungs = [t["value"] for t in record.get("chosen_per_target", [])]
   for axis in record["axes"] if rungs else []:
     tried = sorted({r["value"] for r in axis["runs"]})
-    whole = axis.get("key") == config_lib.SCHEDULE_FRACTION and tried[-1] >= 1.0
     for rung, v in zip(rungs, axis.get("chosen_per_target", [])):
-      edge = len(tried) > 1 and (v == tried[0] or (v == tried[-1] and not whole))
-      out[rung] = out.get(rung, False) or edge
+      out[rung] = out.get(rung, False) or at_edge(axis.get("key"), tried, v)
   return out
 
 

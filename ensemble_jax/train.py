@@ -216,8 +216,8 @@ def _restore(config, workdir: str, s: Setup, state, checkpointer) -> tuple[Any, 
 
 def _pool_or_own(config, s: Setup, pool: pool_lib.Pool | None) -> pool_lib.Pool:
   """`pool`, or without a distilled sequence the method's own sampler."""
-  own = pool is None
-  return pool_lib.Pool(s.method.sampler(len(s.data.train), config.seed), None) if own else pool
+  return pool if pool is not None else pool_lib.Pool(
+      s.method.sampler(len(s.data.train), config.seed), None)
 
 
 def _streams(config, s: Setup, pool: pool_lib.Pool):

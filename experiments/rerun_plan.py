@@ -26,7 +26,7 @@ import glob
 import json
 import os
 
-from ensemble_jax import config_lib, stored
+from ensemble_jax import config_lib, report, stored
 from experiments.configs import fashion_mnist
 from experiments.sweeps import tuning
 
@@ -72,7 +72,7 @@ def _edge(axis: dict, extend: float, cap: int) -> str | None:
   """Why an axis' choice at an edge of its values moves (the rule now tries past it while
   fewer than `cap` extensions ran there: the schedule's axis since issue 70), else None."""
   values = sorted(r["value"] for r in axis["runs"])
-  if not tuning.at_edge(axis["key"], values, axis["chosen"]):
+  if not report.at_edge(axis["key"], values, axis["chosen"]):
     return None
   side = "low" if axis["chosen"] == values[0] else "high"
   if axis["extensions"][side] >= cap:

@@ -11,7 +11,9 @@ it (experiments/docs_render.py).
 """
 from __future__ import annotations
 
+import collections
 import glob
+import importlib
 import json
 import math
 import os
@@ -97,18 +99,8 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
       if not runs:
         continue
       metric = runs[0]["target"]["metric"]
-      tuning = runs[0].get("tuning") or {}
-      lengths.append({
-          "point": os.path.basename(os.path.dirname(point_dir)), "epochs": _epochs(runs[0]),
-          "final": {**data.spread(finals := [r["final"][metric] for r in runs]),
-                    "seeds": len(finals)},
-          "seed_list": sorted(r["config"]["seed"] for r in runs),
-          "eval_examples": (runs[0]["final"].get("num_examples")
-                            or runs[0]["config"]["eval"]["num_examples"]),
-          "peak_learning_rate": tuning.get("peak_learning_rate"),
-          "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
-          "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
-          "metric": metric, "objective": runs[0]["config"]["tune"]["objective"]})
+      lengths.append(_length(os.path.basename(os.path.dirname(point_dir)), _epochs(runs[0]),
+                             runs, [r["final"][metric] for r in runs]))
     if not lengths:
       continue
     lengths.sort(key=lambda x: x["epochs"])
@@ -145,32 +137,39 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
   if not runs:
     return []
   metric = runs[0]["target"]["metric"]
-  tuning = runs[0].get("tuning") or {}
-  seeds = sorted(r["config"]["seed"] for r in runs)
 
-  def row(size: int, finals: list[float], params: int) -> dict:
-    final = {**data.spread(finals), "seeds": len(finals)}
-    length = {"point": point, "epochs": single["best_epochs"], "final": final,
-              "seed_list": seeds, "eval_examples": (runs[0]["final"].get("num_examples")
-                                                    or runs[0]["config"]["eval"]["num_examples"]),
-              "peak_learning_rate": tuning.get("peak_learning_rate"),
-              "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
-              "tuning_runs": (tuning.get("compute") or {}).get("runs", 0), "metric": metric,
-              "objective": runs[0]["config"]["tune"]["objective"]}
+  def row(size: int, finals: list[float]) -> dict:
+    length = _length(point, single["best_epochs"], runs, finals)
     return {"curve": curve, "model": f"the deep ensemble (N = {size}" + (
                 ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
             "architecture": f"{size} x {data.model_name(runs[0]['config'])}",
-            "params": size * params, "lengths": [length], "ceiling": final,
-            "best_point": point, "best_epochs": single["best_epochs"], "plateau": None,
-            "plateau_epochs": None, "deep_ensemble": True}
+            "params": size * runs[0].get("num_params_per_worker", 0), "lengths": [length],
+            "ceiling": length["final"], "best_point": point,
+            "best_epochs": single["best_epochs"], "plateau": None, "plateau_epochs": None,
+            "deep_ensemble": True}
 
-  per_worker = runs[0].get("num_params_per_worker", 0)
-  out = [row(n, [r["final"][metric] for r in runs], per_worker)]
-  subsets = [os.path.join(study_dir, curve, point, f"seed{s}", "subsets", "workers_0_1.json")
-             for s in seeds]
+  out = [row(n, [r["final"][metric] for r in runs])]
+  subsets = [os.path.join(study_dir, curve, point, f"seed{r['config']['seed']}", "subsets",
+                          "workers_0_1.json") for r in runs]
   if all(os.path.exists(p) for p in subsets):
-    out.append(row(2, [_read(p)["metrics"][metric] for p in subsets], per_worker))
+    out.append(row(2, [_read(p)["metrics"][metric] for p in subsets]))
   return out
+
+
+def _length(point: str, epochs: float, runs: list[dict], finals: list[float]) -> dict:
+  """One length of a ceilings row: `finals` (one per reported seed run of `runs`) and what
+  the runs say of their seeds, eval set and tuning."""
+  tuning = runs[0].get("tuning") or {}
+  return {"point": point, "epochs": epochs,
+          "final": {**data.spread(finals), "seeds": len(finals)},
+          "seed_list": sorted(r["config"]["seed"] for r in runs),
+          "eval_examples": (runs[0]["final"].get("num_examples")
+                            or runs[0]["config"]["eval"]["num_examples"]),
+          "peak_learning_rate": tuning.get("peak_learning_rate"),
+          "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
+          "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
+          "metric": runs[0]["target"]["metric"],
+          "objective": runs[0]["config"]["tune"]["objective"]}
 
 
 def _read(path: str) -> dict:
@@ -183,7 +182,6 @@ def pending(grids: dict, seeds: int = SEEDS) -> dict:
   fewer than `seeds` reported seeds' results.json (the tuning seed's does not count), by
   curve, and how many points the grids hold: {"total": n, "count": pending,
   "curves": {curve name: [point names]}}."""
-  import importlib
   out, total, baselines = {}, 0, 0
   for study, (config, grid) in grids.items():
     points = importlib.import_module(f"experiments.configs.{config}").sweep_grid(grid)
@@ -271,9 +269,7 @@ def at_rung(dirs: list[str], value: float, seeds: int = SEEDS) -> dict:
   # reported seeds only: a point whose tuning seed alone ran (it won the choice: biased) is
   # pending, not read
   runs = [r for r in runs if r["seed"] != r["tuning_seed"]]
-  counts = {}
-  for r in runs:
-    counts[r["curve"], r["point"]] = counts.get((r["curve"], r["point"]), 0) + 1
+  counts = collections.Counter((r["curve"], r["point"]) for r in runs)
   runs = [r for r in runs if counts[r["curve"], r["point"]] >= seeds]
   pts = report.points(runs)
   baselines = set(report.baseline_curves(pts))
@@ -291,8 +287,8 @@ def at_rung(dirs: list[str], value: float, seeds: int = SEEDS) -> dict:
          # points some of whose seeds stand at another rung's choice (none of its own)
          "off_choice_points": len({(r["curve"], r["point"]) for r in runs
                                    if not r["rung_choice"]}),
-         # points whose choice for this rung sits at an edge of their tuning grid (the rule
-         # extends a grid for the first rung's choice only)
+         # points whose choice for this rung sits at an edge of their tuning grid (capped, or
+         # tuned when the rule extended a grid for the first rung's choice alone)
          "edge_choice_points": sum(bool(p["tuning"] and p["tuning"]["rung_at_edge"].get(
              value, p["tuning"]["at_edge"])) for p in pts),
          "strongest": c["strongest"],

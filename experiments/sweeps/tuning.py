@@ -292,9 +292,9 @@ def tune(config: ml_collections.ConfigDict, point_dir: str, train: TrainFn,
         **({"values": values} if key == SCHEDULE else {}),
         **({"warm_start_factor": warm_start[key]} if key in warm_start else {}),
         # the best at an edge once the extensions ran out: the optimum may lie beyond
-        "at_edge": at_edge(key, values, best),
+        "at_edge": report.at_edge(key, values, best),
         # the extensions stopped by their cap with the best still at that edge
-        "capped": at_edge(key, values, best) and extensions[
+        "capped": report.at_edge(key, values, best) and extensions[
             "low" if best == values[0] else "high"] >= t.max_extensions,
         **({"margin": t.schedule_margin} if key == SCHEDULE else {}),
         "runs": [_row(v, base, [(s, n, runs[n]) for s, n in
@@ -327,12 +327,6 @@ def beyond(key: str, values: list[float], extend: float) -> tuple:
   if key == SCHEDULE:
     return values[0] / extend, (min(1.0, values[-1] * extend) if values[-1] < 1.0 else None)
   return values[0] / extend, values[-1] * extend
-
-
-def at_edge(key: str, values: list[float], best: float) -> bool:
-  """Whether `best` sits at an edge of `values` the axis could be extended past (`beyond`)."""
-  return len(values) > 1 and (best == values[0] or (
-      best == values[-1] and (key != SCHEDULE or values[-1] < 1.0)))
 
 
 def _per_target(examined: dict, fields, ladder: int) -> list[dict]:
