@@ -33,13 +33,13 @@ def test_a_run_priced_at_its_own_target_is_its_cost_block():
 
 
 def _plant(tree, curve, point, seed, final, rungs, source="data_parallel/D8/seed1",
-           budget=None):
-  """A committed run copied into `tree` as `curve/point/seed<k>`, its final accuracy, its
+           budget=None, metric="accuracy"):
+  """A committed run copied into `tree` as `curve/point/seed<k>`, its final `metric`, its
   ladder (value -> step reached or None) and its step budget planted."""
   r = stored.load(os.path.join(COMMITTED, source, "results.json"))
   r["step_budget"] = budget or r["step_budget"]
   r["config"]["seed"] = seed
-  r["final"]["accuracy"] = final
+  r["final"][metric] = final
   r["targets"] = [{**r["target"], "value": v, "reached": s is not None, "reached_step": s,
                    "resolution_steps": 1 if s else None} for v, s in rungs.items()]
   r["target"] = r["targets"][0]
@@ -139,24 +139,15 @@ def test_a_perplexity_ladder_reads_its_named_rungs_and_counts_passes(tmp_path, m
   """Lower is better: the docs' rungs 14, 12, 11 read easiest first, one below the single
   model's ceiling (11.5) labelled above it; the ceilings are the ladder's own single-model
   curves only; each rung says the passes over the corpus its points took to reach it."""
-  source = "pydocs_gpt2/data_parallel/D8/seed1"
-  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  source = os.path.join("..", "pydocs_gpt2", "data_parallel", "D8", "seed1")
   for seed in (1, 2, 3):
     for curve, final, steps in (("data_parallel", 11.5, {14.0: 100, 13.0: 150, 12.0: 200,
                                                           11.0: None}),
                                 ("ensemble_tfidf_routed_small", 11.8,
                                  {14.0: 300, 13.0: 400, 12.0: 500, 11.0: None})):
-      r = stored.load(os.path.join(COMMITTED.removesuffix("fashion_mnist"), source,
-                                   "results.json"))
-      r["config"]["seed"] = seed
-      r["final"]["perplexity"] = final
-      r["targets"] = [{**r["target"], "value": v, "reached": s is not None,
-                       "reached_step": s, "resolution_steps": 1 if s else None}
-                      for v, s in steps.items()]
-      r["target"] = r["targets"][0]
-      d = tmp_path / "ladder" / curve / "D8_W1" / f"seed{seed}"
-      d.mkdir(parents=True)
-      (d / "results.json").write_text(json.dumps(r))
+      _plant(tmp_path / "ladder", curve, "D8_W1", seed, final, steps, source=source,
+             metric="perplexity")
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
   monkeypatch.setitem(targets.WORKLOADS, "planted_text", {
       **targets.WORKLOADS["pydocs_gpt2"], "ceilings": "ladder", "studies": ("ladder",)})
   ctx = targets.context("planted_text")
@@ -166,8 +157,7 @@ def test_a_perplexity_ladder_reads_its_named_rungs_and_counts_passes(tmp_path, m
   rows = {r["value"]: r for r in ctx["ladder"]}
   assert list(rows) == [14.0, 12.0, 11.0]  # 13 tracked, not read
   assert [v for v, r in rows.items() if r["above_single_ceiling"]] == [11.0]
-  r = stored.load(os.path.join(COMMITTED.removesuffix("fashion_mnist"), source,
-                               "results.json"))
+  r = stored.load(os.path.join(COMMITTED, source, "results.json"))
   per_pass = r["examples_per_step"] / r["data"]["train_windows"]
   assert rows[12.0]["strongest_passes"] == pytest.approx(200 * per_pass)
   text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
