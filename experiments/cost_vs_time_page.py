@@ -11,11 +11,10 @@ docs/templates/cost_vs_time.md.j2; README.md's grids region reads the same conte
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import os
 
-from ensemble_jax import config_lib, report, stored
+from ensemble_jax import config_lib, report
 from experiments import docs_data as data
 from experiments import targets
 from experiments.docs_data import REPO, RESULTS, cells, tables
@@ -24,20 +23,12 @@ GRIDS = {"fashion_mnist": "Fashion-MNIST", "pydocs_gpt2": "Python docs (byte-lev
 # the points table's columns the page leaves to table.md (every preset's time but one)
 DROPPED = {"time nvlink (s)", "time eth10g (s)", "host train s"}
 # which calibrated device step prices which committed runs: (results, calibration dir)
-CALIBRATED = (("experiments/results/fashion_mnist", "experiments/results/fashion_mnist/calibration"),
-              ("experiments/results/many_workers", "experiments/results/fashion_mnist/calibration"),
-              ("experiments/results/fashion_mnist_ceilings",
-               "experiments/results/fashion_mnist/calibration"),
-              ("experiments/results/pydocs_gpt2", "experiments/results/pydocs_gpt2/calibration"),
-              ("experiments/results/many_workers_pydocs",
-               "experiments/results/pydocs_gpt2/calibration"))
-
-
-def columns(table: list[str], dropped=DROPPED) -> str:
-  """A table without the columns named in `dropped`, as Markdown."""
-  keep = [i for i, h in enumerate(cells(table[0])) if h not in dropped]
-  rows = ["| " + " | ".join(cells(row)[i] for i in keep) + " |" for row in table]
-  return "\n".join([rows[0], "|" + "---|" * len(keep), *rows[2:]])
+CALIBRATED = tuple((f"experiments/results/{results}", f"experiments/results/{grid}/calibration")
+                   for results, grid in (("fashion_mnist", "fashion_mnist"),
+                                         ("many_workers", "fashion_mnist"),
+                                         ("fashion_mnist_ceilings", "fashion_mnist"),
+                                         ("pydocs_gpt2", "pydocs_gpt2"),
+                                         ("many_workers_pydocs", "pydocs_gpt2")))
 
 
 def seeds(sub: str, pts: list[dict]) -> dict:
@@ -54,29 +45,18 @@ def seeds(sub: str, pts: list[dict]) -> dict:
                           - {c for (c, _), t in tunes.items() if t})}
 
 
-def schedule_edges(sub: str, pts: list[dict]) -> list[dict]:
-  """The points whose chosen schedule fraction sits at the short edge of its axis with no
-  shorter one tried (`at_edge`: a shorter schedule might do better still; rerun_plan.md
-  lists them, the rule now extending the axis there)."""
-  out = []
-  for p in pts:
-    for axis in data.tuning(sub, p["curve"], p["point"])["axes"]:
-      if axis["key"] == config_lib.SCHEDULE_FRACTION and axis.get("at_edge"):
-        out.append({"point": f"{p['curve']} {p['point']}", "fraction": axis["chosen"]})
-  return out
-
-
 def grid(sub: str) -> dict:
   """One grid: its model, target, seeds and device steps, the reading (`targets.closest`),
   the points chosen at the schedule axis's edge, and the report's tables."""
   runs = report.load_runs(os.path.join(RESULTS, sub))
   pts = list(data.grid(sub))
-  first = stored.load(sorted(glob.glob(os.path.join(RESULTS, sub, "data_parallel", "D1",
-                                                    "seed*", "results.json")))[0])
+  first = data.stored_runs(f"{sub}/data_parallel/D1/seed*/results.json")[0]
   results = os.path.join(RESULTS, sub)
   steps = sorted((r for r in report.calibrations(results, os.path.join(results, "calibration"))
                   if r["runs"]), key=lambda r: -r["params"])
   made = tables(report.table(runs))  # points, matched, summary, tuning per point, per curve
+  keep = [i for i, h in enumerate(cells(made[0][0])) if h not in DROPPED]  # points' columns
+  points = ["| " + " | ".join(cells(row)[i] for i in keep) + " |" for row in made[0]]
   return {
       "sub": sub, "name": GRIDS[sub], "target": sorted({r["target"] for r in runs}),
       "model": data.model_name(first["config"]), "params": first.get("num_params"),
@@ -85,9 +65,13 @@ def grid(sub: str) -> dict:
       "device_steps": [{"params": r["params"], "step_s": r["device_step_s"],
                         "points": r["points"]} for r in steps],
       "reading": targets.closest(pts),
-      "schedule_edges": schedule_edges(sub, pts),
+      # the points chosen at the schedule axis's short edge with no shorter one tried
+      "schedule_edges": [{"point": f"{p['curve']} {p['point']}", "fraction": a["chosen"]}
+                         for p in pts for a in data.tuning(sub, p["curve"], p["point"])["axes"]
+                         if a["key"] == config_lib.SCHEDULE_FRACTION and a.get("at_edge")],
       "figure": f"experiments/results/{sub}/cost_vs_time_ib_xdr800.png",
-      "points_table": columns(made[0]), "matched_table": "\n".join(made[1]),
+      "points_table": "\n".join([points[0], "|" + "---|" * len(keep), *points[2:]]),
+      "matched_table": "\n".join(made[1]),
       "tuning_table": "\n".join(made[3]), "tuning_curves_table": "\n".join(made[4]),
       "schedule_table": "\n".join(tables(report.schedule_check(results))[0])}
 
@@ -96,7 +80,7 @@ def grid(sub: str) -> dict:
 def _context() -> str:
   grids = [grid(sub) for sub in GRIDS]
   [calibration] = tables(report.calibration_table(list(CALIBRATED), REPO))
-  return json.dumps({"grids": grids, "verdicts": targets.VERDICTS,
+  return json.dumps({"grids": grids,
                      "devices": max(p["devices"] for sub in GRIDS for p in data.grid(sub)),
                      "calibration_table": "\n".join(calibration)})
 

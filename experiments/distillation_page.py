@@ -8,14 +8,13 @@ experiments/docs_render.py renders the page from docs/templates/distillation.md.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import statistics
 
 from absl import app
 
-from ensemble_jax import report, stored
+from ensemble_jax import report
 from experiments import distillation_check as check
 from experiments import docs_data as data
 from experiments import one_device_page, targets
@@ -96,7 +95,7 @@ def reduced() -> dict:
   """The grid's reduced protocol (CPU): its set, its evaluation and its loss curve."""
   record = check.load([os.path.join(REPO, check.REDUCED)])
   return {"distillation": record["protocol"]["distillation"],
-          "evaluation": record["protocol"]["evaluation"], "device": record["device"],
+          "evaluation": record["protocol"]["evaluation"],
           "table": check.table(record).rstrip("\n"),
           "curve": check.curve_table(record).rstrip("\n"),
           "loss": check.loss_table(record).rstrip("\n")}
@@ -115,14 +114,13 @@ def one_set() -> dict:
           "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"]}
 
 
-def cost() -> dict:
+def cost(lit: dict) -> dict:
   """`one_set`, and an iteration's time beside a training step's on this CPU and on the
-  H200."""
+  H200 (`lit`: the `literature` check's)."""
   c = one_set()
   cases = c.pop("cases")
   h200 = {r["point"]: r for r in one_device_page.context()["rows"]
           if r["curve"] == "data_parallel"}
-  lit = literature()
   # the calibrated device step that prices the strongest baseline's runs
   [cpu_step] = {r["cost"]["modelled"]["device_step_time_s"] for r in data.results(
       f"fashion_mnist/{c['strongest'].replace(' ', '/')}/seed*/results.json")}
@@ -183,8 +181,7 @@ def step_pricing() -> dict:
   """How the distilled curves' training steps are priced: the curves they are priced like
   (`cost.price_like`) and the augmentation their steps apply to synthetic examples, which
   no calibrated step holds (`cost_vs_time.device_config` times the plain step)."""
-  runs = [stored.load(p) for c in DISTILLED for p in glob.glob(
-      os.path.join(data.RESULTS, "fashion_mnist", c, "*", "seed*", "results.json"))]
+  runs = [r for c in DISTILLED for r in data.stored_runs(f"fashion_mnist/{c}/*/seed*/results.json")]
   augment = {((r.get("distill") or {}).get("distillation") or {}).get("train_augmentation",
                                                                         "none") for r in runs}
   return {"runs": len(runs), "augment": sorted(augment - {"none"}),
@@ -195,18 +192,18 @@ def step_pricing() -> dict:
 
 
 def context() -> dict:
-  grid, kd = distilled(), taught()
+  grid, kd, lit = distilled(), taught(), literature()
   builds = {}
   for r in grid["runs"]:
     builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
   teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in kd["runs"]}
-  return {"literature": literature(), "reduced": reduced(), "cost": cost(),
+  return {"literature": lit, "reduced": reduced(), "cost": cost(lit),
           "distilled": study(grid, lambda p: statistics.median(
               builds[(p["curve"], p["point"])])),
           "taught": study(kd, lambda p: teacher[(p["curve"], p["point"])]),
           "kd_target": next(r["target_value"] for r in kd["runs"]),
           "target": grid["runs"][0]["target_value"],
-          "step_pricing": step_pricing(), "verdicts": targets.VERDICTS, "figure": FIGURE}
+          "step_pricing": step_pricing(), "figure": FIGURE}
 
 
 def plot(ctx: dict, path: str) -> None:

@@ -8,7 +8,7 @@ import json
 import os
 import statistics
 
-from ensemble_jax import report
+from ensemble_jax import report, stored
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "experiments", "results")
@@ -54,6 +54,11 @@ def point(sub: str, curve: str, name: str) -> dict:
 def results(pattern: str) -> list[dict]:
   """The runs (`report.read_run`) whose results.json match `pattern` under results/."""
   return [report.read_run(path) for path in sorted(glob.glob(os.path.join(RESULTS, pattern)))]
+
+
+def stored_runs(pattern: str) -> list[dict]:
+  """The results.json (`stored.load`) that match `pattern` under results/, by path."""
+  return [stored.load(path) for path in sorted(glob.glob(os.path.join(RESULTS, pattern)))]
 
 
 def spread(values) -> dict:

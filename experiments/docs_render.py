@@ -3,15 +3,16 @@ filled from a context built from it. Wording lives in the template, numbers in t
 
   python -m experiments.docs_render [--write]
 
-Two kinds of target: the pages `PAGES` renders whole (docs/results/*.md, methodology.md),
-and the regions `REGIONS` renders inside hand-written pages (README.md's answers, a table of
-docs/benchmarks.md): the lines between `<!-- generated: NAME -->` and `<!-- end -->`, from
-template NAME.md.j2. A context reads only committed JSON and raises `Contradicted` where the
-results no longer bear out its template's wording (a "no win" that became one), so a rerun
-that changes the answer fails the check instead of rewording it. Without --write it checks:
-one line per page or region that differs from its rendering (or is unknown, missing or
-contradicted), with its fix, exit status 1. `--write` puts each rendering in place, every
-line outside the regions as it is. tests/test_readme.py runs the check.
+Two kinds of target: the pages `PAGES` renders whole (docs/results/*.md), and the regions
+`REGIONS` renders inside hand-written pages (README.md's answers, the settings and numbers
+docs/methodology.md quotes, a table of docs/benchmarks.md): the lines between
+`<!-- generated: NAME -->` and `<!-- end -->`, from template NAME.md.j2. A context reads
+only committed JSON and raises `Contradicted` where the results no longer bear out its
+template's wording (a "no win" that became one), so a rerun that changes the answer fails
+the check instead of rewording it. Without --write it checks: one line per page or region
+that differs from its rendering (or is unknown, missing or contradicted), with its fix, exit
+status 1. `--write` puts each rendering in place, every line outside the regions as it is.
+tests/test_readme.py runs the check.
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ END = "<!-- end -->"
 PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
     "docs/results/targets.md": ("targets.md.j2", targets.page_context),
     "docs/results/cost_vs_time.md": ("cost_vs_time.md.j2", cost_vs_time_page.context),
-    "docs/methodology.md": ("methodology.md.j2", methodology_page.context),
     "docs/results/regime.md": ("regime.md.j2", regime_page.context),
     "docs/results/samplers.md": ("samplers.md.j2", samplers_page.context),
     "docs/results/lipt.md": ("lipt.md.j2", lipt_page.context),
@@ -48,6 +48,7 @@ PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
 # region -> (its page, the function building its context); its template is NAME.md.j2
 REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
     **{name: ("README.md", build) for name, build in readme_page.REGIONS.items()},
+    **{name: ("docs/methodology.md", build) for name, build in methodology_page.REGIONS.items()},
     # GPT-2 small on one H200, before and after each change to the loss (script run_2.sh)
     "benchmarks_loss_passes": ("docs/benchmarks.md", lambda: {
         run: docs_data.load_json(f"bench/h200/cross_entropy/throughput_2_{run}.json")
@@ -90,6 +91,7 @@ def environment() -> jinja2.Environment:
                            undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                            trim_blocks=True, lstrip_blocks=True)
   env.filters.update(pct=_pct, rung=_rung, final=_final, ratio=_ratio, bullet=_bullet)
+  env.globals["verdicts"] = targets.VERDICTS  # every page words a ratio with them
   return env
 
 

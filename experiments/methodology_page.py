@@ -1,9 +1,9 @@
-"""docs/methodology.md's context: the rules' settings from the code that applies them, and
-the few numbers the page quotes from the committed JSON (each grid's budget against what
-data-parallel on one device needs, the winner's curse on the tuning seed, the re-run plan,
-the baselines, the re-timed pool builds).
+"""docs/methodology.md's generated regions: the rules' settings from the code that applies
+them, and the few numbers the page quotes from the committed JSON (each grid's budget against
+what data-parallel on one device needs, the winner's curse on the tuning seed, the re-run
+plan, the baselines, the re-timed pool builds).
 
-  python -m experiments.methodology_page   # the context, as JSON
+  python -m experiments.methodology_page   # each region's context, as JSON
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import os
 
 from ensemble_jax import config_lib, costs, stored
 from ensemble_jax import record as record_lib
-from experiments import cost_vs_time_page, targets
+from experiments import cost_vs_time_page
 from experiments import docs_data as data
-from experiments.docs_data import RESULTS, load_json
+from experiments.docs_data import RESULTS
 # the cost-vs-time studies whose routed runs read a re-timed pool build
 ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
 
@@ -25,10 +25,9 @@ def budget(sub: str) -> dict:
   """A grid's budget in examples (windows) and its multiple of what data-parallel on one
   device needs to reach the target (its reported seeds' median steps x its batch)."""
   d1 = data.point(sub, "data_parallel", "D1")
-  run = stored.load(sorted(glob.glob(os.path.join(
-      RESULTS, sub, "data_parallel", "D1", "seed*", "results.json")))[-1])
-  fraction = run["config"]["train"].get("schedule_fraction", 1.0)
-  examples = run["step_budget"] / fraction * run["examples_per_step"]
+  run = data.stored_runs(f"{sub}/data_parallel/D1/seed*/results.json")[-1]
+  examples = (run["step_budget"] / run["config"]["train"].get("schedule_fraction", 1.0)
+              * run["examples_per_step"])
   return {"name": cost_vs_time_page.GRIDS[sub], "examples": round(examples),
           "epochs": (examples / run["data"]["train_examples"]
                      if "train_examples" in run["data"] else None),
@@ -40,9 +39,8 @@ def winners_curse() -> dict:
   run took at most as many steps as every reported seed (chance: one in seeds + 1)."""
   pts = [p for sub in cost_vs_time_page.GRIDS for p in data.grid(sub)
          if p["reached"] == p["seeds"] and p["tuning_seed_steps"]]
-  low = sum(p["tuning_seed_steps"] <= p["steps"]["min"] for p in pts)
-  return {"low": low, "points": len(pts),
-          "chance": sum(1 / (p["seeds"] + 1) for p in pts)}
+  return {"low": sum(p["tuning_seed_steps"] <= p["steps"]["min"] for p in pts),
+          "points": len(pts), "chance": sum(1 / (p["seeds"] + 1) for p in pts)}
 
 
 def pool_retiming() -> dict:
@@ -63,21 +61,21 @@ def pool_retiming() -> dict:
     if not r["d"].get("retimed"):
       own[r["point"]].append(r["run"])
   return {
-      "calibrated_on": sorted({record_lib.describe_host(stored.load(p).get("host") or {})
-                               for s in ROUTED_STUDIES for p in glob.glob(
-                                   os.path.join(RESULTS, s, "calibration", "*", "results.json"))}),
+      "calibrated_on": sorted({record_lib.describe_host(r.get("host") or {})
+                               for s in ROUTED_STUDIES for r in data.stored_runs(
+                                   f"{s}/calibration/*/results.json")}),
       "runs": len(runs), "retimed": len(retimed),
       "checks": sorted(collections.Counter(r["d"]["retimed"].split(" (")[0]
                                            for r in retimed).items()),
       "hosts": sorted({record_lib.describe_host(h) for h in hosts}), "hosts_timed": len(hosts),
       "loads": [min(h["load_average_1min"] for h in hosts),
                 max(h["load_average_1min"] for h in hosts)] if hosts else None,
-      "own": sorted((k, v) for k, v in own.items()), "own_runs": sum(map(len, own.values()))}
+      "own": sorted(own.items()), "own_runs": sum(map(len, own.values()))}
 
 
 def distilled_timing() -> dict:
-  """The committed distilled pools' iteration times: how many are a median of their timed
-  chunks (`synthetic.iteration_statistic`), how many the fastest, and the hosts' loads."""
+  """The committed distilled pools' iteration times: how many hold the fastest of their
+  timed chunks, not the median (`synthetic.iteration_statistic`), and the hosts' loads."""
   from ensemble_jax.distill import synthetic
   pools = {}
   for path in glob.glob(os.path.join(RESULTS, "*", "*", "*", "seed*", "results.json")):
@@ -85,34 +83,28 @@ def distilled_timing() -> dict:
     if d.get("distillation", {}).get("iteration_time_s"):
       pools[d.get("cached") or path] = d["distillation"]
   loads = [d["host_load_average"] for d in pools.values() if "host_load_average" in d]
-  stats = collections.Counter(synthetic.iteration_statistic(d) for d in pools.values())
-  return {"pools": len(pools), "median": stats["median"], "fastest": stats["fastest"],
-          "loads": [min(loads), max(loads)] if loads else None}
+  return {"pools": len(pools), "loads": [min(loads), max(loads)] if loads else None,
+          "fastest": sum(synthetic.iteration_statistic(d) == "fastest" for d in pools.values())}
 
 
-def context() -> dict:
-  """What docs/methodology.md is rendered from."""
+def _ceilings() -> dict:
   from experiments.configs import fashion_mnist
+  return {"epochs": fashion_mnist.CEILING_EPOCHS}
 
-  tune = config_lib.base_config().tune
-  plan = load_json("rerun_plan.json")
-  grids = cost_vs_time_page.context()["grids"]
-  return {
-      "tune": {"factors": list(tune.factors), "extend": tune.extend,
-               "max_extensions": tune.max_extensions, "seed": tune.seed,
-               "schedule_seeds": list(tune.schedule_seeds),
-               "schedule_fractions": list(tune.schedule_fractions),
-               "schedule_margin": tune.schedule_margin},
-      "rerun": {"moves": len(plan["tuning"])},
-      "budgets": [budget(sub) for sub in cost_vs_time_page.GRIDS],
-      "winners_curse": winners_curse(),
-      "baselines": sorted({b for g in grids for b in g["reading"]["baselines"]}),
-      "ceiling_epochs": list(fashion_mnist.CEILING_EPOCHS),
-      "presets": [{"name": k, "bandwidth_gb_s": v.bandwidth / 1e9,
-                   "latency_us": v.latency * 1e6, "models": v.models} for k, v in costs.INTERCONNECTS.items()],
-      "pools": pool_retiming(), "distilled_timing": distilled_timing(),
-      "verdicts": targets.VERDICTS}
+
+# region -> the function building its context; its template is NAME.md.j2
+REGIONS = {
+    "methodology_tuning": lambda: {"tune": config_lib.base_config().tune,
+                                   "moves": len(data.load_json("rerun_plan.json")["tuning"])},
+    "methodology_winners_curse": winners_curse,
+    "methodology_schedule": lambda: {"tune": config_lib.base_config().tune},
+    "methodology_budgets": lambda: {"budgets": [budget(s) for s in cost_vs_time_page.GRIDS]},
+    "methodology_ceilings": _ceilings,
+    "methodology_pools": lambda: {"pools": pool_retiming(), "distilled": distilled_timing()},
+    "methodology_ratios": lambda: {"baselines": sorted(
+        {b for g in cost_vs_time_page.context()["grids"] for b in g["reading"]["baselines"]})},
+    "methodology_presets": lambda: {"presets": costs.INTERCONNECTS}}
 
 
 if __name__ == "__main__":
-  print(json.dumps(context(), indent=1))
+  print(json.dumps({name: build() for name, build in REGIONS.items()}, indent=1, default=str))

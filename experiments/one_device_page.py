@@ -86,8 +86,7 @@ def context() -> dict:
   best = targets.best_matched(pts, methods, "time")
   run = next(iter(runs))
   host = data.results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
-  return {"rows": rows, "first": first, "others": [r for r in rows if r is not first],
-          "best": best, "verdicts": targets.VERDICTS, "seeds": first["seeds"],
+  return {"rows": rows, "first": first, "best": best,
           "seed_list": pts[0]["seed_list"], "target": run["target_value"],
           "figure": f"experiments/results/{SUB}/cost_vs_time_nvlink.png",
           "host": host}

@@ -13,7 +13,6 @@ import json
 import os
 import re
 
-from ensemble_jax import stored
 from experiments import docs_data as data
 from experiments import many_workers_table, projection, targets
 from experiments.docs_data import tables
@@ -35,27 +34,18 @@ PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
                "pydocs_gpt2_whatif_gpt2_small_pools_charged")
 
 
-def _place(batch: int, knee: int, flat: int) -> str:
-  """Where a batch sits against the knee and the end of the fall (a key the page words)."""
-  if batch < knee:
-    return "below_knee"
-  if batch == knee:
-    return "at_knee"
-  return "past_knee" if batch < flat else "past_fall"
-
-
 def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> dict:
   """One critical-batch sweep: its table (`critical_batch.table` of its runs), fit, knee
   (`critical_batch.stops_halving`) and where its steps stop falling (`stops_falling`),
   against the largest global batch its grid's `curve` trains (its runs' examples_per_step)."""
-  summary = data.load_json("critical_batch", name, "summary.json")
+  summary = data.critical_batch(name)
   [table] = tables(critical_batch.table(critical_batch.summarize(
       os.path.join(data.RESULTS, "critical_batch", name),
       critical_batch.load_workload(*workload))))
   rows = [r for r in summary["rows"] if r["median_steps"] is not None]
   knee, flat = critical_batch.stops_halving(rows), critical_batch.stops_falling(rows)
-  largest = max(stored.load(p)["examples_per_step"] for p in glob.glob(
-      os.path.join(data.RESULTS, grid, curve, "*", "seed*", "results.json")))
+  largest = max(r["examples_per_step"]
+                for r in data.stored_runs(f"{grid}/{curve}/*/seed*/results.json"))
   return {"name": name, "label": label, "unit": unit, "target": summary["target"],
           "per_device": summary["per_device"], "table": table,
           "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
@@ -64,7 +54,9 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> 
           "grid_devices": max(
               int(m[1]) for p in glob.glob(os.path.join(data.RESULTS, grid, curve, "*"))
               if (m := re.fullmatch(r"D(\d+)", os.path.basename(p)))),
-          "grid_place": _place(largest, knee["batch"], flat["batch"]),
+          "grid_place": ("below_knee" if largest < knee["batch"] else "at_knee"  # the page words it
+                         if largest == knee["batch"] else "past_knee" if largest < flat["batch"]
+                         else "past_fall"),
           "fit": summary["fit"], "b_simple": summary["b_simple"]}
 
 
@@ -79,10 +71,8 @@ def many_workers(workload: str) -> dict:
       data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
   lengths = sorted({int(re.search(r"_L(\d+)", p)[1]) for p in points})
   workers = sorted({int(re.match(r"N(\d+)_", p)[1]) for p in points})
-  return {"workload": workload, "label": MANY_WORKERS[workload], "target": w.target,
-          "workdir": w.workdir, "lengths": lengths, "workers": workers,
-          "table": table,
-          "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
+  return {"label": MANY_WORKERS[workload], "target": w.target, "lengths": lengths,
+          "workers": workers, "table": table, "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
 
 
 def _cell(row: dict, kind: str) -> dict | None:
@@ -121,7 +111,7 @@ def context() -> dict:
   return {"sweeps": [sweep(*s) for s in SWEEPS],
           "many_workers": [many_workers(w) for w in many_workers_table.WORKLOADS],
           "projections": [projected(n) for n in PROJECTIONS],
-          "max_devices": max(projection.DEVICES), "verdicts": targets.VERDICTS}
+          "max_devices": max(projection.DEVICES)}
 
 
 if __name__ == "__main__":

@@ -19,18 +19,6 @@ REFERENCE = "random"  # a stream over the whole training set: every pool's compa
 LABELS = {"fashion": "Fashion-MNIST", "pydocs": "The Python docs"}
 
 
-def _runs(workload: str) -> dict[str, dict[int, dict]]:
-  """{sampler: {seed: its table row (samplers._row)}} of a workload's committed runs."""
-  known, workdir, _ = samplers.WORKLOADS[workload]
-  out = {}
-  for sampler in known:
-    for path in sorted(glob.glob(os.path.join(REPO, workdir, sampler, "seed*",
-                                              "results.json"))):
-      run = stored.load(path)
-      out.setdefault(sampler, {})[run["config"]["seed"]] = samplers._row(run)
-  return out
-
-
 def against_reference(rows: dict[int, dict], reference: dict[int, dict], metric: str) -> dict:
   """A sampler's ensemble over the reference's, seed by seed (above 1 better: accuracy over
   accuracy, the reference's perplexity over the sampler's), and its verdict."""
@@ -45,22 +33,25 @@ def against_reference(rows: dict[int, dict], reference: dict[int, dict], metric:
 
 
 def workload(name: str) -> dict:
-  runs = _runs(name)
-  listed = {s: list(rows.values()) for s, rows in runs.items()}  # summarize's form
+  known, workdir, _ = samplers.WORKLOADS[name]
+  runs = {}  # {sampler: {seed: its table row (samplers._row)}} of the committed runs
+  for sampler in known:
+    for path in sorted(glob.glob(os.path.join(REPO, workdir, sampler, "seed*", "results.json"))):
+      run = stored.load(path)
+      runs.setdefault(sampler, {})[run["config"]["seed"]] = samplers._row(run)
   metric = "perplexity" if "perplexity" in next(iter(runs[REFERENCE].values())) else "accuracy"
   sign = -1 if metric == "perplexity" else 1
-  means = {s: statistics.fmean(r[metric] for r in rows.values()) for s, rows in runs.items()}
   compared = {s: against_reference(rows, runs[REFERENCE], metric)
               for s, rows in runs.items() if s != REFERENCE}
-  by_verdict = {v: [s for s, c in compared.items() if c["verdict"] == v]
-                for v in ("beats", "level", "behind")}
-  with open(os.path.join(REPO, samplers.WORKLOADS[name][1], "table.md")) as f:
+  with open(os.path.join(REPO, workdir, "table.md")) as f:
     caption = f.readline().strip()  # the sweep's caption, as it wrote its table
-  return {"name": name, "label": LABELS[name], "metric": metric, "caption": caption,
-          "table": tables(samplers.summarize(listed)[1])[0],
-          "workdir": samplers.WORKLOADS[name][1],
-          "best": max(means, key=lambda s: sign * means[s]), "means": means,
-          "compared": compared, "by_verdict": by_verdict,
+  return {"label": LABELS[name], "metric": metric, "caption": caption,
+          "table": tables(samplers.summarize({s: list(r.values()) for s, r in runs.items()})[1])[0],
+          "best": max(runs, key=lambda s: sign * statistics.fmean(
+              r[metric] for r in runs[s].values())),
+          "compared": compared, "by_verdict": {
+              v: [s for s, c in compared.items() if c["verdict"] == v]
+              for v in ("beats", "level", "behind")},
           "seeds": sorted({s for rows in runs.values() for s in rows})}
 
 
