@@ -3,7 +3,6 @@ never talk, a kill resumes bit for bit."""
 import dataclasses
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -14,7 +13,8 @@ import pytest
 
 from ensemble_jax import hlo
 from ensemble_jax.distill import augment, synthetic
-from tests.conftest import REPO, subprocess_env
+from tests import forked_cli
+from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.integration
 TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=2, init="noise")
@@ -69,12 +69,32 @@ DISTILLERS = {
     "gradient_matching": (synthetic.GradientMatching(iterations=20, **TINY_GM), 10, 0.9)}
 
 
-@pytest.mark.parametrize("name", DISTILLERS)
-def test_matching_objective_falls(name):
-  cfg, chunk, factor = DISTILLERS[name]
+def _one_worker(name: str, **kw) -> dict:
+  """`name`'s tiny distillation of one worker's set on one device, in its chunks."""
+  cfg, chunk, _ = DISTILLERS[name]
   pool, counts = _data(1)
   mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
-  out = synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=chunk)
+  return synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=chunk, **kw)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+  """`_one_worker(name)` run once per name in the module: the objective's fall and the
+  reference a stopped and resumed run must land on (one compiled chunk serves both)."""
+  runs = {}
+
+  def run(name: str) -> dict:
+    if name not in runs:
+      runs[name] = _one_worker(name)
+    return runs[name]
+
+  return run
+
+
+@pytest.mark.parametrize("name", DISTILLERS)
+def test_matching_objective_falls(name, uninterrupted):
+  factor = DISTILLERS[name][2]
+  out = uninterrupted(name)
   first, last = out["loss"][0][1], out["loss"][-1][1]
   assert last < factor * first, out["loss"]
   assert out["images"].shape == (1, 3, 2, 28, 28, 1)
@@ -151,46 +171,52 @@ def test_stacked_distillation_has_no_cross_worker_collective(name):
   assert not np.allclose(images[0], images[1])
 
 
-_CHILD = """
-import sys, jax, numpy as np
-sys.path.insert(0, {repo!r})
-from tests.test_synthetic import _data, TINY
-from ensemble_jax.distill import synthetic
-pool, counts = _data(2)
-cfg = synthetic.DistributionMatching(iterations=40, **TINY)
-mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
-out = synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10,
-                       checkpoint_dir=sys.argv[1], on_chunk=lambda *a: print("chunk", a[0],
-                       flush=True) and False)
-np.save(sys.argv[2], out["images"])
-"""
+def _distil_child(checkpoint_dir: str, out: str) -> None:
+  """The killed and the resumed process (`python -m tests.test_synthetic CKPT OUT`): two
+  workers' distribution matching, checkpointed every 10 iterations, each chunk printed."""
+  pool, counts = _data(2)
+  cfg = synthetic.DistributionMatching(iterations=40, **TINY)
+  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+  run = synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5,
+                         checkpoint_every=10, checkpoint_dir=checkpoint_dir,
+                         on_chunk=lambda *a: print("chunk", a[0], flush=True) and False)
+  np.save(out, run["images"])
 
 
-def _child(tmp_path, ckpt, out):
-  script = tmp_path / "child.py"
-  script.write_text(_CHILD.format(repo=REPO))
-  return subprocess.Popen([sys.executable, str(script), str(ckpt), str(out)], cwd=REPO,
-                          env=subprocess_env(2), stdout=subprocess.PIPE, text=True)
+def _printed(fork) -> list[str]:
+  """The lines a fork has printed so far (none before it opened its stdout)."""
+  try:
+    return fork.output()[0].splitlines()
+  except FileNotFoundError:
+    return []
 
 
 @pytest.mark.subprocess
 def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
-  killed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "killed.npy")
-  for line in killed.stdout:  # kill once a checkpoint has landed and another chunk ran
-    if line.strip() == "chunk 15":
-      deadline = time.monotonic() + 120  # the save at 10 is asynchronous: let it land
-      while time.monotonic() < deadline and not any(
-          s.isdigit() for s in os.listdir(tmp_path / "ckpt")):
-        time.sleep(0.05)
-      killed.send_signal(signal.SIGKILL)
-      break
-  killed.wait(timeout=60)
-  assert killed.returncode == -signal.SIGKILL
-  steps = sorted(int(s) for s in os.listdir(tmp_path / "ckpt") if s.isdigit())
-  assert steps and max(steps) < 40, steps
-  resumed = _child(tmp_path, tmp_path / "ckpt", tmp_path / "resumed.npy")
-  out, _ = resumed.communicate(timeout=300)
-  assert resumed.returncode == 0
+  """Each process a fork of one that imported JAX and the package once
+  (tests/forked_cli.py): its own pid, killed by it."""
+  ckpt = tmp_path / "ckpt"
+  preload = ("jax", "numpy", "ensemble_jax.checkpoint", "ensemble_jax.distill.synthetic",
+             "tests.test_synthetic")
+  with forked_cli.Forks("tests.test_synthetic", subprocess_env(2), preload=preload) as forks:
+    child = lambda out: forks.start([str(ckpt), str(tmp_path / out)], env=subprocess_env(2))
+    killed = child("killed.npy")
+    deadline = time.monotonic() + 300
+    # kill once a checkpoint has landed and another chunk ran
+    while "chunk 15" not in _printed(killed) and killed.poll() is None:
+      assert time.monotonic() < deadline, _printed(killed)
+      time.sleep(0.02)
+    deadline = time.monotonic() + 120  # the save at 10 is asynchronous: let it land
+    while time.monotonic() < deadline and not any(s.isdigit() for s in os.listdir(ckpt)):
+      time.sleep(0.05)
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+    assert killed.returncode == -signal.SIGKILL, killed.output()
+    steps = sorted(int(s) for s in os.listdir(ckpt) if s.isdigit())
+    assert steps and max(steps) < 40, steps
+    resumed = child("resumed.npy")
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
   assert out.split()[:2] == ["chunk", str(max(steps) + 5)], "the rerun did not resume"
   pool, counts = _data(2)  # the same run uninterrupted, here
   whole = synthetic.distil(synthetic.DistributionMatching(iterations=40, **TINY),
@@ -227,19 +253,20 @@ def test_sigterm_mid_distillation_checkpoints_that_chunk_stops_and_resumes(tmp_p
   np.testing.assert_array_equal(run()["images"], resumed["images"])
 
 
-def test_gradient_matching_resumes_to_the_same_set(tmp_path):
-  """The resume is `distil`'s (killed for real above); gradient matching's iteration is a
-  pure function of (seed, iteration, set), so a stop and a rerun land on the same set."""
-  pool, counts = _data(2)
-  cfg = dataclasses.replace(DISTILLERS["gradient_matching"][0], iterations=3)
-  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
-  run = lambda **kw: synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=1,
-                                      checkpoint_every=2, **kw)
-  stopped = run(checkpoint_dir=str(tmp_path), stop_at=2)
-  assert stopped["iterations"] == 2
-  resumed = run(checkpoint_dir=str(tmp_path))
-  assert [row[0] for row in resumed["loss"]] == [1, 2, 3]
-  np.testing.assert_array_equal(run()["images"], resumed["images"])
+def test_gradient_matching_resumes_to_the_same_set(uninterrupted, tmp_path):
+  """The resume is `distil`'s (killed for real above, two workers); gradient matching's
+  iteration is a pure function of (seed, iteration, set), so a stop and a rerun land on the
+  same set: its tiny run stopped after its first chunk and resumed, against the same run
+  uninterrupted (the objective's fall above; the one compiled chunk serves all three)."""
+  chunk = DISTILLERS["gradient_matching"][1]
+  run = lambda **kw: _one_worker("gradient_matching", checkpoint_dir=str(tmp_path),
+                                 checkpoint_every=chunk, **kw)
+  stopped = run(stop_at=chunk)
+  assert stopped["iterations"] == chunk
+  resumed = run()
+  assert [row[0] for row in resumed["loss"]] == [chunk, 2 * chunk]
+  np.testing.assert_array_equal(uninterrupted("gradient_matching")["images"],
+                                resumed["images"])
 
 
 def _dm_config(cache_dir, **distill):
@@ -258,12 +285,20 @@ def _dm_config(cache_dir, **distill):
   return c
 
 
+@pytest.fixture(scope="module")
+def dm_pools(tmp_path_factory):
+  """One pool cache for the module's distribution-matching runs: the sets the first run
+  builds, a distilled warm start of the same sets reads back (its fraction is no part of
+  the cache key, asserted below)."""
+  return tmp_path_factory.mktemp("dm_pools")
+
+
 @pytest.mark.e2e
-def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
+def test_workers_train_on_their_own_distilled_sets_charged_and_cached(dm_pools, tmp_path):
   from ensemble_jax import run
   from ensemble_jax.distill import pools
 
-  config = _dm_config(tmp_path / "pools")
+  config = _dm_config(dm_pools)
   r = run.train_and_evaluate(config, str(tmp_path / "run"))
   info = r["distill"]
   assert info["pool_sizes"] == [20, 20] and info["proxy"] is None
@@ -288,9 +323,9 @@ def test_workers_train_on_their_own_distilled_sets_charged_and_cached(tmp_path):
   assert pool.source.get(0)["image"].dtype == np.float32
   # A field the builder does not read leaves its cache key alone (a warm start reads the
   # same sets); one it reads does not.
-  same = _dm_config(tmp_path / "pools", proxy_steps=7, fraction=0.9, synthetic_fraction=0.25)
+  same = _dm_config(dm_pools, proxy_steps=7, fraction=0.9, synthetic_fraction=0.25)
   assert pools.cache_key(same, _loaded(config), 2) == pools.cache_key(config, _loaded(config), 2)
-  other = _dm_config(tmp_path / "pools", iterations=4)
+  other = _dm_config(dm_pools, iterations=4)
   assert pools.cache_key(other, _loaded(config), 2) != pools.cache_key(config, _loaded(config), 2)
 
 
@@ -301,10 +336,12 @@ def _loaded(config):
 
 
 @pytest.mark.e2e
-def test_a_distilled_warm_start_reads_its_set_then_its_real_share(tmp_path):
+def test_a_distilled_warm_start_reads_its_set_then_its_real_share(dm_pools, tmp_path):
+  """The sets of the run above (`dm_pools`, built here if that run did not), then each
+  worker's real share."""
   from ensemble_jax.distill import pools
 
-  config = _dm_config(tmp_path / "pools", synthetic_fraction=0.5)
+  config = _dm_config(dm_pools, synthetic_fraction=0.5)
   data = _loaded(config)
   pool = pools.create(config, data, 2, str(tmp_path / "run"))
   n = len(data.train)
@@ -383,3 +420,7 @@ def test_a_warm_start_pool_marks_its_real_examples_unsynthetic(tmp_path):
   pool = pools.pool_of(built, data, 0, switch_fraction=0.5)
   n = len(data.train)
   assert pool.source.get(0)["synthetic"] == 0 and pool.source.get(n)["synthetic"] == 1
+
+
+if __name__ == "__main__":  # a child of test_sigkill_mid_distillation_...
+  _distil_child(*sys.argv[1:])
