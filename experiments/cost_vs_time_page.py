@@ -1,13 +1,6 @@
-"""docs/results/cost_vs_time.md's context: the two cost-vs-time grids, read from their
-committed JSON (results.json, tuning.json, the calibrations), never trained.
-
-  python -m experiments.cost_vs_time_page   # the context, as JSON
-
-The tables are the report's own (`ensemble_jax.report`), the reading is `targets.closest`'s
-(the one rule that names the closest method point and the strongest baseline), the
-verdict `targets.verdict_word`'s. experiments/docs_render.py renders the page from
-docs/templates/cost_vs_time.md.j2; README.md's grids region reads the same context.
-"""
+"""docs/results/cost_vs_time.md's context (README.md's grids region's too): the two grids'
+committed JSON, their tables the report's (`ensemble_jax.report`), their reading
+`targets.closest`'s, the one rule naming the closest point and the strongest baseline."""
 from __future__ import annotations
 
 import functools
@@ -46,25 +39,18 @@ def seeds(sub: str, pts: list[dict]) -> dict:
 
 
 def grid(sub: str) -> dict:
-  """One grid: its model, target, seeds and device steps, the reading (`targets.closest`),
-  the points chosen at the schedule axis's edge, and the report's tables."""
-  runs = report.load_runs(os.path.join(RESULTS, sub))
-  pts = list(data.grid(sub))
-  first = data.stored_runs(f"{sub}/data_parallel/D1/seed*/results.json")[0]
+  """One grid: its model, target and seeds, the reading (`targets.closest`), the points
+  chosen at the schedule axis's edge, and the report's tables."""
   results = os.path.join(RESULTS, sub)
-  steps = sorted((r for r in report.calibrations(results, os.path.join(results, "calibration"))
-                  if r["runs"]), key=lambda r: -r["params"])
+  runs, pts = report.load_runs(results), list(data.grid(sub))
+  first = data.stored_runs(f"{sub}/data_parallel/D1/seed*/results.json")[0]
   made = tables(report.table(runs))  # points, matched, summary, tuning per point, per curve
   keep = [i for i, h in enumerate(cells(made[0][0])) if h not in DROPPED]  # points' columns
   points = ["| " + " | ".join(cells(row)[i] for i in keep) + " |" for row in made[0]]
   return {
       "sub": sub, "name": GRIDS[sub], "target": sorted({r["target"] for r in runs}),
       "model": data.model_name(first["config"]), "params": first.get("num_params"),
-      "per_device": steps[0]["per_device_batch"],
-      "points": len(pts), "seeds": seeds(sub, pts),
-      "device_steps": [{"params": r["params"], "step_s": r["device_step_s"],
-                        "points": r["points"]} for r in steps],
-      "reading": targets.closest(pts),
+      "points": len(pts), "seeds": seeds(sub, pts), "reading": targets.closest(pts),
       # the points chosen at the schedule axis's short edge with no shorter one tried
       "schedule_edges": [{"point": f"{p['curve']} {p['point']}", "fraction": a["chosen"]}
                          for p in pts for a in data.tuning(sub, p["curve"], p["point"])["axes"]
@@ -89,6 +75,3 @@ def context() -> dict:
   """What docs/results/cost_vs_time.md (and README.md's grids region) is rendered from."""
   return json.loads(_context())
 
-
-if __name__ == "__main__":
-  print(json.dumps(context(), indent=1))

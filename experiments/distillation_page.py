@@ -1,10 +1,6 @@
 """docs/results/distillation.md's context: the distiller against the published table, what a
-synthetic set costs charged, and the grids' distilled and knowledge-distilled points.
-
-Reads only committed JSON (experiments/results/distillation/, bench/distill.json, the
-Fashion-MNIST and Python docs studies, pydocs_gpt2_kd/, one_device_h200/).
-experiments/docs_render.py renders the page from docs/templates/distillation.md.j2;
-`python -m experiments.distillation_page` draws its figure.
+synthetic set costs charged, and the grids' distilled and knowledge-distilled points, from
+committed JSON only. `python -m experiments.distillation_page` draws its figure.
 """
 from __future__ import annotations
 
@@ -24,22 +20,18 @@ FIGURE = "experiments/results/distillation/distillation.png"
 # how the page names the distilled and taught curves' points ("distilled sets, N = 4")
 NAMES = {"ensemble_distilled": "distilled sets", "ensemble_distilled_warm":
          "distilled warm start", "ensemble_kd": "knowledge-distilled ensemble"}
-
-
 DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
 TAUGHT = ("ensemble_kd",)
 
 
 def _baseline_runs(runs: list[dict]) -> list[dict]:
-  """The runs of `runs`' baseline curves (`report.baseline_curves`)."""
   baselines = report.baseline_curves(report.points(runs))
   return [r for r in runs if r["curve"] in baselines]
 
 
 def _study(pts: list[dict], runs: list[dict], base: list[dict], curves, planned: dict) -> dict:
-  """A study's `curves`: their reported `points`, all the grid's points (`grid`) and `runs`,
-  the amortised what-if's points beside the `base` runs' (`whatif`), and the points of
-  `planned` ({curve: its points}) with no reported seed yet (`waiting`)."""
+  """A study's `curves`' points, all its points (`grid`), the amortised what-if's beside the
+  `base` runs' (`whatif`), and the points `planned` ({curve: points}) has with no seed yet."""
   ran = {(p["curve"], p["point"]) for p in pts}
   return {"points": [p for p in pts if p["curve"] in curves], "grid": pts, "runs": runs,
           "whatif": report.points(base + report.amortised(runs)),
@@ -57,8 +49,8 @@ def distilled() -> dict:
 
 
 def taught() -> dict:
-  """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`, run after
-  the full grid, whose seed run teaches it) beside the full grid's baselines (`_study`)."""
+  """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`) beside the
+  full grid's baselines (`_study`)."""
   from experiments.configs import pydocs_gpt2
 
   base = _baseline_runs(report.load_runs(os.path.join(data.RESULTS, "pydocs_gpt2")))
@@ -73,32 +65,30 @@ def _where(value: float, dc: float, dsa: float) -> str:
   return "above both" if value > hi else "below both" if value < lo else "between them"
 
 
+def _protocol(paths: list[str]) -> dict:
+  """A committed check (`distillation_check.load`): its record, protocol and tables."""
+  record = check.load([os.path.join(REPO, p) for p in paths])
+  return {"record": record, **record["protocol"], "table": check.table(record).rstrip("\n"),
+          "curve": check.curve_table(record).rstrip("\n")}
+
+
 def literature() -> dict:
   """The H200 check (the papers' protocol) beside the published columns, per images per
   class: the distilled set's last evaluation and where it sits beside DC's and DSA's."""
-  lit = check.load([os.path.join(REPO, p) for p in check.COMMITTED])
-  pub = lit["published"]
-  rows = []
-  for ipc in sorted(lit["dm"], key=int):
-    dm = 100 * lit["dm"][ipc]["curve"][-1]["mean"]
-    rows.append({"ipc": int(ipc), "dm": dm, "dsa": pub["dsa"][ipc], "dc": pub["dc"][ipc],
-                 "where": _where(dm, pub["dc"][ipc], pub["dsa"][ipc]),
-                 "s_per_iteration": lit["dm"][ipc].get("s_per_iteration")})
-  distillation, evaluation = lit["protocol"]["distillation"], lit["protocol"]["evaluation"]
-  return {"rows": rows, "by_ipc": {r["ipc"]: r for r in rows}, "device": lit["device"],
-          "distillation": distillation, "evaluation": evaluation,
-          "published_evaluation": check.PUBLISHED_EVALUATION,
-          "table": check.table(lit).rstrip("\n"), "curve": check.curve_table(lit).rstrip("\n")}
+  lit = _protocol(check.COMMITTED)
+  dm, pub = lit["record"]["dm"], lit["record"]["published"]
+  rows = [{"ipc": int(ipc), "dm": 100 * dm[ipc]["curve"][-1]["mean"], "dsa": pub["dsa"][ipc],
+           "dc": pub["dc"][ipc], "s_per_iteration": dm[ipc].get("s_per_iteration"),
+           "where": _where(100 * dm[ipc]["curve"][-1]["mean"], pub["dc"][ipc], pub["dsa"][ipc])}
+          for ipc in sorted(dm, key=int)]
+  return {**lit, "rows": rows, "by_ipc": {r["ipc"]: r for r in rows},
+          "device": lit["record"]["device"], "published_evaluation": check.PUBLISHED_EVALUATION}
 
 
 def reduced() -> dict:
   """The grid's reduced protocol (CPU): its set, its evaluation and its loss curve."""
-  record = check.load([os.path.join(REPO, check.REDUCED)])
-  return {"distillation": record["protocol"]["distillation"],
-          "evaluation": record["protocol"]["evaluation"],
-          "table": check.table(record).rstrip("\n"),
-          "curve": check.curve_table(record).rstrip("\n"),
-          "loss": check.loss_table(record).rstrip("\n")}
+  red = _protocol([check.REDUCED])
+  return {**red, "loss": check.loss_table(red["record"]).rstrip("\n")}
 
 
 def one_set() -> dict:
@@ -116,7 +106,7 @@ def one_set() -> dict:
 
 def cost(lit: dict) -> dict:
   """`one_set`, and an iteration's time beside a training step's on this CPU and on the
-  H200 (`lit`: the `literature` check's)."""
+  H200 (`lit`: `literature()`)."""
   c = one_set()
   cases = c.pop("cases")
   h200 = {r["point"]: r for r in one_device_page.context()["rows"]
@@ -156,8 +146,8 @@ def _best(rows: list[dict], key: str) -> dict | None:
 
 
 def study(s: dict, reused) -> dict:
-  """A grid's distilled (`distilled`) or taught (`taught`) points, charged and
-  amortised (10 GbE), each ratio with its verdict, and the best of each."""
+  """A `_study`'s points, charged and amortised on 10 GbE, each ratio with its verdict, and
+  the best of each; `reused(point)`: what amortising leaves out, in seconds."""
   rows = []
   for p in s["points"]:
     charged = report.matched(s["grid"], p["curve"], "eth10g")
@@ -191,6 +181,14 @@ def step_pricing() -> dict:
                             for r in runs)}
 
 
+def answer() -> dict:
+  """The page's opening, README.md's distilled region too: the literature check, one set's
+  charged compute, the best time ratios of the distilled and the taught points."""
+  return {"literature": literature(), "cost": one_set(),
+          "distilled": study(distilled(), lambda p: None),
+          "taught": study(taught(), lambda p: None)}
+
+
 def context() -> dict:
   grid, kd, lit = distilled(), taught(), literature()
   builds = {}
@@ -214,19 +212,16 @@ def plot(ctx: dict, path: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  lit = check.load([os.path.join(REPO, p) for p in check.COMMITTED])
+  lit = ctx["literature"]["record"]
   fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
   for i, ipc in enumerate(sorted(lit["dm"], key=int)):
-    color = f"C{i}"
-    curve = lit["dm"][ipc]["curve"]
+    color, curve = f"C{i}", lit["dm"][ipc]["curve"]
     left.errorbar([max(c["iteration"], 1) for c in curve], [100 * c["mean"] for c in curve],
                   yerr=[100 * c["std"] for c in curve], marker="o", color=color,
                   label=f"{ipc} per class")
     left.axhline(lit["published"]["dsa"][ipc], color=color, ls="--", lw=0.8)
     left.axhline(lit["published"]["dc"][ipc], color=color, ls=":", lw=0.8)
-  left.set_xscale("log")
-  left.set_xlabel("distillation iterations (0 at 1)")
-  left.set_ylabel("test accuracy (%)")
+  left.set(xscale="log", xlabel="distillation iterations (0 at 1)", ylabel="test accuracy (%)")
   left.set_title("dashed: published DSA, dotted: published DC", fontsize=8)
   left.legend(fontsize=7)
   xs, labels = 0, []
@@ -246,9 +241,8 @@ def plot(ctx: dict, path: str) -> None:
       labels.append(f"{short}\n{row['point'].split('_')[0]}")
       xs += 1
   right.axhline(1.0, color="black", lw=0.8, ls="--")
-  right.set_yscale("log")
+  right.set(yscale="log", ylabel="matched time ratio, 10 GbE")
   right.set_xticks(range(xs), labels, fontsize=6)
-  right.set_ylabel("matched time ratio, 10 GbE")
   report.plain_log_ticks(right, "y")
   right.legend(fontsize=7)
   fig.tight_layout()
@@ -257,10 +251,5 @@ def plot(ctx: dict, path: str) -> None:
   plt.close(fig)
 
 
-def main(argv) -> None:
-  del argv
-  plot(context(), os.path.join(REPO, FIGURE))
-
-
 if __name__ == "__main__":
-  app.run(main)
+  app.run(lambda argv: plot(context(), os.path.join(REPO, FIGURE)))

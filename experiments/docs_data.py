@@ -6,6 +6,7 @@ import functools
 import glob
 import json
 import os
+import re
 import statistics
 
 from ensemble_jax import report, stored
@@ -103,11 +104,4 @@ def cells(row: str) -> list[str]:
 
 def tables(text: str) -> list[list[str]]:
   """The Markdown tables of `text`, each as its lines."""
-  out, current = [], []
-  for line in text.splitlines() + [""]:
-    if line.startswith("|"):
-      current.append(line)
-    elif current:
-      out.append(current)
-      current = []
-  return out
+  return [b.rstrip("\n").split("\n") for b in re.findall(r"(?m)(?:^\|.*\n)+", text + "\n")]

@@ -1,18 +1,13 @@
-"""The docs rendered from the committed JSON: a Markdown template (docs/templates/, Jinja2)
-filled from a context built from it. Wording lives in the template, numbers in the context.
+"""The docs rendered from the committed JSON: a Jinja2 template (docs/templates/) filled from
+a context built from it; wording lives in the template, numbers in the context.
 
   python -m experiments.docs_render [--write]
 
-Two kinds of target: the pages `PAGES` renders whole (docs/results/*.md), and the regions
-`REGIONS` renders inside hand-written pages (README.md's answers, the settings and numbers
-docs/methodology.md quotes, a table of docs/benchmarks.md): the lines between
-`<!-- generated: NAME -->` and `<!-- end -->`, from template NAME.md.j2. A context reads
-only committed JSON and raises `Contradicted` where the results no longer bear out its
-template's wording (a "no win" that became one), so a rerun that changes the answer fails
-the check instead of rewording it. Without --write it checks: one line per page or region
-that differs from its rendering (or is unknown, missing or contradicted), with its fix, exit
-status 1. `--write` puts each rendering in place, every line outside the regions as it is.
-tests/test_readme.py runs the check.
+`PAGES` are rendered whole (docs/results/*.md); `REGIONS` inside hand-written pages, between
+`<!-- generated: NAME -->` and `<!-- end -->`, from NAME.md.j2. A context that finds the
+results no longer bear out its template's wording raises `Contradicted`. Without --write:
+one line per page or region that differs from its rendering (or is unknown, missing or
+contradicted), exit status 1; --write puts each rendering in place.
 """
 from __future__ import annotations
 
@@ -27,8 +22,8 @@ import jinja2
 from absl import flags
 
 from experiments import (cli, cost_vs_time_page, distillation_page, docs_data, lipt_page,
-                         methodology_page, one_device_page, readme_page, regime_page,
-                         samplers_page, targets)
+                         methodology_page, one_device_page, regime_page, samplers_page,
+                         targets)
 from experiments.docs_data import REPO, Contradicted
 TEMPLATES = os.path.join(REPO, "docs", "templates")
 WRITE = "python -m experiments.docs_render --write"
@@ -47,7 +42,14 @@ PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
 }
 # region -> (its page, the function building its context); its template is NAME.md.j2
 REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
-    **{name: ("README.md", build) for name, build in readme_page.REGIONS.items()},
+    # README.md's answers, in the results pages' own words (docs/templates/_macros.j2)
+    "readme_answer": ("README.md", lambda: {**cost_vs_time_page.context(),
+                                            **regime_page.context(),
+                                            "ladder": targets.context("fashion_mnist")}),
+    "readme_grids": ("README.md", cost_vs_time_page.context),
+    "readme_regime": ("README.md", lambda: {**regime_page.context(),
+                                            "one_device": one_device_page.context()}),
+    "readme_distilled": ("README.md", lambda: {"d": distillation_page.answer()}),
     **{name: ("docs/methodology.md", build) for name, build in methodology_page.REGIONS.items()},
     # GPT-2 small on one H200, before and after each change to the loss (script run_2.sh)
     "benchmarks_loss_passes": ("docs/benchmarks.md", lambda: {
@@ -60,18 +62,12 @@ def _pct(x: float | None, digits: int = 1) -> str:
   return "-" if x is None else f"{100 * x:.{digits}f}%"
 
 
-def _rung(x: float, metric: str | None) -> str:
-  """A target as the pages write it: 85.0% (accuracy), 12 (perplexity)."""
+def _rung(x: float, metric: str | None) -> str:  # a target: 85.0%, or a perplexity's 12
   return _pct(x) if metric in (None, "accuracy") else f"{x:g}"
 
 
-def _final(x: float, metric: str | None) -> str:
-  """A measured metric: 90.14% (accuracy), 11.53 (perplexity)."""
+def _final(x: float, metric: str | None) -> str:  # a measured metric: 90.14%, or 11.53
   return _pct(x, 2) if metric in (None, "accuracy") else f"{x:.2f}"
-
-
-def _ratio(x: float | None) -> str:
-  return "-" if x is None else f"{x:.2f}x"
 
 
 KEEP = "\u00a0"  # joins "N = 8" and "6.3 s" in a wrap (textwrap splits on ASCII spaces only)
@@ -90,7 +86,8 @@ def environment() -> jinja2.Environment:
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                            undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                            trim_blocks=True, lstrip_blocks=True)
-  env.filters.update(pct=_pct, rung=_rung, final=_final, ratio=_ratio, bullet=_bullet)
+  env.filters.update(pct=_pct, rung=_rung, final=_final, bullet=_bullet,
+                     ratio=lambda x: "-" if x is None else f"{x:.2f}x")
   env.globals["verdicts"] = targets.VERDICTS  # every page words a ratio with them
   return env
 
@@ -100,19 +97,17 @@ def render_template(template: str, context: dict) -> str:
 
 
 def render(page: str) -> str:
-  template, build = PAGES[page]
-  return render_template(template, build())
+  return render_template(PAGES[page][0], PAGES[page][1]())
 
 
 def render_region(name: str) -> str:
-  """A region's body: its lines, without the newline before its `<!-- end -->`."""
+  """A region's body, without the newline before its `<!-- end -->`."""
   return render_template(name + ".md.j2", REGIONS[name][1]()).removesuffix("\n")
 
 
 @functools.lru_cache(maxsize=None)
 def _rendered(template: str, build: Callable[[], dict]) -> str:
-  """Rendered once per process: the committed JSON does not change under a check (the docs
-  tests check many edited copies of the pages against it)."""
+  """Once per process: the tests check many edited copies of the pages against one JSON."""
   return render_template(template, build())
 
 
@@ -130,19 +125,16 @@ def regions(text: str) -> dict[str, tuple[int, int]]:
 
 
 def _first_difference(mine: list[str], rendered: list[str]) -> str:
-  """Where a region first differs from its rendering, word by word (a re-wrap alone reads
-  'the same words, wrapped otherwise')."""
+  """Where a region first differs from its rendering, word by word."""
   a, b = " ".join(mine).split(), " ".join(rendered).split()
   i = next((i for i, (u, v) in enumerate(zip(a, b)) if u != v), min(len(a), len(b)))
-  if a == b:
-    return "the same words, wrapped otherwise"
-  return (f"{' '.join(a[max(0, i - 4):i + 4])!r} != from the results "
-          f"{' '.join(b[max(0, i - 4):i + 4])!r}")
+  return "the same words, wrapped otherwise" if a == b else (
+      f"{' '.join(a[max(0, i - 4):i + 4])!r} != from the results "
+      f"{' '.join(b[max(0, i - 4):i + 4])!r}")
 
 
 def documentation() -> dict[str, str | None]:
-  """README.md, every page under docs/ and every page PAGES names (None where missing), by
-  path relative to the repository, byte for byte."""
+  """README.md, docs/**/*.md and PAGES (None where missing), by path, byte for byte."""
   paths = {"README.md", *PAGES, *(os.path.relpath(p, REPO) for p in glob.glob(
       os.path.join(REPO, "docs", "**", "*.md"), recursive=True))}
   pages = dict.fromkeys(sorted(paths))
@@ -154,9 +146,8 @@ def documentation() -> dict[str, str | None]:
 
 
 def check(pages: dict[str, str | None]) -> tuple[dict[str, str | None], list[str], list[str]]:
-  """The pages (path -> text) as a write leaves them; the errors a write cannot fix (a region
-  unknown, missing or contradicted); and one line per page or region of them that differs
-  from its rendering. Only the pages given are checked."""
+  """The pages given (path -> text) as a write leaves them, the errors a write cannot fix (a
+  region unknown, missing or contradicted), and a line per page or region that differs."""
   out, errors, stale = dict(pages), [], []
 
   def rendered(where: str, template: str, build) -> str | None:
@@ -194,8 +185,7 @@ def check(pages: dict[str, str | None]) -> tuple[dict[str, str | None], list[str
 
 
 def mismatches(pages=None) -> list[str]:
-  """One line per page (of `pages`, paths; default all) or region in it that differs from its
-  rendering, or that a write cannot fix."""
+  """`check`'s errors and differences for `pages` (paths; default all)."""
   _, errors, stale = check({p: t for p, t in documentation().items()
                             if pages is None or p in pages})
   return errors + stale

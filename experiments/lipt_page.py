@@ -1,8 +1,5 @@
 """docs/results/lipt.md's context: the LiPT pipeline's phases per seed, from the committed
-runs (experiments/results/lipt/).
-
-  python -m experiments.lipt_page   # the context, as JSON
-"""
+runs (experiments/results/lipt/)."""
 from __future__ import annotations
 
 import glob
@@ -15,21 +12,16 @@ from experiments import lipt_pipeline
 
 WORKDIR = os.path.join(data.RESULTS, "lipt")
 PHASES = ("full", "coreset", "finetune")
-COMMAND = "python -m experiments.lipt_pipeline --workdir=experiments/results/lipt"
 
 
-def table() -> list[str]:
-  """The LiPT pipeline's table from its committed phases (`lipt_pipeline.measure` would
-  train a missing one: raises instead)."""
-  seeds = sorted(int(os.path.basename(d)[4:]) for d in glob.glob(os.path.join(WORKDIR, "seed*")))
-  if not seeds:
-    raise FileNotFoundError(f"lipt: no seed*/ results under experiments/results/lipt; "
-                            f"run `{COMMAND}`")
+def table(seeds: list[int]) -> list[str]:
+  """The pipeline's table from its committed phases (`lipt_pipeline.measure` would train a
+  missing one: raises instead)."""
   for seed in seeds:
     for phase in PHASES:
       if not os.path.exists(os.path.join(WORKDIR, f"seed{seed}", phase, "results.json")):
         raise FileNotFoundError(f"lipt: seed{seed}/{phase}/results.json is not committed; "
-                                f"run `{COMMAND}`")
+                                "run `make lipt`")
   [rows] = data.tables(lipt_pipeline.table([lipt_pipeline.measure(s, WORKDIR) for s in seeds]))
   return rows
 
@@ -47,9 +39,10 @@ def context() -> dict:
   [flops] = {r["flops_per_step"] for r in every}
   with open(os.path.join(WORKDIR, "table.md")) as f:
     caption = f.readline().strip()  # the pipeline's caption, as it wrote its table
+  seeds = sorted(r["seed"] for r in rows)
+  spread = lambda key: data.spread([r[key] for r in rows if r[key] is not None])
   return {
-      "table": table(), "caption": caption,
-      "seeds": sorted(r["seed"] for r in rows),
+      "table": table(seeds), "caption": caption, "seeds": seeds,
       "devices": devices, "warmup_epochs": warmup, "eval_every": evals,
       "fraction": coreset[0]["config"]["distill"]["fraction"],
       "warm": coreset[0]["target"]["value"], "target": finetune[0]["target"]["value"],
@@ -58,15 +51,8 @@ def context() -> dict:
       "coreset_sizes": data.spread([r["distill"]["pool_size"] for r in coreset]),
       "coreset_final": [r["final"]["accuracy"] for r in coreset],
       "coreset_reached": sum(r["target"]["reached"] for r in coreset),
-      "full_to_warm": data.spread([r["full_steps_to_warm"] for r in rows]),
-      "finetune": data.spread([r["finetune_steps"] for r in rows
-                               if r["finetune_steps"] is not None]),
-      "full_to_target": data.spread([r["full_steps_to_target"] for r in rows]),
+      "full_to_warm": spread("full_steps_to_warm"), "finetune": spread("finetune_steps"),
+      "full_to_target": spread("full_steps_to_target"), "build_tflops": spread("build_tflops"),
       "speedups": sum(any("speedup" in k for k in r) for r in rows),
       "published": lipt_pipeline.PUBLISHED, "gflops_per_step": flops / 1e9,
-      "build_tflops": data.spread([r["build_tflops"] for r in rows]),
       "step_s": data.spread([r["step_time_s"] for r in every])}
-
-
-if __name__ == "__main__":
-  print(json.dumps(context(), indent=1, default=str))

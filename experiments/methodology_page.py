@@ -1,15 +1,9 @@
 """docs/methodology.md's generated regions: the rules' settings from the code that applies
-them, and the few numbers the page quotes from the committed JSON (each grid's budget against
-what data-parallel on one device needs, the winner's curse on the tuning seed, the re-run
-plan, the baselines, the re-timed pool builds).
-
-  python -m experiments.methodology_page   # each region's context, as JSON
-"""
+them, and the few numbers the page quotes from the committed JSON."""
 from __future__ import annotations
 
 import collections
 import glob
-import json
 import os
 
 from ensemble_jax import config_lib, costs, stored
@@ -105,6 +99,3 @@ REGIONS = {
         {b for g in cost_vs_time_page.context()["grids"] for b in g["reading"]["baselines"]})},
     "methodology_presets": lambda: {"presets": costs.INTERCONNECTS}}
 
-
-if __name__ == "__main__":
-  print(json.dumps({name: build() for name, build in REGIONS.items()}, indent=1, default=str))

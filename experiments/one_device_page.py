@@ -1,11 +1,6 @@
 """docs/results/one_device.md's context: the one-device grid's points on an NVIDIA H200,
-each beside the CPU grid's point it takes its tuned values from.
-
-Reads only committed JSON: the H200 runs (experiments/results/one_device_h200/), the CPU
-grid's runs and `tuning.json` (experiments/results/fashion_mnist/, `superseded/` runs
-included where they trained at the H200 runs' values). experiments/docs_render.py renders
-the page from docs/templates/one_device.md.j2.
-"""
+each beside the CPU grid's point it takes its tuned values from (its seed runs, or the
+`superseded/` ones that trained at the H200 runs' values), from committed JSON only."""
 from __future__ import annotations
 
 import os
@@ -34,9 +29,8 @@ def namesake(curve: str, point: str, per_device: int) -> tuple[str, str]:
 
 
 def _cpu_steps(name: tuple[str, str], trained: dict, seeds) -> dict | None:
-  """The CPU runs of `name` on `seeds` trained at `trained`: their steps to target (None
-  unless every seed ran there and reached it): the point's seed runs, or its `superseded/`
-  ones where it was re-tuned since."""
+  """The steps to target of `name`'s CPU runs (seed or `superseded/`) on `seeds` trained at
+  `trained`; None unless every seed ran there and reached it."""
   found = {}
   for pattern in ("seed*", "superseded/seed*"):
     for r in data.results(f"{CPU}/{name[0]}/{name[1]}/{pattern}/results.json"):
@@ -83,10 +77,6 @@ def context() -> dict:
       if "time" in m["ahead"]:
         raise ValueError(f"{curve} {m['point']} is ahead of every baseline on one device: "
                          "word the page's answer for it")
-  best = targets.best_matched(pts, methods, "time")
-  run = next(iter(runs))
-  host = data.results(f"{SUB}/{run['curve']}/{run['point']}/seed*/results.json")[0]["host"]
-  return {"rows": rows, "first": first, "best": best,
-          "seed_list": pts[0]["seed_list"], "target": run["target_value"],
-          "figure": f"experiments/results/{SUB}/cost_vs_time_nvlink.png",
-          "host": host}
+  return {"rows": rows, "first": first, "best": targets.best_matched(pts, methods, "time"),
+          "seed_list": pts[0]["seed_list"], "target": runs[0]["target_value"],
+          "figure": f"experiments/results/{SUB}/cost_vs_time_nvlink.png", "host": h200[0]["host"]}

@@ -1,17 +1,9 @@
 """docs/results/regime.md's context: where data-parallel stops scaling (the critical-batch
-sweeps), the many-worker sweeps, and the projection to 1,024 devices, from committed JSON.
-
-  python -m experiments.regime_page # the context, as JSON
-
-Every number and verdict the page states is here; docs/templates/regime.md.j2 words it
-(experiments/docs_render.py renders the page).
-"""
+sweeps), the many-worker sweeps, and the projection to 1,024 devices, from committed JSON."""
 from __future__ import annotations
 
 import glob
-import json
 import os
-import re
 
 from experiments import docs_data as data
 from experiments import many_workers_table, projection, targets
@@ -51,9 +43,7 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> 
           "figure": f"experiments/results/critical_batch/{name}/critical_batch.png",
           "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
           "flat_is_largest": flat is rows[-1], "grid_batch": largest,
-          "grid_devices": max(
-              int(m[1]) for p in glob.glob(os.path.join(data.RESULTS, grid, curve, "*"))
-              if (m := re.fullmatch(r"D(\d+)", os.path.basename(p)))),
+          "grid_devices": largest // summary["per_device"],
           "grid_place": ("below_knee" if largest < knee["batch"] else "at_knee"  # the page words it
                          if largest == knee["batch"] else "past_knee" if largest < flat["batch"]
                          else "past_fall"),
@@ -61,18 +51,15 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> 
 
 
 def many_workers(workload: str) -> dict:
-  """A many-worker sweep: its table (of its reported seeds), the steps L its points train,
-  its curves."""
+  """A many-worker sweep: its table (of its reported seeds) and the steps L its points train."""
   w = many_workers_table.WORKLOADS[workload]
   [table] = tables(many_workers_table.table(
       many_workers_table.load(os.path.join(data.REPO, w.workdir)), workload,
       many_workers_table.grid_sizes(workload)))
-  points = {os.path.basename(p) for p in glob.glob(os.path.join(
-      data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))}
-  lengths = sorted({int(re.search(r"_L(\d+)", p)[1]) for p in points})
-  workers = sorted({int(re.match(r"N(\d+)_", p)[1]) for p in points})
+  lengths = sorted({int(p.rsplit("_L", 1)[1]) for p in glob.glob(os.path.join(
+      data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))})
   return {"label": MANY_WORKERS[workload], "target": w.target, "lengths": lengths,
-          "workers": workers, "table": table, "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
+          "table": table, "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
 
 
 def _cell(row: dict, kind: str) -> dict | None:
@@ -113,6 +100,3 @@ def context() -> dict:
           "projections": [projected(n) for n in PROJECTIONS],
           "max_devices": max(projection.DEVICES)}
 
-
-if __name__ == "__main__":
-  print(json.dumps(context(), indent=1, default=str))

@@ -1,12 +1,8 @@
 """docs/results/samplers.md's context: each sampler's ensemble against random streams, seed
-by seed, and the sweeps' tables, from the committed runs (experiments/results/samplers*/).
-
-  python -m experiments.samplers_page   # the context, as JSON
-"""
+by seed, and the sweeps' tables, from the committed runs (experiments/results/samplers*/)."""
 from __future__ import annotations
 
 import glob
-import json
 import os
 import statistics
 
@@ -58,6 +54,3 @@ def workload(name: str) -> dict:
 def context() -> dict:
   return {"reference": REFERENCE, "workloads": [workload(w) for w in samplers.WORKLOADS]}
 
-
-if __name__ == "__main__":
-  print(json.dumps(context(), indent=1, default=str))
