@@ -15,10 +15,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(REPO, "experiments", "results")
 
 
-class Contradicted(Exception):
-  """The committed results no longer bear out a template's wording: rewrite the template."""
-
-
 def load_json(*path: str) -> dict:
   """A committed JSON file, its path under experiments/results/."""
   with open(os.path.join(RESULTS, *path)) as f:

@@ -4,10 +4,9 @@ a context built from it; wording lives in the template, numbers in the context.
   python -m experiments.docs_render [--write]
 
 `PAGES` are rendered whole (docs/results/*.md); `REGIONS` inside hand-written pages, between
-`<!-- generated: NAME -->` and `<!-- end -->`, from NAME.md.j2. A context that finds the
-results no longer bear out its template's wording raises `Contradicted`. Without --write:
-one line per page or region that differs from its rendering (or is unknown, missing or
-contradicted), exit status 1; --write puts each rendering in place.
+`<!-- generated: NAME -->` and `<!-- end -->`, from NAME.md.j2. Without --write: one line
+per page or region that differs from its rendering (or is unknown or missing), exit status
+1; --write puts each rendering in place.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from absl import flags
 from experiments import (cli, cost_vs_time_page, distillation_page, docs_data, lipt_page,
                          methodology_page, one_device_page, regime_page, samplers_page,
                          targets)
-from experiments.docs_data import REPO, Contradicted
+from experiments.docs_data import REPO
 TEMPLATES = os.path.join(REPO, "docs", "templates")
 WRITE = "python -m experiments.docs_render --write"
 BEGIN = re.compile(r"^<!-- generated: ([\w.-]+) -->$")
@@ -147,19 +146,10 @@ def documentation() -> dict[str, str | None]:
 
 def check(pages: dict[str, str | None]) -> tuple[dict[str, str | None], list[str], list[str]]:
   """The pages given (path -> text) as a write leaves them, the errors a write cannot fix (a
-  region unknown, missing or contradicted), and a line per page or region that differs."""
+  region unknown or missing), and a line per page or region that differs."""
   out, errors, stale = dict(pages), [], []
-
-  def rendered(where: str, template: str, build) -> str | None:
-    try:
-      return _rendered(template, build)
-    except Contradicted as e:
-      errors.append(f"{where}: the results contradict its template's wording ({e}); "
-                    f"rewrite docs/templates/{template}")
-      return None
-
   for page, (template, build) in PAGES.items():
-    if page in pages and (text := rendered(page, template, build)) not in (None, pages[page]):
+    if page in pages and (text := _rendered(template, build)) != pages[page]:
       stale.append(f"{page}: not what {template} renders from the committed JSON; "
                    f"run `{WRITE}`")
       out[page] = text
@@ -172,10 +162,10 @@ def check(pages: dict[str, str | None]) -> tuple[dict[str, str | None], list[str
     if where is None:
       errors.append(f"{page}, region {name}: no `<!-- generated: {name} -->` ... `{END}` "
                     f"lines; put them where it goes and run `{WRITE}`")
-    if not where or (body := rendered(f"{page}, region {name}", name + ".md.j2",
-                                      build)) is None:
+    if not where:
       continue
-    lines, body = out[page].split("\n"), body.removesuffix("\n").split("\n")
+    lines = out[page].split("\n")
+    body = _rendered(name + ".md.j2", build).removesuffix("\n").split("\n")
     if lines[where[0]:where[1]] != body:
       stale.append(f"{page}, region {name} (lines {where[0] + 1}-{where[1]}) reads "
                    f"{_first_difference(lines[where[0]:where[1]], body)}; run `{WRITE}`")

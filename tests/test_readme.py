@@ -201,9 +201,9 @@ def test_a_number_changed_in_a_generated_region_fails(pages, name):
   assert not errors and written == pages
 
 
-def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatch):
-  """A region no template renders, a template without its region, and a template whose
-  wording the results contradict each fail, and --write does not hide them."""
+def test_unknown_and_missing_regions_are_reported(pages):
+  """A region no template renders and a template without its region each fail, and --write
+  does not hide them."""
   name = "readme_regime"
   page = docs_render.REGIONS[name][0]
   renamed = {**pages, page: pages[page].replace(f"<!-- generated: {name} -->",
@@ -211,14 +211,7 @@ def test_unknown_missing_and_contradicted_regions_are_reported(pages, monkeypatc
   errors = docs_render.check(renamed)[1]
   assert any(e.startswith(f"{page}, region no_such_template: no template") for e in errors)
   assert any(e.startswith(f"{page}, region {name}: no `<!-- generated") for e in errors)
-
-  def contradicted():
-    raise docs_data.Contradicted("a method point wins")
-
-  monkeypatch.setitem(docs_render.REGIONS, name, (page, contradicted))
-  [error] = _errors(pages, name)
-  assert "contradict" in error and "a method point wins" in error, error
-  assert docs_render.check(pages)[1] == [error], "write hid it"
+  assert docs_render.check(docs_render.check(renamed)[0])[1] == errors, "write hid them"
 
 
 def _distilled_study(tmp_path, speedup: float) -> str:
