@@ -528,28 +528,35 @@ def test_the_schedule_length_is_extended_past_its_edge_like_the_rate(tmp_path, m
 
 
 def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
-  """The committed tuning records the margin and the rate's edge rule do not move (issue
-  58: the critical-batch points and the full grid's were re-tuned under it), and the grids
-  still trained at a full grid's former choice (the small-model routed experts' N8_L235
-  chose its half schedule before its re-run and its whole one since: the one-GPU grid's
-  point still holds the former; the many-worker grid's N = 128 was re-run at the current
-  one), in the committed plan the re-run queue reads."""
+  """The committed tuning records the margin and the edge rules do not move (issue 58: the
+  critical-batch points and the full grid's were re-tuned under it; issue 70: the five
+  Fashion-MNIST data-parallel points whose schedule sat at its low edge were re-run past
+  it, D1 moving to the eighth), and the grids still trained at a full grid's former choice
+  (the small-model routed experts' N8_L235 chose its half schedule before its re-run and
+  its whole one since: the one-GPU grid's point still holds the former, as its B64 holds
+  D1's quarter; the many-worker grid's N = 128 was re-run at the current one), in the
+  committed plan the re-run queue reads."""
   from experiments import rerun_plan
   rows = rerun_plan.plan()
   moved = {r["point"]: r["why"] for r in rows}
   for point in ("critical_batch/fashion/B2048", "critical_batch/fashion/B256",
                 "critical_batch/fashion_small_model/B64", "fashion_mnist/data_parallel/D8",
-                "fashion_mnist/ensemble_pca_routed_small/N8_L235"):
+                "fashion_mnist/ensemble_pca_routed_small/N8_L235",
+                *FASHION_SCHEDULE_EDGE):
     assert point not in moved  # re-tuned under the rule
   stale = {r["point"]: r for r in rerun_plan.stale_feeds()}
-  source = "fashion_mnist/ensemble_pca_routed_small/N8_L235"
   assert "many_workers/ensemble_pca_routed_small/N128_L235" not in stale  # re-run
-  for point in ("one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235",):
+  for point, source, trained, chosen in (
+      ("one_device_h200/fashion_mnist/ensemble_pca_routed_small/N8_L235",
+       "fashion_mnist/ensemble_pca_routed_small/N8_L235", (0.024, 0.5), 1.0),
+      ("one_device_h200/fashion_mnist/data_parallel/B64", "fashion_mnist/data_parallel/D1",
+       (0.006, 0.25), 0.125)):
     assert stale[point]["source"] == source
-    assert stale[point]["trained"] == [{"optim.learning_rate": 0.024,
-                                        "train.schedule_fraction": 0.5}]
-    assert stale[point]["chosen"]["train.schedule_fraction"] == 1.0
-  assert not any("/ensemble/" in p or "data_parallel" in p for p in stale)  # still current
+    assert stale[point]["trained"] == [dict(zip(("optim.learning_rate",
+                                                 "train.schedule_fraction"), trained))]
+    assert stale[point]["chosen"]["train.schedule_fraction"] == chosen
+  assert not any("/ensemble/" in p for p in stale)  # still current
+  assert "one_device_h200/fashion_mnist/data_parallel/B256" not in stale  # D4 kept its choice
   with open(os.path.join(rerun_plan.RESULTS, "rerun_plan.json")) as f:
     committed = json.load(f)  # regenerate: python -m experiments.rerun_plan --write
   assert committed["tuning"] == rows
@@ -557,31 +564,43 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   assert committed["batch_norm"] == rerun_plan.batch_norm_plan()
 
 
-def test_the_rerun_plan_lists_the_schedule_choices_at_the_axis_edge_and_their_heirs():
-  """Issue 70 item 15: five Fashion-MNIST data-parallel points chose the quarter schedule,
-  the shortest tried; the rule now tries the eighth past it, so their choices move, and
-  so do the one-device points trained at them (B64 at D1's, B256 at the synchronised D4's,
-  `fashion_mnist.ONE_DEVICE_NAMESAKES`). Read from the committed tuning.json files; fails
-  on the old code, whose plan listed none."""
+FASHION_SCHEDULE_EDGE = tuple(f"fashion_mnist/{c}/{d}" for c, ds in (
+    ("data_parallel", "D1 D2 D4"), ("data_parallel_sync_bn", "D2 D4")) for d in ds.split())
+
+
+def test_the_rerun_plan_lists_the_schedule_choices_at_the_axis_edge_and_their_heirs(tmp_path):
+  """Issue 70 item 15: a point that chose the quarter schedule, the shortest tried, is
+  listed (the rule now tries the eighth past it), with the one-device point trained at its
+  choice (B64 at D1's, `fashion_mnist.ONE_DEVICE_NAMESAKES`) and the commands that re-run
+  both. Planted: the committed D1 and its one-device heir, D1's record put back as it was
+  before its re-run (the quarter chosen, nothing shorter tried). Fails on the old code,
+  whose plan listed none."""
+  import shutil
+
   from experiments import rerun_plan
-  rows = {r["point"]: r for r in rerun_plan.plan()}
-  edge = {p for p, r in rows.items() if any(w.startswith("schedule 0.25 at the low edge")
-                                            and "0.125 is tried next" in w for w in r["why"])}
-  fashion = {f"fashion_mnist/{c}/{d}" for c, ds in (("data_parallel", "D1 D2 D4"),
-                                                     ("data_parallel_sync_bn", "D2 D4"))
-             for d in ds.split()}
-  assert fashion <= edge and "fashion_mnist/data_parallel/D8" not in rows
-  heirs = {p: [f["grid"] for f in rows[p]["feeds"]] for p in fashion}
-  assert heirs["fashion_mnist/data_parallel/D1"] == [
-      "one_device_h200/fashion_mnist/data_parallel/B64"]
-  assert heirs["fashion_mnist/data_parallel_sync_bn/D4"] == [
-      "one_device_h200/fashion_mnist/data_parallel/B256"]
-  assert all(rows[p]["extension_wall_s"] > 0 for p in fashion)
-  commands = rerun_plan.commands(list(rows.values()))
-  assert any(c.endswith("--curves=data_parallel --points=D1,D2,D4") for c in commands)
+  results = tmp_path / "results"
+  ignore = shutil.ignore_patterns("checkpoints", "events.out.*", "superseded")
+  for rel in ("fashion_mnist/data_parallel/D1", "one_device_h200/fashion_mnist/data_parallel/B64"):
+    shutil.copytree(os.path.join(rerun_plan.RESULTS, rel), results / rel, ignore=ignore)
+  path = results / "fashion_mnist/data_parallel/D1" / "tuning.json"
+  record = json.loads(path.read_text())
+  [axis] = [a for a in record["axes"] if a["key"] == "train.schedule_fraction"]
+  axis["runs"] = [r for r in axis["runs"] if r["value"] >= 0.25]
+  axis.update(chosen=0.25, values=[0.25, 0.5, 1.0], extensions={"low": 0, "high": 0},
+              at_edge=True)
+  record["chosen"]["train.schedule_fraction"] = 0.25
+  path.write_text(json.dumps(record))
+  [row] = rerun_plan.plan(str(results))
+  assert row["point"] == "fashion_mnist/data_parallel/D1"
+  assert any(w.startswith("schedule 0.25 at the low edge") and "0.125 is tried next" in w
+             for w in row["why"]), row["why"]
+  assert [f["grid"] for f in row["feeds"]] == ["one_device_h200/fashion_mnist/data_parallel/B64"]
+  assert row["extension_wall_s"] > 0
+  commands = rerun_plan.commands([row])
+  assert commands[0].endswith("--curves=data_parallel --points=D1")
   assert commands[-1].endswith("--grid=one_device --workdir=experiments/results/"
                                "one_device_h200/fashion_mnist --seeds=1,2,3 "
-                               "--curves=data_parallel --points=B256,B64")
+                               "--curves=data_parallel --points=B64")
 
 
 def test_the_rerun_plan_lists_data_parallel_runs_of_another_batchnorm(tmp_path):
