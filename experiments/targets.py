@@ -345,7 +345,7 @@ def context(workload: str = "fashion_mnist") -> dict:
       row["verdict"] = "provisional"
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
-          "by_verdict": by_verdict, "verdicts": VERDICTS,
+          "by_verdict": by_verdict,
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
