@@ -348,9 +348,9 @@ def summary(results: dict, communication: Communication | None = None, devices: 
   device_step, how = _device_step(results["step_time_s"], 1 if simulated else mesh_devices,
                                   devices, device_step_time_s)
   augment = (distill.get("distillation") or {}).get("train_augmentation", "none")
-  if device_step_time_s > 0 and augment != "none":  # (the calibration reads no pool)
-    how += (f"; without the {augment} augmentation this run's step applies to its synthetic "
-            "examples: the calibrated step is the plain one, so its cost is not priced")
+  if device_step_time_s > 0 and augment != "none":  # a sweep's: cost_vs_time.augment_factor
+    how += (f"; times the {augment} augmentation's cost on its synthetic examples (the "
+            "augmented step over the plain one, timed side by side)")
   units = units_to(steps, results)
   counts = [(c, *split_count(c, units)) for c in communication.collectives]
   communication_s = {

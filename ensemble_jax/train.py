@@ -127,16 +127,42 @@ def _assemble(config: ml_collections.ConfigDict, workdir: str | None = None) -> 
                one_model, teacher)
 
 
+def _first_batch(config: ml_collections.ConfigDict, s: Setup, synthetic: bool = False):
+  """The run's first train batch (without a pool); `synthetic`: as a distilled set's
+  arrives, float images each marked `synthetic` (the step augments them: `step.augmented`)."""
+  batches = pipeline.TrainBatches(s.data.train, s.method.sampler(len(s.data.train), config.seed),
+                                  s.data.train_transform, s.method.train_layout, config.seed)
+  local = batches.local_batch(0)
+  if synthetic:
+    local = {**local, "image": local["image"].astype(np.float32),
+             "synthetic": np.ones(len(local["label"]), np.float32)}
+  return pipeline.to_global(local, batches.layout)
+
+
 def compile_step(config: ml_collections.ConfigDict) -> jax.stages.Compiled:
   """`config`'s train step compiled as `fit` compiles it, on an abstract state and the
   first train batch, without training or writing anything (the sweeps fingerprint it)."""
   s = _assemble(config)
   init_rng, step_rng = _rngs(config)
   state = jax.eval_shape(s.method.init, init_rng)
-  batches = pipeline.TrainBatches(s.data.train, s.method.sampler(len(s.data.train), config.seed),
-                                  s.data.train_transform, s.method.train_layout, config.seed)
-  batch = pipeline.to_global(batches.local_batch(0), batches.layout)
+  batch = _first_batch(config, s)
   return s.method.train_step.lower(*s.method.step_args(state, batch, step_rng)).compile()
+
+
+def step_runner(config: ml_collections.ConfigDict, synthetic: bool = False):
+  """`config`'s train step compiled as `fit` compiles it, and a function taking one step on
+  the first train batch (`_first_batch`) and waiting for it: the sweeps time two programs
+  side by side with it (`cost_vs_time.augment_factor`). -> (compiled step, function)."""
+  s = _assemble(config)
+  init_rng, step_rng = _rngs(config)
+  state = s.method.init(init_rng)
+  batch = _first_batch(config, s, synthetic)
+  step = s.method.train_step.lower(*s.method.step_args(state, batch, step_rng)).compile()
+
+  def run() -> None:
+    nonlocal state
+    state = jax.block_until_ready(step(*s.method.step_args(state, batch, step_rng)))[0]
+  return step, run
 
 
 def fit(config: ml_collections.ConfigDict, workdir: str, *,

@@ -174,16 +174,17 @@ def test_calibrated_device_step_replaces_the_host_estimate():
   assert "augmentation" not in dp["modelled"]["device_step_model"]
 
 
-def test_a_calibrated_step_says_it_leaves_out_the_synthetic_augmentation():
-  """Issue 70 item 15: distilled runs' steps augment their synthetic examples (DSA) and are
-  priced at a plain calibrated step (the ensemble's, `cost.price_like`): the record says so.
-  A run priced at its own measured step holds the augmentation: nothing to say."""
+def test_a_calibrated_step_says_it_prices_the_synthetic_augmentation():
+  """Distilled runs' steps augment their synthetic examples (DSA); a sweep prices them at a
+  plain calibrated step times the augmented step over the plain one
+  (`cost_vs_time.augment_factor`): the record says so. A run priced at its own measured
+  step holds the augmentation: nothing to say."""
   comm = costs.Communication((), "none")
   results = _results("ensemble", num_workers=4)
   results["distill"] = {"distillation": {"train_augmentation": "dsa"}}
   how = costs.summary(results, comm, devices=4, device_step_time_s=0.08)["modelled"][
       "device_step_model"]
-  assert how.startswith("calibrated") and "without the dsa augmentation" in how
+  assert how.startswith("calibrated") and "times the dsa augmentation's cost" in how
   assert "augmentation" not in costs.summary(results, comm, devices=4)["modelled"][
       "device_step_model"]
 

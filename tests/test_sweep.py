@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from ensemble_jax import run, validation
+from ensemble_jax import costs, run, train, validation
 from experiments.sweeps import cost_vs_time
 from tests.conftest import REPO, free_port, run_processes, subprocess_env, untimed
 
@@ -286,6 +286,54 @@ def test_a_taught_point_is_priced_like_its_untaught_twin_plus_the_teachers_forwa
   assert cost_vs_time.device_step_time(config, "cal", workdir) == 0.15
   config.distill.teacher, config.distill.kd_weight = "/a/teacher", 0.5
   assert cost_vs_time.device_step_time(config, "cal", workdir) == pytest.approx(0.2)
+
+
+@pytest.mark.unit
+def test_a_distilled_point_is_priced_like_its_ensemble_times_its_augmentation(
+    tmp_path, monkeypatch):
+  """A distilled set's examples are augmented in every step (`distill.synthetic_augment`):
+  its point is priced at its ensemble's step times the augmented step over the plain one
+  (`augment_factor`, read from the calibration's record); without the augmentation, or on
+  real examples, at the ensemble's step."""
+  from experiments.configs import fashion_mnist
+
+  monkeypatch.setattr(cost_vs_time, "_program_key", lambda c, d: "f00d")
+  monkeypatch.setattr(cost_vs_time, "calibrate", lambda c, d: pytest.fail("calibrated"))
+  (tmp_path / "cal").mkdir()
+  (tmp_path / "cal" / cost_vs_time.AUGMENT_FACTORS).write_text(json.dumps(
+      {"f00d/dsa": {"factor": 1.25, "plain_step_s": 0.04, "augmented_step_s": 0.05}}))
+  for seed in (1, 2):
+    path = tmp_path / "ensemble" / "N8_L235" / f"seed{seed}" / run.RESULTS_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"cost": {"modelled": {"device_step_time_s": 0.15}}}))
+  config = fashion_mnist.get_config("ensemble,sweep")
+  config.cost.price_like = "ensemble/N8_L235"
+  priced = lambda: cost_vs_time.device_step_time(config, str(tmp_path / "cal"), str(tmp_path))
+  assert priced() == 0.15
+  config.distill.builder = "distribution_matching"
+  assert priced() == pytest.approx(0.15 * 1.25)
+  config.distill.synthetic_augment = "none"
+  assert priced() == 0.15
+
+
+def test_the_augmentation_factor_times_the_augmented_program_beside_the_plain_one(
+    tmp_path, monkeypatch):
+  """`augment_factor` times the device program on synthetic-marked batches (the step
+  augments them: more work) beside the plain one, records both medians, and reads the
+  record back without timing again."""
+  from experiments.configs import fashion_mnist
+
+  config = fashion_mnist.get_config("tiny")
+  config.distill.builder, config.cost.calibration_steps = "distribution_matching", 6
+  c = cost_vs_time.device_config(config)
+  plain, augmented = train.step_runner(c)[0], train.step_runner(c, synthetic=True)[0]
+  assert costs.flops(augmented) > costs.flops(plain)
+  factor = cost_vs_time.augment_factor(config, str(tmp_path))
+  [(key, entry)] = json.loads((tmp_path / cost_vs_time.AUGMENT_FACTORS).read_text()).items()
+  assert key.endswith("/dsa") and entry["plain_step_s"] > 0
+  assert factor == entry["augmented_step_s"] / entry["plain_step_s"] == entry["factor"]
+  monkeypatch.setattr(cost_vs_time.train, "step_runner", lambda *a, **k: pytest.fail("timed"))
+  assert cost_vs_time.augment_factor(config, str(tmp_path)) == factor
 
 
 @pytest.mark.unit

@@ -76,6 +76,9 @@ class Builder:
     reading, the key staying the one they were cached under.
   timed_apart: its `build_time_s` is timed apart (a calibrated iteration x iterations),
     not the build's wall clock, so a sweep need not build it in its quiet phase.
+  synthetic: its pools hold examples of their own (`Built.source`), which the step
+    augments as `distill.synthetic_augment` says: a sweep prices that augmentation
+    (`cost_vs_time.augment_factor`).
   """
   name: str
   build: Callable | None
@@ -87,6 +90,7 @@ class Builder:
   check: Callable | None = None
   legacy_key: bool = False
   timed_apart: bool = False
+  synthetic: bool = False
   own_fields: tuple[str, ...] = ()  # dotted: the fields it declared (`own_fields=`)
 
   def uses_proxy(self, config) -> bool:

@@ -649,10 +649,11 @@ _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.rea
 
 
 @registry.register_builder("gradient_matching", methods=_mixed_workers, timed_apart=True,
+                           synthetic=True,
                            fields=_SHARED_FIELDS + ("distill.gm_image_lr", "distill.gm_net_lr"),
                            check=_check_gradient_matching)
 @registry.register_builder("distribution_matching", methods=_mixed_workers, timed_apart=True,
-                           fields=_SHARED_FIELDS + ("distill.image_lr",))
+                           synthetic=True, fields=_SHARED_FIELDS + ("distill.image_lr",))
 def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   """Each worker's synthetic set, distilled (by `config.distill.builder`) from its own
   class-stratified share, and that share (`then`: what a distilled warm start,

@@ -41,6 +41,8 @@ import json
 import os
 import re
 import shutil
+import statistics
+import time
 import types
 
 import jax
@@ -60,6 +62,7 @@ from experiments.sweeps import launcher, study, tuning
 # compile to one text: XLA merges equal constants, and a coincidence of two values (a
 # warm-up equal to the decay, say) would otherwise change the text, not the program's cost.
 CALIBRATION_LEARNING_RATE, CALIBRATION_WARMUP_FRACTION = 1e-3, 0.05
+AUGMENT_FACTORS = "augment_factors.json"
 
 
 def _point_config(module, variant: str, overrides: dict, seed: int, workdir: str):
@@ -165,16 +168,24 @@ def _program_key(c, calibration_dir: str) -> str:
     fingerprint = program_fingerprint(train.compile_step(c).as_text())
     if not sweeps.is_writer():
       return fingerprint
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.exists(path):  # other jobs (a --plan array) may have added keys meanwhile
-      with open(path) as f:
-        index = json.load(f)
-    index[config_key] = fingerprint
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-      json.dump(index, f, indent=2)
-    os.replace(tmp, path)
+    _remember(path, config_key, fingerprint)
+    return fingerprint
   return index[config_key]
+
+
+def _remember(path: str, key: str, value) -> None:
+  """Adds `key: value` to the JSON index in `path`, atomically (other jobs, a --plan array,
+  may have added keys meanwhile: it is read again first)."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  index = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      index = json.load(f)
+  index[key] = value
+  tmp = f"{path}.{os.getpid()}.tmp"
+  with open(tmp, "w") as f:
+    json.dump(index, f, indent=2)
+  os.replace(tmp, path)
 
 
 def calibrate(config, calibration_dir: str) -> float:
@@ -190,23 +201,60 @@ def calibrate(config, calibration_dir: str) -> float:
   return stored.load(path)["step_time_s"]
 
 
+def augment_factor(config, calibration_dir: str) -> float:
+  """A point's step on a distilled set's own examples over the same step on real ones (1
+  where it trains on none, or leaves them as they are: `distill.synthetic_augment`): its
+  device program (`device_config`) run both ways side by side (`train.step_runner`),
+  interleaved, `cost.calibration_steps` each, the first third untimed, the ratio of the
+  medians. Remembered per program and augmentation in `<calibration_dir>/AUGMENT_FACTORS`
+  with both medians and the load average it was timed at."""
+  augment = config.distill.synthetic_augment
+  if not BUILDERS[config.distill.builder].synthetic or augment == "none":
+    return 1.0
+  c = device_config(config)
+  key, path = f"{_program_key(c, calibration_dir)}/{augment}", os.path.join(
+      calibration_dir, AUGMENT_FACTORS)
+  sweeps.sync(f"augment factor {key}")
+  factors = {}
+  if os.path.exists(path):
+    with open(path) as f:
+      factors = json.load(f)
+  if key not in factors:
+    runs = {"plain": train.step_runner(c)[1],
+            "augmented": train.step_runner(c, synthetic=True)[1]}
+    times = {name: [] for name in runs}
+    for i in range(c.cost.calibration_steps):
+      for name, run in runs.items():
+        start = time.perf_counter()
+        run()
+        if i >= c.cost.calibration_steps // 3:
+          times[name].append(time.perf_counter() - start)
+    plain, augmented = (statistics.median(times[name]) for name in runs)
+    factors[key] = {"factor": augmented / plain, "plain_step_s": plain,
+                    "augmented_step_s": augmented, "load_average": os.getloadavg()[0]}
+    if sweeps.is_writer():
+      _remember(path, key, factors[key])
+  return factors[key]["factor"]
+
+
 def device_step_time(config, calibration_dir: str, workdir: str,
                      point_dir: str | None = None) -> float:
   """A point's device step: the one its config gives (`cost.device_step_time_s` > 0), the
   one the seed runs of the point it is priced like were priced at (`cost.price_like`,
-  once they have run; times `teacher_factor`), the one its own seed runs in `point_dir`
-  were priced at (a point re-run keeps its study's calibration: a program that moved since
-  would otherwise be timed on whatever host re-runs it, beside points timed on another;
-  `--recost --recalibrate` re-times a whole study on one), else `calibrate`'s."""
+  once they have run; times `teacher_factor` and `augment_factor`), the one its own seed
+  runs in `point_dir` were priced at (a point re-run keeps its study's calibration: a
+  program that moved since would otherwise be timed on whatever host re-runs it, beside
+  points timed on another; `--recost --recalibrate` re-times a whole study on one), else
+  `calibrate`'s times `augment_factor`."""
   if config.cost.device_step_time_s > 0:
     return config.cost.device_step_time_s
   if config.cost.price_like:
     like_dir = os.path.normpath(os.path.join(workdir, config.cost.price_like))  # '..' too
     if (step := _priced_at(like_dir, f"cost.price_like={config.cost.price_like!r}")):
-      return step * teacher_factor(config)
+      return step * teacher_factor(config) * augment_factor(config, calibration_dir)
   elif point_dir and (step := _priced_at(point_dir, point_dir)):
     return step
-  return calibrate(config, calibration_dir)
+  return calibrate(config, calibration_dir) * augment_factor(config, calibration_dir)
 
 
 def _priced_at(point_dir: str, what: str) -> float | None:
