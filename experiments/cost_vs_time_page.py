@@ -1,6 +1,5 @@
 """docs/results/cost_vs_time.md's context (README.md's grids region's too): the two grids'
-committed JSON, their tables the report's (`ensemble_jax.report`), their reading
-`targets.closest`'s, the one rule naming the closest point and the strongest baseline."""
+tables (`ensemble_jax.report`) and reading (`targets.closest`), from committed JSON only."""
 from __future__ import annotations
 
 import functools
@@ -15,13 +14,12 @@ from experiments.docs_data import REPO, RESULTS, cells, tables
 GRIDS = {"fashion_mnist": "Fashion-MNIST", "pydocs_gpt2": "Python docs (byte-level GPT-2)"}
 # the points table's columns the page leaves to table.md (every preset's time but one)
 DROPPED = {"time nvlink (s)", "time eth10g (s)", "host train s"}
-# which calibrated device step prices which committed runs: (results, calibration dir)
+# which calibrated device step prices which committed runs: results -> the grid calibrating them
 CALIBRATED = tuple((f"experiments/results/{results}", f"experiments/results/{grid}/calibration")
-                   for results, grid in (("fashion_mnist", "fashion_mnist"),
-                                         ("many_workers", "fashion_mnist"),
-                                         ("fashion_mnist_ceilings", "fashion_mnist"),
-                                         ("pydocs_gpt2", "pydocs_gpt2"),
-                                         ("many_workers_pydocs", "pydocs_gpt2")))
+                   for results, grid in {
+                       "fashion_mnist": "fashion_mnist", "many_workers": "fashion_mnist",
+                       "fashion_mnist_ceilings": "fashion_mnist", "pydocs_gpt2": "pydocs_gpt2",
+                       "many_workers_pydocs": "pydocs_gpt2"}.items())
 
 
 def seeds(sub: str, pts: list[dict]) -> dict:
@@ -34,13 +32,11 @@ def seeds(sub: str, pts: list[dict]) -> dict:
           "schedule": sorted({s for k, r in records.items() if tunes[k]
                               for s in r.get("schedule_seeds", [])}),
           "reported": sorted({s for p in pts for s in p["seed_list"]}),
-          "fixed": sorted({c for (c, _), t in tunes.items() if not t}
-                          - {c for (c, _), t in tunes.items() if t})}
+          "fixed": sorted({c for c, _ in tunes} - {c for (c, _), t in tunes.items() if t})}
 
 
 def grid(sub: str) -> dict:
-  """One grid: its model, target and seeds, the reading (`targets.closest`), the points
-  chosen at the schedule axis's edge, and the report's tables."""
+  """One grid: its model, target, seeds, reading (`targets.closest`) and the report's tables."""
   results = os.path.join(RESULTS, sub)
   runs, pts = report.load_runs(results), list(data.grid(sub))
   first = data.stored_runs(f"{sub}/data_parallel/D1/seed*/results.json")[0]
@@ -64,14 +60,12 @@ def grid(sub: str) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _context() -> str:
-  grids = [grid(sub) for sub in GRIDS]
   [calibration] = tables(report.calibration_table(list(CALIBRATED), REPO))
-  return json.dumps({"grids": grids,
+  return json.dumps({"grids": [grid(sub) for sub in GRIDS],
                      "devices": max(p["devices"] for sub in GRIDS for p in data.grid(sub)),
                      "calibration_table": "\n".join(calibration)})
 
 
-def context() -> dict:
-  """What docs/results/cost_vs_time.md (and README.md's grids region) is rendered from."""
+def context() -> dict:  # a fresh copy each call: the cached one stays as built
   return json.loads(_context())
 

@@ -1,7 +1,6 @@
 """docs/results/distillation.md's context: the distiller against the published table, what a
 synthetic set costs charged, and the grids' distilled and knowledge-distilled points, from
-committed JSON only. `python -m experiments.distillation_page` draws its figure.
-"""
+committed JSON only. `python -m experiments.distillation_page` draws its figure."""
 from __future__ import annotations
 
 import json
@@ -14,14 +13,11 @@ from ensemble_jax import report
 from experiments import distillation_check as check
 from experiments import docs_data as data
 from experiments import one_device_page, targets
+from experiments.configs import fashion_mnist, pydocs_gpt2
 
 REPO = data.REPO
 FIGURE = "experiments/results/distillation/distillation.png"
-# how the page names the distilled and taught curves' points ("distilled sets, N = 4")
-NAMES = {"ensemble_distilled": "distilled sets", "ensemble_distilled_warm":
-         "distilled warm start", "ensemble_kd": "knowledge-distilled ensemble"}
 DISTILLED = ("ensemble_distilled", "ensemble_distilled_warm")
-TAUGHT = ("ensemble_kd",)
 
 
 def _baseline_runs(runs: list[dict]) -> list[dict]:
@@ -41,28 +37,16 @@ def _study(pts: list[dict], runs: list[dict], base: list[dict], curves, planned:
 
 def distilled() -> dict:
   """The Fashion-MNIST grid's distilled curves (`_study`)."""
-  from experiments.configs import fashion_mnist
-
   runs = report.load_runs(os.path.join(data.RESULTS, "fashion_mnist"))
   return _study(list(data.grid("fashion_mnist")), runs, _baseline_runs(runs), DISTILLED,
                 {c: fashion_mnist.sweep_grid("full")[c] for c in DISTILLED})
 
 
 def taught() -> dict:
-  """The Python docs' knowledge-distilled curve (its own study, `pydocs_gpt2_kd`) beside the
-  full grid's baselines (`_study`)."""
-  from experiments.configs import pydocs_gpt2
-
+  """The Python docs' knowledge-distilled curve (`pydocs_gpt2_kd`) beside its grid's baselines."""
   base = _baseline_runs(report.load_runs(os.path.join(data.RESULTS, "pydocs_gpt2")))
-  kd_dir = os.path.join(data.RESULTS, "pydocs_gpt2_kd")
-  kd = report.load_runs(kd_dir) if os.path.isdir(kd_dir) else []
-  return _study(report.points(base + kd), kd, base, TAUGHT, pydocs_gpt2.sweep_grid("kd"))
-
-
-def _where(value: float, dc: float, dsa: float) -> str:
-  """Where a distilled set's accuracy sits beside the two published distillers'."""
-  lo, hi = sorted((dc, dsa))
-  return "above both" if value > hi else "below both" if value < lo else "between them"
+  kd = report.load_runs(os.path.join(data.RESULTS, "pydocs_gpt2_kd"))  # none before it runs
+  return _study(report.points(base + kd), kd, base, ("ensemble_kd",), pydocs_gpt2.sweep_grid("kd"))
 
 
 def _protocol(paths: list[str]) -> dict:
@@ -74,12 +58,11 @@ def _protocol(paths: list[str]) -> dict:
 
 def literature() -> dict:
   """The H200 check (the papers' protocol) beside the published columns, per images per
-  class: the distilled set's last evaluation and where it sits beside DC's and DSA's."""
+  class: the distilled set's last evaluation beside DC's and DSA's."""
   lit = _protocol(check.COMMITTED)
   dm, pub = lit["record"]["dm"], lit["record"]["published"]
   rows = [{"ipc": int(ipc), "dm": 100 * dm[ipc]["curve"][-1]["mean"], "dsa": pub["dsa"][ipc],
-           "dc": pub["dc"][ipc], "s_per_iteration": dm[ipc].get("s_per_iteration"),
-           "where": _where(100 * dm[ipc]["curve"][-1]["mean"], pub["dc"][ipc], pub["dsa"][ipc])}
+           "dc": pub["dc"][ipc], "s_per_iteration": dm[ipc].get("s_per_iteration")}
           for ipc in sorted(dm, key=int)]
   return {**lit, "rows": rows, "by_ipc": {r["ipc"]: r for r in rows},
           "device": lit["record"]["device"], "published_evaluation": check.PUBLISHED_EVALUATION}
@@ -92,8 +75,7 @@ def reduced() -> dict:
 
 
 def one_set() -> dict:
-  """One worker's set at the grid's protocol charged against the strongest baseline's
-  compute to the target (FLOPs: any hardware)."""
+  """One worker's set at the grid's protocol, in FLOPs, over the strongest baseline's."""
   with open(os.path.join(REPO, check.BENCH)) as f:
     cases = json.load(f)
   iterations, real = check.grid_protocol()
@@ -104,45 +86,38 @@ def one_set() -> dict:
           "one_set": iterations * check.iteration_flops(cases, real) / base["flops"]["median"]}
 
 
-def cost(lit: dict) -> dict:
-  """`one_set`, and an iteration's time beside a training step's on this CPU and on the
-  H200 (`lit`: `literature()`)."""
+def cost() -> dict:
+  """`one_set`, and an iteration's time beside a training step's on this CPU and the H200."""
   c = one_set()
-  cases = c.pop("cases")
-  h200 = {r["point"]: r for r in one_device_page.context()["rows"]
-          if r["curve"] == "data_parallel"}
+  [h200] = [r for r in one_device_page.context()["rows"]
+            if (r["curve"], r["point"]) == ("data_parallel", "B64")]
   # the calibrated device step that prices the strongest baseline's runs
   [cpu_step] = {r["cost"]["modelled"]["device_step_time_s"] for r in data.results(
       f"fashion_mnist/{c['strongest'].replace(' ', '/')}/seed*/results.json")}
   return {**c, "cpu_step_s": cpu_step,
-          "cpu_iteration_s": next(x["s_per_iteration"] for x in cases
+          "cpu_iteration_s": next(x["s_per_iteration"] for x in c["cases"]
                                   if x["workers"] == 1 and x["real_per_class"] == c["real"]),
-          "h200_iteration_ms": {r["ipc"]: 1e3 * r["s_per_iteration"] for r in lit["rows"]
-                                if r["s_per_iteration"]},
-          "h200_real": lit["distillation"]["real_per_class"],
-          "h200_step_ms": h200["B64"]["step_ms"], "h200_step_name": h200["B64"]["name"],
+          "h200_step_ms": h200["step_ms"], "h200_step_name": h200["name"],
           "table": check.committed_cost_table(REPO).rstrip("\n"),
-          "time_table": check.time_table(cases).rstrip("\n")}
+          "time_table": check.time_table(c["cases"]).rstrip("\n")}
 
 
 def _ratio(rows: list[dict], point: str, kind: str) -> dict:
   """A point's matched `kind` ratio ({ratio, range, verdict}), or why it has none."""
   [row] = [r for r in rows if r["point"] == point]
+  ahead = kind in row["ahead"]
   if row[kind] is None:  # ahead of every baseline in `kind` is a win, no ratio to print
-    ahead = kind in row["ahead"]
-    why = row["why"] or (report.AHEAD if ahead else "no baseline within budget")
-    return {"ratio": None, "why": why,
-            "verdict": "beats" if ahead else targets.verdict_word(None, None)}
+    return {"ratio": None, "verdict": "beats" if ahead else "missed",
+            "why": row["why"] or (report.AHEAD if ahead else "no baseline within budget")}
   rng = list(row[f"{kind}_range"])
   return {"ratio": row[kind][0], "range": rng, "verdict": targets.verdict_word(row[kind][0], rng)}
 
 
 def _best(rows: list[dict], key: str) -> dict | None:
-  """The row's `key` ratio that is best: one ahead of every baseline first, else the
-  highest; None where every point missed."""
-  ratios = [r[key] for r in rows if r[key]["ratio"] is not None or r[key]["verdict"] == "beats"]
-  best = max(ratios, key=lambda r: (r["verdict"] == "beats", r["ratio"] or 0), default=None)
-  return best and {**best, "name": next(r["name"] for r in rows if r[key] is best)}
+  """The best `key` ratio of the rows (one ahead of every baseline first); None: all missed."""
+  best = max((r for r in rows if r[key]["ratio"] is not None or r[key]["verdict"] == "beats"),
+             key=lambda r: (r[key]["verdict"] == "beats", r[key]["ratio"] or 0), default=None)
+  return best and {**best[key], "name": best["name"]}
 
 
 def study(s: dict, reused) -> dict:
@@ -154,10 +129,8 @@ def study(s: dict, reused) -> dict:
     amortised = report.matched(s["whatif"], p["curve"] + report.AMORTISED, "eth10g")
     [a] = [q for q in s["whatif"] if q["curve"] == p["curve"] + report.AMORTISED
            and q["point"] == p["point"]]
-    rows.append({"curve": p["curve"], "point": p["point"],
-                 "name": f"{NAMES[p['curve']]}, N = {p['point'].split('_')[0][1:]}",
-                 "seed_list": p["seed_list"], "reached": p["reached"], "seeds": p["seeds"],
-                 "steps": p["steps"], "final": p["final"]["median"], "reused_s": reused(p),
+    rows.append({**p, "name": data.point_name(p["curve"], p["point"]),
+                 "final": p["final"]["median"], "reused_s": reused(p),
                  "charged_s": p["time_s"]["eth10g"]["median"],
                  "amortised_s": a["time_s"]["eth10g"]["median"],
                  "charged": _ratio(charged, p["point"], "time"),
@@ -168,9 +141,8 @@ def study(s: dict, reused) -> dict:
 
 
 def step_pricing() -> dict:
-  """How the distilled curves' training steps are priced: the curves they are priced like
-  (`cost.price_like`) and the augmentation their steps apply to synthetic examples, which
-  no calibrated step holds (`cost_vs_time.device_config` times the plain step)."""
+  """The curves the distilled curves' steps are priced like (`cost.price_like`), and the
+  augmentation they apply to synthetic examples, which no calibrated step holds."""
   runs = [r for c in DISTILLED for r in data.stored_runs(f"fashion_mnist/{c}/*/seed*/results.json")]
   augment = {((r.get("distill") or {}).get("distillation") or {}).get("train_augmentation",
                                                                         "none") for r in runs}
@@ -182,8 +154,7 @@ def step_pricing() -> dict:
 
 
 def answer() -> dict:
-  """The page's opening, README.md's distilled region too: the literature check, one set's
-  charged compute, the best time ratios of the distilled and the taught points."""
+  """What the page opens with, README.md's distilled region too (`_macros.j2`'s distilled)."""
   return {"literature": literature(), "cost": one_set(),
           "distilled": study(distilled(), lambda p: None),
           "taught": study(taught(), lambda p: None)}
@@ -191,13 +162,11 @@ def answer() -> dict:
 
 def context() -> dict:
   grid, kd, lit = distilled(), taught(), literature()
-  builds = {}
-  for r in grid["runs"]:
-    builds.setdefault((r["curve"], r["point"]), []).append(r["pool_build_s"])
   teacher = {(r["curve"], r["point"]): r["teacher_s"]["eth10g"] for r in kd["runs"]}
-  return {"literature": lit, "reduced": reduced(), "cost": cost(lit),
-          "distilled": study(grid, lambda p: statistics.median(
-              builds[(p["curve"], p["point"])])),
+  return {"literature": lit, "reduced": reduced(), "cost": cost(),
+          "distilled": study(grid, lambda p: statistics.median(  # every seed's build
+              r["pool_build_s"] for r in grid["runs"]
+              if (r["curve"], r["point"]) == (p["curve"], p["point"]))),
           "taught": study(kd, lambda p: teacher[(p["curve"], p["point"])]),
           "kd_target": next(r["target_value"] for r in kd["runs"]),
           "target": grid["runs"][0]["target_value"],
@@ -224,25 +193,22 @@ def plot(ctx: dict, path: str) -> None:
   left.set(xscale="log", xlabel="distillation iterations (0 at 1)", ylabel="test accuracy (%)")
   left.set_title("dashed: published DSA, dotted: published DC", fontsize=8)
   left.legend(fontsize=7)
-  xs, labels = 0, []
-  for key in ("distilled", "taught"):
-    for row in ctx[key]["rows"]:
-      for kind, marker, shift in (("charged", "o", -0.15), ("amortised", "s", 0.15)):
-        r = row[kind]
-        if r["ratio"] is not None:
-          right.errorbar([xs + shift], [r["ratio"]], fmt=marker, capsize=3,
-                         color="C0" if kind == "charged" else "C1",
-                         yerr=[[r["ratio"] - r["range"][0]], [r["range"][1] - r["ratio"]]],
-                         label=kind if kind not in right.get_legend_handles_labels()[1]
-                         else None)
-      if row["charged"]["ratio"] is None:
-        right.text(xs, 1.0, " missed", rotation=90, va="top", ha="center", fontsize=7)
-      short = {"ensemble_distilled_warm": "warm"}.get(row["curve"], row["curve"][9:])
-      labels.append(f"{short}\n{row['point'].split('_')[0]}")
-      xs += 1
+  rows, labels = ctx["distilled"]["rows"] + ctx["taught"]["rows"], []
+  for x, row in enumerate(rows):
+    for kind, marker, color, shift in (("charged", "o", "C0", -0.15),
+                                       ("amortised", "s", "C1", 0.15)):
+      r = row[kind]
+      if r["ratio"] is not None:
+        right.errorbar([x + shift], [r["ratio"]], fmt=marker, capsize=3, color=color,
+                       yerr=[[r["ratio"] - r["range"][0]], [r["range"][1] - r["ratio"]]],
+                       label=kind if kind not in right.get_legend_handles_labels()[1] else None)
+    if row["charged"]["ratio"] is None:
+      right.text(x, 1.0, " missed", rotation=90, va="top", ha="center", fontsize=7)
+    short = {"ensemble_distilled_warm": "warm"}.get(row["curve"], row["curve"][9:])
+    labels.append(f"{short}\n{row['point'].split('_')[0]}")
   right.axhline(1.0, color="black", lw=0.8, ls="--")
   right.set(yscale="log", ylabel="matched time ratio, 10 GbE")
-  right.set_xticks(range(xs), labels, fontsize=6)
+  right.set_xticks(range(len(rows)), labels, fontsize=6)
   report.plain_log_ticks(right, "y")
   right.legend(fontsize=7)
   fig.tight_layout()

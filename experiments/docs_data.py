@@ -22,11 +22,6 @@ def load_json(*path: str) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def projection(name: str) -> dict:
-  return load_json("projection", name + ".json")
-
-
-@functools.lru_cache(maxsize=None)
 def critical_batch(workload: str) -> dict:
   """A critical-batch sweep's `summary.json` (fashion, fashion_small_model, pydocs)."""
   return load_json("critical_batch", workload, "summary.json")
@@ -71,22 +66,22 @@ CURVE_NAMES = {  # how the prose names a curve
     "ensemble_pca_routed_small": "small-model PCA-routed experts",
     "ensemble_tfidf_routed_small": "small-model tf-idf-routed experts",
     "ensemble_pca_routed": "PCA-routed experts", "data_parallel": "data-parallel",
-    "dp_wide_model": "the wider model (width 16)"}
+    "dp_wide_model": "the wider model (width 16)", "ensemble_distilled": "distilled sets",
+    "ensemble_distilled_warm": "distilled warm start",
+    "ensemble_kd": "knowledge-distilled ensemble"}
 
 
 def point_name(curve: str, point: str) -> str:
   """A point as the docs name it, one name per thing: 'small-model PCA-routed experts, N = 4'
-  for ensemble_pca_routed_small N4_L469 (the steps left out), 'the small model at D = 8
-  (synchronised BatchNorm)' for dp_small_model_sync_bn D8, 'data-parallel at D = 8, 2
-  epochs' for data_parallel D8_E2 (a fixed length said)."""
+  (N4_L469: the steps left out), 'the small model at D = 8 (synchronised BatchNorm)',
+  'data-parallel at D = 8, 2 epochs' (D8_E2: a fixed length said)."""
   family = curve.removesuffix("_sync_bn")  # its BatchNorm said last
-  name = CURVE_NAMES.get(family, family.replace("_", "-"))
-  bn = " (synchronised BatchNorm)" if family != curve else ""
   size, *rest = point.split("_")
+  where = f" at D = {size[1:]}" if size[0] == "D" else f", {size[0]} = {size[1:]}"
   length = "".join(f", {r[1:]} epoch{'' if r[1:] == '1' else 's'}" for r in rest
                    if r.startswith("E"))
-  return (f"{name} at D = {size[1:]}{bn}{length}" if size[0] == "D"
-          else f"{name}, {size[0]} = {size[1:]}{bn}{length}")
+  bn = " (synchronised BatchNorm)" if family != curve else ""
+  return f"{CURVE_NAMES.get(family, family.replace('_', '-'))}{where}{bn}{length}"
 
 
 def model_name(config: dict) -> str:

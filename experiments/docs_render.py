@@ -3,11 +3,10 @@ a context built from it; wording lives in the template, numbers in the context.
 
   python -m experiments.docs_render [--write]
 
-`PAGES` are rendered whole (docs/results/*.md); `REGIONS` inside hand-written pages, between
-`<!-- generated: NAME -->` and `<!-- end -->`, from NAME.md.j2. Without --write: one line
-per page or region that differs from its rendering (or is unknown or missing), exit status
-1; --write puts each rendering in place.
-"""
+`PAGES` are rendered whole (docs/results/NAME.md, from NAME.md.j2); `REGIONS` inside
+hand-written pages, between `<!-- generated: NAME -->` and `<!-- end -->`, from NAME.md.j2.
+Without --write: a line per page or region that differs from its rendering (or is unknown
+or missing), exit status 1; --write puts each rendering in place."""
 from __future__ import annotations
 
 import functools
@@ -31,19 +30,15 @@ END = "<!-- end -->"
 
 # page (relative to the repository) -> (its template, the function building its context)
 PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
-    "docs/results/targets.md": ("targets.md.j2", targets.page_context),
-    "docs/results/cost_vs_time.md": ("cost_vs_time.md.j2", cost_vs_time_page.context),
-    "docs/results/regime.md": ("regime.md.j2", regime_page.context),
-    "docs/results/samplers.md": ("samplers.md.j2", samplers_page.context),
-    "docs/results/lipt.md": ("lipt.md.j2", lipt_page.context),
-    "docs/results/distillation.md": ("distillation.md.j2", distillation_page.context),
-    "docs/results/one_device.md": ("one_device.md.j2", one_device_page.context),
-}
+    f"docs/results/{name}.md": (f"{name}.md.j2", build) for name, build in (
+        ("targets", targets.page_context), ("cost_vs_time", cost_vs_time_page.context),
+        ("regime", regime_page.context), ("samplers", samplers_page.context),
+        ("lipt", lipt_page.context), ("distillation", distillation_page.context),
+        ("one_device", one_device_page.context))}
 # region -> (its page, the function building its context); its template is NAME.md.j2
 REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
     # README.md's answers, in the results pages' own words (docs/templates/_macros.j2)
-    "readme_answer": ("README.md", lambda: {**cost_vs_time_page.context(),
-                                            **regime_page.context(),
+    "readme_answer": ("README.md", lambda: {**cost_vs_time_page.context(), **regime_page.context(),
                                             "ladder": targets.context("fashion_mnist")}),
     "readme_grids": ("README.md", cost_vs_time_page.context),
     "readme_regime": ("README.md", lambda: {**regime_page.context(),
@@ -59,14 +54,6 @@ REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
 
 def _pct(x: float | None, digits: int = 1) -> str:
   return "-" if x is None else f"{100 * x:.{digits}f}%"
-
-
-def _rung(x: float, metric: str | None) -> str:  # a target: 85.0%, or a perplexity's 12
-  return _pct(x) if metric in (None, "accuracy") else f"{x:g}"
-
-
-def _final(x: float, metric: str | None) -> str:  # a measured metric: 90.14%, or 11.53
-  return _pct(x, 2) if metric in (None, "accuracy") else f"{x:.2f}"
 
 
 KEEP = "\u00a0"  # joins "N = 8" and "6.3 s" in a wrap (textwrap splits on ASCII spaces only)
@@ -85,8 +72,11 @@ def environment() -> jinja2.Environment:
   env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES),
                            undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                            trim_blocks=True, lstrip_blocks=True)
-  env.filters.update(pct=_pct, rung=_rung, final=_final, bullet=_bullet,
-                     ratio=lambda x: "-" if x is None else f"{x:.2f}x")
+  env.filters.update(
+      pct=_pct, bullet=_bullet, ratio=lambda x: "-" if x is None else f"{x:.2f}x",
+      # a target: 85.0%, or a perplexity's 12; a measured metric: 90.14%, or 11.53
+      rung=lambda x, metric: _pct(x) if metric in (None, "accuracy") else f"{x:g}",
+      final=lambda x, metric: _pct(x, 2) if metric in (None, "accuracy") else f"{x:.2f}")
   env.globals["verdicts"] = targets.VERDICTS  # every page words a ratio with them
   return env
 
@@ -111,8 +101,7 @@ def _rendered(template: str, build: Callable[[], dict]) -> str:
 
 
 def regions(text: str) -> dict[str, tuple[int, int]]:
-  """Each generated region of a page: name -> (first line, last line + 1) of its body, the
-  lines between its markers (the page split on "\\n")."""
+  """Each generated region of a page: name -> the slice of its lines between its markers."""
   lines, out, name = text.split("\n"), {}, None
   for i, line in enumerate(lines):
     if (m := BEGIN.match(line)) and name is None:

@@ -15,8 +15,7 @@ PHASES = ("full", "coreset", "finetune")
 
 
 def table(seeds: list[int]) -> list[str]:
-  """The pipeline's table from its committed phases (`lipt_pipeline.measure` would train a
-  missing one: raises instead)."""
+  """The pipeline's table from its committed phases (`measure` would train a missing one)."""
   for seed in seeds:
     for phase in PHASES:
       if not os.path.exists(os.path.join(WORKDIR, f"seed{seed}", phase, "results.json")):
@@ -32,11 +31,10 @@ def context() -> dict:
   every = [r for phase in PHASES for r in runs[phase]]
   with open(os.path.join(WORKDIR, "summary.json")) as f:
     rows = json.load(f)
-  coreset, finetune = runs["coreset"], runs["finetune"]
-  [warmup] = {r["config"]["optim"]["warmup_epochs"] for r in every}
-  [evals] = {r["config"]["eval"]["every_steps"] for r in every}
-  [devices] = {r["num_devices"] for r in every}
-  [flops] = {r["flops_per_step"] for r in every}
+  coreset = runs["coreset"]
+  [(warmup, evals, devices, flops)] = {  # one setting for every run
+      (r["config"]["optim"]["warmup_epochs"], r["config"]["eval"]["every_steps"],
+       r["num_devices"], r["flops_per_step"]) for r in every}
   with open(os.path.join(WORKDIR, "table.md")) as f:
     caption = f.readline().strip()  # the pipeline's caption, as it wrote its table
   seeds = sorted(r["seed"] for r in rows)
@@ -45,7 +43,7 @@ def context() -> dict:
       "table": table(seeds), "caption": caption, "seeds": seeds,
       "devices": devices, "warmup_epochs": warmup, "eval_every": evals,
       "fraction": coreset[0]["config"]["distill"]["fraction"],
-      "warm": coreset[0]["target"]["value"], "target": finetune[0]["target"]["value"],
+      "warm": coreset[0]["target"]["value"], "target": runs["finetune"][0]["target"]["value"],
       "budget": coreset[0]["step_budget"],
       "proxy": [r["distill"]["proxy"]["accuracy"] for r in coreset],
       "coreset_sizes": data.spread([r["distill"]["pool_size"] for r in coreset]),

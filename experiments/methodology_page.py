@@ -8,8 +8,10 @@ import os
 
 from ensemble_jax import config_lib, costs, stored
 from ensemble_jax import record as record_lib
+from ensemble_jax.distill import synthetic
 from experiments import cost_vs_time_page
 from experiments import docs_data as data
+from experiments.configs import fashion_mnist
 from experiments.docs_data import RESULTS
 # the cost-vs-time studies whose routed runs read a re-timed pool build
 ROUTED_STUDIES = ("fashion_mnist", "many_workers", "pydocs_gpt2", "many_workers_pydocs")
@@ -70,7 +72,6 @@ def pool_retiming() -> dict:
 def distilled_timing() -> dict:
   """The committed distilled pools' iteration times: how many hold the fastest of their
   timed chunks, not the median (`synthetic.iteration_statistic`), and the hosts' loads."""
-  from ensemble_jax.distill import synthetic
   pools = {}
   for path in glob.glob(os.path.join(RESULTS, "*", "*", "*", "seed*", "results.json")):
     d = stored.load(path).get("distill") or {}
@@ -81,11 +82,6 @@ def distilled_timing() -> dict:
           "fastest": sum(synthetic.iteration_statistic(d) == "fastest" for d in pools.values())}
 
 
-def _ceilings() -> dict:
-  from experiments.configs import fashion_mnist
-  return {"epochs": fashion_mnist.CEILING_EPOCHS}
-
-
 # region -> the function building its context; its template is NAME.md.j2
 REGIONS = {
     "methodology_tuning": lambda: {"tune": config_lib.base_config().tune,
@@ -93,7 +89,7 @@ REGIONS = {
     "methodology_winners_curse": winners_curse,
     "methodology_schedule": lambda: {"tune": config_lib.base_config().tune},
     "methodology_budgets": lambda: {"budgets": [budget(s) for s in cost_vs_time_page.GRIDS]},
-    "methodology_ceilings": _ceilings,
+    "methodology_ceilings": lambda: {"epochs": fashion_mnist.CEILING_EPOCHS},
     "methodology_pools": lambda: {"pools": pool_retiming(), "distilled": distilled_timing()},
     "methodology_ratios": lambda: {"baselines": sorted(
         {b for g in cost_vs_time_page.context()["grids"] for b in g["reading"]["baselines"]})},

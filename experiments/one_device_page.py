@@ -1,6 +1,5 @@
 """docs/results/one_device.md's context: the one-device grid's points on an NVIDIA H200,
-each beside the CPU grid's point it takes its tuned values from (its seed runs, or the
-`superseded/` ones that trained at the H200 runs' values), from committed JSON only."""
+each beside the CPU grid's point it takes its tuned values from, from committed JSON only."""
 from __future__ import annotations
 
 import os
@@ -36,10 +35,9 @@ def _cpu_steps(name: tuple[str, str], trained: dict, seeds) -> dict | None:
     for r in data.results(f"{CPU}/{name[0]}/{name[1]}/{pattern}/results.json"):
       if r["config"]["seed"] in seeds and trained_choice(r, trained) == trained:
         found.setdefault(r["config"]["seed"], r)
-  runs = [found[seed] for seed in sorted(found)]
-  if len(runs) != len(seeds) or not all(r["target"]["reached"] for r in runs):
+  if len(found) != len(seeds) or not all(r["target"]["reached"] for r in found.values()):
     return None
-  return data.spread([r["steps"] for r in runs])
+  return data.spread([r["steps"] for r in found.values()])
 
 
 def context() -> dict:
@@ -55,10 +53,8 @@ def context() -> dict:
     [trained] = {tuple(sorted(trained_choice(r, chosen).items())) for r in h200}
     cpu = _cpu_steps(name, dict(trained), p["seed_list"])
     rows.append({
-        "curve": p["curve"], "point": p["point"], "name": data.point_name(p["curve"], p["point"]),
-        "reached": p["reached"], "seeds": p["seeds"], "steps": p["steps"],
-        "time": p["time_s"]["nvlink"], "host": p["host_time_s"], "final": p["final"],
-        "rest": p["rest"],
+        **p, "name": data.point_name(p["curve"], p["point"]), "time": p["time_s"]["nvlink"],
+        "host": p["host_time_s"],
         "step_ms": data.spread([1e3 * r["cost"]["modelled"]["device_step_time_s"]
                             for r in h200 if r["config"]["seed"] in p["seed_list"]]),
         "pool_s": data.spread([r["pool_build_s"] for r in mine]) if any(

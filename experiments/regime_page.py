@@ -10,9 +10,8 @@ from experiments import many_workers_table, projection, targets
 from experiments.docs_data import tables
 from experiments.sweeps import critical_batch
 
-# Each critical-batch sweep (experiments/results/critical_batch/<name>): its label, the
-# cost-vs-time grid and curve whose largest batch it extends, the batch's unit, and the
-# sweep's (--workload, --grid).
+# Each critical-batch sweep (results/critical_batch/<name>): its label, the grid and curve
+# whose largest batch it extends, the batch's unit, and the sweep's (--workload, --grid).
 SWEEPS = (("fashion", "Fashion-MNIST", "fashion_mnist", "data_parallel", "images",
            ("fashion", "full")),
           ("fashion_small_model", "Fashion-MNIST's small model", "fashion_mnist",
@@ -27,9 +26,8 @@ PROJECTIONS = ("fashion_mnist", "pydocs_gpt2", "fashion_mnist_whatif_resnet50",
 
 
 def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> dict:
-  """One critical-batch sweep: its table (`critical_batch.table` of its runs), fit, knee
-  (`critical_batch.stops_halving`) and where its steps stop falling (`stops_falling`),
-  against the largest global batch its grid's `curve` trains (its runs' examples_per_step)."""
+  """One critical-batch sweep: its table, fit, knee (`critical_batch.stops_halving`) and where
+  its steps stop falling (`stops_falling`), against the largest batch its grid's `curve` trains."""
   summary = data.critical_batch(name)
   [table] = tables(critical_batch.table(critical_batch.summarize(
       os.path.join(data.RESULTS, "critical_batch", name),
@@ -44,9 +42,6 @@ def sweep(name: str, label: str, grid: str, curve: str, unit: str, workload) -> 
           "knee": knee, "knee_is_smallest": knee is rows[0], "flat": flat,
           "flat_is_largest": flat is rows[-1], "grid_batch": largest,
           "grid_devices": largest // summary["per_device"],
-          "grid_place": ("below_knee" if largest < knee["batch"] else "at_knee"  # the page words it
-                         if largest == knee["batch"] else "past_knee" if largest < flat["batch"]
-                         else "past_fall"),
           "fit": summary["fit"], "b_simple": summary["b_simple"]}
 
 
@@ -56,15 +51,14 @@ def many_workers(workload: str) -> dict:
   [table] = tables(many_workers_table.table(
       many_workers_table.load(os.path.join(data.REPO, w.workdir)), workload,
       many_workers_table.grid_sizes(workload)))
-  lengths = sorted({int(p.rsplit("_L", 1)[1]) for p in glob.glob(os.path.join(
-      data.RESULTS, os.path.relpath(w.workdir, "experiments/results"), "*", "N*_L*"))})
+  lengths = sorted({int(p.rsplit("_L", 1)[1])
+                    for p in glob.glob(os.path.join(data.REPO, w.workdir, "*", "N*_L*"))})
   return {"label": MANY_WORKERS[workload], "target": w.target, "lengths": lengths,
           "table": table, "figure": f"{w.workdir}/cost_vs_time_ib_xdr800.png"}
 
 
 def _cell(row: dict, kind: str) -> dict | None:
-  """A projection row's `kind` ratio ('time' or 'compute') with the point it is, the baseline
-  it is against and its verdict (`targets.verdict_word`)."""
+  """A projection row's `kind` ratio ('time' or 'compute'), its point, baseline and verdict."""
   ratio = row[f"{kind}_ratio"]
   if ratio is None:
     return None
@@ -83,10 +77,9 @@ def projected(name: str) -> dict:
     mine = [r for r in rows if r["preset"] == preset]
     best = {kind: max((c for c in (_cell(r, kind) for r in mine) if c),
                       key=lambda c: c["ratio"], default=None) for kind in ("time", "compute")}
-    beats = [r for r in mine if any((c := _cell(r, k)) and c["verdict"] == "beats"
-                                    for k in ("time", "compute"))]
     presets.append({"preset": data.PRESET_NAMES[preset], **best, "cells": len(mine),
-                    "beats": len(beats)})
+                    "beats": sum(any((c := _cell(r, k)) and c["verdict"] == "beats"
+                                     for k in ("time", "compute")) for r in mine)})
   closest = max(({**p["time"], "preset": p["preset"]} for p in presets if p["time"]),
                 key=lambda c: c["ratio"])
   return {"name": name, "what_if": "whatif" in name, "presets": presets,

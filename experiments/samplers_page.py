@@ -19,10 +19,8 @@ def against_reference(rows: dict[int, dict], reference: dict[int, dict], metric:
   """A sampler's ensemble over the reference's, seed by seed (above 1 better: accuracy over
   accuracy, the reference's perplexity over the sampler's), and its verdict."""
   seeds = sorted(set(rows) & set(reference))
-  if metric == "perplexity":
-    ratios = [reference[s][metric] / rows[s][metric] for s in seeds]
-  else:
-    ratios = [rows[s][metric] / reference[s][metric] for s in seeds]
+  ratios = [reference[s][metric] / rows[s][metric] if metric == "perplexity"
+            else rows[s][metric] / reference[s][metric] for s in seeds]
   ratio, rng = statistics.median(ratios), (min(ratios), max(ratios))
   return {"ratio": ratio, "range": rng, "seeds": len(seeds),
           "verdict": targets.verdict_word(ratio, rng)}
@@ -36,18 +34,14 @@ def workload(name: str) -> dict:
       run = stored.load(path)
       runs.setdefault(sampler, {})[run["config"]["seed"]] = samplers._row(run)
   metric = "perplexity" if "perplexity" in next(iter(runs[REFERENCE].values())) else "accuracy"
-  sign = -1 if metric == "perplexity" else 1
-  compared = {s: against_reference(rows, runs[REFERENCE], metric)
-              for s, rows in runs.items() if s != REFERENCE}
   with open(os.path.join(REPO, workdir, "table.md")) as f:
     caption = f.readline().strip()  # the sweep's caption, as it wrote its table
   return {"label": LABELS[name], "metric": metric, "caption": caption,
           "table": tables(samplers.summarize({s: list(r.values()) for s, r in runs.items()})[1])[0],
-          "best": max(runs, key=lambda s: sign * statistics.fmean(
+          "best": (min if metric == "perplexity" else max)(runs, key=lambda s: statistics.fmean(
               r[metric] for r in runs[s].values())),
-          "compared": compared, "by_verdict": {
-              v: [s for s, c in compared.items() if c["verdict"] == v]
-              for v in ("beats", "level", "behind")},
+          "compared": {s: against_reference(rows, runs[REFERENCE], metric)
+                       for s, rows in runs.items() if s != REFERENCE},
           "seeds": sorted({s for rows in runs.values() for s in rows})}
 
 

@@ -56,11 +56,14 @@ def test_where_the_distiller_sits_is_read_from_the_numbers(distillation):
   between them; the page says what was compared (5 models x 1 distillation, the papers'
   20 x 5) and claims no published distribution-matching figure for Fashion-MNIST."""
   text, ctx = distillation
-  assert distillation_page._where(71.3, 70.5, 70.6) == "above both"
-  assert distillation_page._where(83.8, 82.3, 84.6) == "between them"
-  assert distillation_page._where(60.0, 82.3, 84.6) == "below both"
-  for row in ctx["literature"]["rows"]:
-    assert row["where"] == distillation_page._where(row["dm"], row["dc"], row["dsa"])
+  assert "above both at 1 per class, between them at 10 per class" in text
+  planted = [{"ipc": ipc, "dm": dm, "dc": dc, "dsa": dsa, "s_per_iteration": None}
+             for ipc, dm, dc, dsa in ((1, 71.3, 70.5, 70.6), (10, 83.8, 82.3, 84.6),
+                                      (50, 60.0, 82.3, 84.6))]
+  page = docs_render.render_template("distillation.md.j2", {
+      **ctx, "literature": {**ctx["literature"], "rows": planted}})
+  assert ("Against the published distillers: above both at 1 per class, between them at 10 "
+          "per class, below both at 50 per class.") in page
   flat = " ".join(text.split())
   assert "lands between DC and DSA" not in flat and "reaches the published level" not in flat
   assert "(5 models on one distillation)" in flat and "(20 models x 5 distillations)" in flat
