@@ -141,16 +141,17 @@ def study(s: dict, reused) -> dict:
 
 
 def step_pricing() -> dict:
-  """The curves the distilled curves' steps are priced like (`cost.price_like`), and the
-  augmentation they apply to synthetic examples, which no calibrated step holds."""
+  """The curves the distilled curves' steps are priced like (`cost.price_like`), how many
+  of their runs' prices hold the augmentation of their synthetic examples, and its timed
+  factors (`cost_vs_time.augment_factor`'s record)."""
   runs = [r for c in DISTILLED for r in data.stored_runs(f"fashion_mnist/{c}/*/seed*/results.json")]
-  augment = {((r.get("distill") or {}).get("distillation") or {}).get("train_augmentation",
-                                                                        "none") for r in runs}
-  return {"runs": len(runs), "augment": sorted(augment - {"none"}),
+  factors = ("fashion_mnist", "calibration", "augment_factors.json")
+  return {"runs": len(runs), "factors": list(data.load_json(*factors).values())
+                                        if os.path.exists(os.path.join(data.RESULTS, *factors)) else [],
+          "augmented": sum("augmentation's cost" in r["cost"]["modelled"]["device_step_model"]
+                           for r in runs),
           "like": sorted({r["config"]["cost"]["price_like"].split("/")[0] for r in runs
-                          if r["config"]["cost"].get("price_like")}),
-          "calibrated": all(r["cost"]["modelled"]["device_step_model"].startswith("calibrated")
-                            for r in runs)}
+                          if r["config"]["cost"].get("price_like")})}
 
 
 def answer() -> dict:

@@ -117,3 +117,20 @@ def test_the_smaller_wordings_say_what_the_code_does(distillation):
   results = readme[readme.index("- Results:"):]
   results = results[:results.index("\n- [")]
   assert "(docs/results/distillation.md)" in results, results
+
+
+def test_the_distilled_steps_price_says_what_holds_the_augmentation(distillation):
+  """Item 15: a distilled step is priced at its ensemble's calibration times the augmented
+  step over the plain one (`cost_vs_time.augment_factor`); the page reads the factor and its
+  two timings from the calibration's record, and counts the runs priced without it."""
+  _, ctx = distillation
+  pricing = ctx["step_pricing"]
+  factor = {"factor": 1.25, "plain_step_s": 0.04, "augmented_step_s": 0.05, "load_average": 0.3}
+  page = " ".join(docs_render.render_template("distillation.md.j2", {
+      **ctx, "step_pricing": {**pricing, "factors": [factor], "augmented": 20}}).split())
+  assert ("augmentation multiplies that step by 1.25, the augmented step over the plain one "
+          "timed side by side (50.0 against 40.0 ms at load average 0.3") in page
+  assert f"{pricing['runs'] - 20} of the {pricing['runs']} runs are priced at the plain" in page
+  page = docs_render.render_template("distillation.md.j2", {
+      **ctx, "step_pricing": {**pricing, "augmented": pricing["runs"]}})
+  assert "priced at the plain step" not in page
