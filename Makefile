@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdirs
-PYTEST_WORKERS ?= 2
+# Test workers: on 2 cores a third fills them while the others wait on child processes
+# (measured: make test 8 min 44 s against 9 min 44 s with 2, back to back).
+PYTEST_WORKERS ?= 3
 # The committed CPU results ran on 8 simulated devices (XLA's host platform), so the demo and
 # the sweeps do too: the same layouts, the same numbers. The tests set their own; on a GPU
 # or TPU host the flag leaves the accelerators as they are.
