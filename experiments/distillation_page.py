@@ -107,7 +107,7 @@ def _ratio(rows: list[dict], point: str, kind: str) -> dict:
   [row] = [r for r in rows if r["point"] == point]
   ahead = kind in row["ahead"]
   if row[kind] is None:  # ahead of every baseline in `kind` is a win, no ratio to print
-    return {"ratio": None, "verdict": "beats" if ahead else "missed",
+    return {"ratio": None, "verdict": "beats" if ahead else targets.verdict_word(None, None),
             "why": row["why"] or (report.AHEAD if ahead else "no baseline within budget")}
   rng = list(row[f"{kind}_range"])
   return {"ratio": row[kind][0], "range": rng, "verdict": targets.verdict_word(row[kind][0], rng)}
@@ -146,8 +146,8 @@ def step_pricing() -> dict:
   factors (`cost_vs_time.augment_factor`'s record)."""
   runs = [r for c in DISTILLED for r in data.stored_runs(f"fashion_mnist/{c}/*/seed*/results.json")]
   factors = ("fashion_mnist", "calibration", "augment_factors.json")
-  return {"runs": len(runs), "factors": list(data.load_json(*factors).values())
-                                        if os.path.exists(os.path.join(data.RESULTS, *factors)) else [],
+  timed = os.path.exists(os.path.join(data.RESULTS, *factors))
+  return {"runs": len(runs), "factors": list(data.load_json(*factors).values()) if timed else [],
           "augmented": sum("augmentation's cost" in r["cost"]["modelled"]["device_step_model"]
                            for r in runs),
           "like": sorted({r["config"]["cost"]["price_like"].split("/")[0] for r in runs

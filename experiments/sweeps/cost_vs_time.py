@@ -160,10 +160,7 @@ def _program_key(c, calibration_dir: str) -> str:
   path = os.path.join(calibration_dir, "programs.json")
   config_key = hashlib.sha256(json.dumps({"config": c.to_dict(), "jax": jax.__version__},
                                          sort_keys=True, default=str).encode()).hexdigest()[:16]
-  index = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      index = json.load(f)
+  index = _index(path)
   if config_key not in index:
     fingerprint = program_fingerprint(train.compile_step(c).as_text())
     if not sweeps.is_writer():
@@ -173,14 +170,20 @@ def _program_key(c, calibration_dir: str) -> str:
   return index[config_key]
 
 
+def _index(path: str) -> dict:
+  """The JSON index in `path` (a calibration's programs or augmentation factors), {} before
+  its first key."""
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
 def _remember(path: str, key: str, value) -> None:
   """Adds `key: value` to the JSON index in `path`, atomically (other jobs, a --plan array,
   may have added keys meanwhile: it is read again first)."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  index = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      index = json.load(f)
+  index = _index(path)
   index[key] = value
   tmp = f"{path}.{os.getpid()}.tmp"
   with open(tmp, "w") as f:
@@ -215,10 +218,7 @@ def augment_factor(config, calibration_dir: str) -> float:
   key, path = f"{_program_key(c, calibration_dir)}/{augment}", os.path.join(
       calibration_dir, AUGMENT_FACTORS)
   sweeps.sync(f"augment factor {key}")
-  factors = {}
-  if os.path.exists(path):
-    with open(path) as f:
-      factors = json.load(f)
+  factors = _index(path)
   if key not in factors:
     runs = {"plain": train.step_runner(c)[1],
             "augmented": train.step_runner(c, synthetic=True)[1]}
