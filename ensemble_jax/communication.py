@@ -136,7 +136,7 @@ def build(req: Request, devices) -> methods_lib.Method:
                            num_steps=req.num_steps, steps_per_epoch=req.steps_per_epoch).method
 
 
-_READ: dict[str, list[costs.ProgramCollective]] = {}  # a sweep's seeds share their points'
+_READ: dict[str, list[costs.ProgramCollective]] = {}  # a point's seeds and rates share one
 
 
 def for_cluster(method: methods_lib.Method, req: Request) -> costs.Communication:
@@ -148,7 +148,7 @@ def for_cluster(method: methods_lib.Method, req: Request) -> costs.Communication
   key = req.key()
   if cluster == dict(method.mesh.shape):
     where = f"this run's mesh {cluster}"
-    found = read(method, req)  # the programs the run compiled: no compile again
+    found = _READ[key] if key in _READ else read(method, req)  # the run's method lowers them
   elif jax.process_count() == 1 and jax.device_count() >= devices:
     where = f"a {cluster} mesh of this host's devices"
     found = _READ[key] if key in _READ else read(build(req, jax.devices()[:devices]), req)

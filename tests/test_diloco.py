@@ -49,7 +49,22 @@ def engines():
 
 
 def test_h1_outer_lr1_no_momentum_equals_data_parallel_sgd(engines):
-  diloco, dp = engines
+  _assert_h1_equals_data_parallel_sgd(*engines)
+
+
+def test_h1_equals_data_parallel_sgd_with_all_four_workers_on_one_device(engines):
+  """A laptop's layout (`:smoke,diloco` on one device): the 4 workers unrolled on one
+  device (worker axis 1) train and sync as on four. The suite's only DiLoCo training with
+  several workers to a device: tests/test_readme_commands.py trains the documented DiLoCo
+  command on 8 devices and checks its 1-device layout without training."""
+  _, dp = engines
+  diloco = DiLoCo(_config("diloco", [("worker", 1), ("data", 1)], 4), _model(), optax.sgd(0.5),
+                  make_mesh([("worker", 1), ("data", 1)]), INIT_INPUT)
+  assert diloco.mesh.devices.size == 1 and diloco.num_workers == 4
+  _assert_h1_equals_data_parallel_sgd(diloco, dp)
+
+
+def _assert_h1_equals_data_parallel_sgd(diloco, dp):
   d_state, p_state = diloco.init(jax.random.key(0)), dp.init(jax.random.key(0))
   rng = jax.random.key(1)
   for step in range(3):

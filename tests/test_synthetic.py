@@ -1,6 +1,5 @@
 """The distillers (distribution matching, gradient matching): the objective falls, workers
 never talk, a kill resumes bit for bit."""
-import dataclasses
 import os
 import signal
 import sys
@@ -17,17 +16,25 @@ from tests import forked_cli
 from tests.conftest import subprocess_env
 
 pytestmark = pytest.mark.integration
-TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=2, init="noise")
+# One conv layer of width 8: the distillers' programs trace and compile in ~1/4 less CPU
+# than at depth 2 (what the tests check is no network's depth).
+TINY = dict(images_per_class=2, real_per_class=8, width=8, depth=1, init="noise")
 # Gradient matching at the tiny shapes: an inner loop that runs, and an image rate for a
 # width-8 network (its gradients' cosines move the pixels ~16x less than at width 128).
 TINY_GM = dict(TINY, outer_loop=2, inner_loop=1, lr=1.0)
+# The tiny images' side: an iteration's cost grows with their area (gradient matching's
+# is ~3.5x less here than at Fashion-MNIST's 28 x 28); its compile and what the tests check
+# do not.
+SIDE = 16
 
 
 def _data(num_workers: int, per_class: int = 12, seed: int = 0):
-  """Random 'images' with a class-dependent brightness, split into stratified shares."""
+  """Random SIDE x SIDE 'images' with a class-dependent brightness, split into stratified
+  shares."""
   rng = np.random.default_rng(seed)
   labels = np.repeat(np.arange(3), per_class * num_workers)
-  images = rng.integers(0, 128, (len(labels), 28, 28, 1)) + 40 * labels[:, None, None, None]
+  images = (rng.integers(0, 128, (len(labels), SIDE, SIDE, 1))
+            + 40 * labels[:, None, None, None])
   images = images.astype(np.uint8)
   return synthetic.worker_pools(images, labels, num_workers, 3, seed)[:2]
 
@@ -62,30 +69,36 @@ def test_siamese_augmentation_is_one_transform_for_every_batch():
   assert np.isfinite(np.asarray(grad)).all()
 
 
-# Each distiller, tiny, and how far its chunk-mean objective must fall over its iterations
-# (gradient matching's is noisier: a fresh network every iteration, and slower to run).
+# Each distiller's tiny reference run: its config, its workers' seeds (a device each), its
+# chunk, and how far each worker's chunk-mean objective must fall over its iterations.
+# Distribution matching's is two workers', the run the kill test's child makes
+# (`_distil_child`); gradient matching's one worker's (noisier: a fresh network every
+# iteration, and slower to run).
 DISTILLERS = {
-    "distribution_matching": (synthetic.DistributionMatching(iterations=60, **TINY), 20, 0.5),
-    "gradient_matching": (synthetic.GradientMatching(iterations=20, **TINY_GM), 10, 0.9)}
+    "distribution_matching": (synthetic.DistributionMatching(iterations=40, **TINY), [3, 4],
+                              5, 0.5),
+    "gradient_matching": (synthetic.GradientMatching(iterations=20, **TINY_GM), [0], 10, 0.9)}
 
 
-def _one_worker(name: str, **kw) -> dict:
-  """`name`'s tiny distillation of one worker's set on one device, in its chunks."""
-  cfg, chunk, _ = DISTILLERS[name]
-  pool, counts = _data(1)
-  mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
-  return synthetic.distil(cfg, mesh, pool, counts, np.int32([0]), chunk=chunk, **kw)
+def _reference(name: str, **kw) -> dict:
+  """`name`'s tiny reference distillation (`DISTILLERS`), in its chunks, with `distil`'s
+  `kw` (a checkpoint directory, a stop)."""
+  cfg, seeds, chunk, _ = DISTILLERS[name]
+  pool, counts = _data(len(seeds))
+  mesh = jax.make_mesh((len(seeds),), ("worker",), devices=jax.devices()[:len(seeds)])
+  return synthetic.distil(cfg, mesh, pool, counts, np.int32(seeds), chunk=chunk, **kw)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted():
-  """`_one_worker(name)` run once per name in the module: the objective's fall and the
-  reference a stopped and resumed run must land on (one compiled chunk serves both)."""
+  """`_reference(name)` run once per name in the module: the objective's fall and the
+  reference a stopped, or killed, and resumed run must land on (a process makes one
+  distiller per config, mesh and shapes: one traced and compiled chunk serves them all)."""
   runs = {}
 
   def run(name: str) -> dict:
     if name not in runs:
-      runs[name] = _one_worker(name)
+      runs[name] = _reference(name)
     return runs[name]
 
   return run
@@ -93,11 +106,11 @@ def uninterrupted():
 
 @pytest.mark.parametrize("name", DISTILLERS)
 def test_matching_objective_falls(name, uninterrupted):
-  factor = DISTILLERS[name][2]
+  _, seeds, _, factor = DISTILLERS[name]
   out = uninterrupted(name)
-  first, last = out["loss"][0][1], out["loss"][-1][1]
-  assert last < factor * first, out["loss"]
-  assert out["images"].shape == (1, 3, 2, 28, 28, 1)
+  first, last = np.asarray(out["loss"][0][1:]), np.asarray(out["loss"][-1][1:])
+  assert (last < factor * first).all(), out["loss"]  # every worker's
+  assert out["images"].shape == (len(seeds), 3, 2, SIDE, SIDE, 1)
   assert out["flops_per_iteration"] > 0
 
 
@@ -138,49 +151,35 @@ def test_gradient_distance_is_one_minus_cosine_per_output_and_skips_biases():
   np.testing.assert_allclose(synthetic.gradient_distance(g, turned), 3.0, atol=1e-5)
 
 
-def test_gradient_matching_flops_count_every_loop_step():
-  """XLA counts a loop's body once: the iteration's FLOPs grow with its loops."""
+def test_gradient_matching_flops_count_every_loop_step(uninterrupted):
+  """XLA counts a loop's body once: the iteration's FLOPs grow with its loops (2 outer and
+  1 inner: the reference run's, as `distil` reports them)."""
   pool, counts = _data(1)
   mesh = jax.make_mesh((1,), ("worker",), devices=jax.devices()[:1])
   flops = {loops: synthetic.make_distiller(
       synthetic.GradientMatching(**dict(TINY_GM, outer_loop=loops[0], inner_loop=loops[1])),
       mesh, 3, pool.shape[3:]).flops_per_iteration(pool[0], counts[0])
-      for loops in [(1, 1), (2, 1), (2, 3)]}
+      for loops in [(1, 1), (2, 3)]}
+  assert DISTILLERS["gradient_matching"][0].loops == (2, 1)
+  flops[(2, 1)] = uninterrupted("gradient_matching")["flops_per_iteration"]
   match = flops[(1, 1)]  # one matching step, no training
   train = flops[(2, 1)] - 2 * match  # one inner epoch (one batch here)
   assert 0 < train < match
   assert flops[(2, 3)] == pytest.approx(2 * match + 3 * train)
 
 
-@pytest.mark.parametrize("name", DISTILLERS)
-def test_stacked_distillation_has_no_cross_worker_collective(name):
-  pool, counts = _data(4)
-  cfg = dataclasses.replace(DISTILLERS[name][0], iterations=2)
-  mesh = jax.make_mesh((4,), ("worker",), devices=jax.devices()[:4])
-  d = synthetic.make_distiller(cfg, mesh, 3, pool.shape[3:])
-  put = lambda x: jax.device_put(x, d.per_worker)
-  seeds = put(np.arange(4, dtype=np.int32))
-  state = d.init(seeds, put(pool), put(counts))
-  compiled = d.chunk_fn(2).lower(state, jnp.int32(0), seeds, put(pool), put(counts)).compile()
-  colls = hlo.collectives(compiled.as_text())
-  device_to_group = {dev.id: i for i, dev in enumerate(mesh.devices.flat)}
-  assert not hlo.spanning(colls, device_to_group, 4), [c.line for c in colls]
-  # and the workers differ: own seeds, own shares (the program inspected, run)
-  images = np.asarray(compiled(state, jnp.int32(0), seeds, put(pool), put(counts))[0]
-                      ["images"])
-  assert not np.allclose(images[0], images[1])
+def _distil_child(checkpoint_dir: str) -> None:
+  """The killed process (`python -m tests.test_synthetic CKPT`): distribution matching's
+  reference run (two workers), checkpointed every 10 iterations, each chunk printed, then
+  a pause of 0.15 s: its 40 iterations take a fraction of a second, and the pauses keep it
+  running, its last checkpoint not yet landed, while the test sees one land and kills it."""
+  def printed(it, *_):
+    print("chunk", it, flush=True)
+    time.sleep(0.15)
+    return False
 
-
-def _distil_child(checkpoint_dir: str, out: str) -> None:
-  """The killed and the resumed process (`python -m tests.test_synthetic CKPT OUT`): two
-  workers' distribution matching, checkpointed every 10 iterations, each chunk printed."""
-  pool, counts = _data(2)
-  cfg = synthetic.DistributionMatching(iterations=40, **TINY)
-  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
-  run = synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5,
-                         checkpoint_every=10, checkpoint_dir=checkpoint_dir,
-                         on_chunk=lambda *a: print("chunk", a[0], flush=True) and False)
-  np.save(out, run["images"])
+  _reference("distribution_matching", checkpoint_dir=checkpoint_dir, checkpoint_every=10,
+             on_chunk=printed)
 
 
 def _printed(fork) -> list[str]:
@@ -192,15 +191,17 @@ def _printed(fork) -> list[str]:
 
 
 @pytest.mark.subprocess
-def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
-  """Each process a fork of one that imported JAX and the package once
-  (tests/forked_cli.py): its own pid, killed by it."""
+def test_sigkill_mid_distillation_resumes_to_the_same_set(uninterrupted, tmp_path):
+  """The killed run a fork of a process that imported JAX and the package once
+  (tests/forked_cli.py): its own pid, killed by it. The rerun, in this process, resumes
+  from the checkpoints the killed one left to the set of the same run uninterrupted. The
+  fork has this process's 8 devices, so its programs are this one's in the compile cache
+  (whose key has the backend's device count)."""
   ckpt = tmp_path / "ckpt"
   preload = ("jax", "numpy", "ensemble_jax.checkpoint", "ensemble_jax.distill.synthetic",
              "tests.test_synthetic")
-  with forked_cli.Forks("tests.test_synthetic", subprocess_env(2), preload=preload) as forks:
-    child = lambda out: forks.start([str(ckpt), str(tmp_path / out)], env=subprocess_env(2))
-    killed = child("killed.npy")
+  with forked_cli.Forks("tests.test_synthetic", subprocess_env(8), preload=preload) as forks:
+    killed = forks.start([str(ckpt)], env=subprocess_env(8))
     deadline = time.monotonic() + 300
     # kill once a checkpoint has landed and another chunk ran
     while "chunk 15" not in _printed(killed) and killed.poll() is None:
@@ -212,37 +213,32 @@ def test_sigkill_mid_distillation_resumes_to_the_same_set(tmp_path):
     killed.send_signal(signal.SIGKILL)
     killed.wait(timeout=60)
     assert killed.returncode == -signal.SIGKILL, killed.output()
-    steps = sorted(int(s) for s in os.listdir(ckpt) if s.isdigit())
-    assert steps and max(steps) < 40, steps
-    resumed = child("resumed.npy")
-    out, err = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0, err[-3000:]
-  assert out.split()[:2] == ["chunk", str(max(steps) + 5)], "the rerun did not resume"
-  pool, counts = _data(2)  # the same run uninterrupted, here
-  whole = synthetic.distil(synthetic.DistributionMatching(iterations=40, **TINY),
-                           jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2]),
-                           pool, counts, np.int32([3, 4]), chunk=5, checkpoint_every=10)
-  np.testing.assert_array_equal(whole["images"], np.load(tmp_path / "resumed.npy"))
+  steps = sorted(int(s) for s in os.listdir(ckpt) if s.isdigit())
+  assert steps and max(steps) < DISTILLERS["distribution_matching"][0].iterations, steps
+  chunks = []
+  resumed = _reference("distribution_matching", checkpoint_dir=str(ckpt), checkpoint_every=10,
+                       on_chunk=lambda it, *_: chunks.append(it))
+  assert chunks[0] == max(steps) + 5, "the rerun did not resume"
+  np.testing.assert_array_equal(uninterrupted("distribution_matching")["images"],
+                                resumed["images"])
 
 
-def test_sigterm_mid_distillation_checkpoints_that_chunk_stops_and_resumes(tmp_path):
-  """A stop request (a sweep's SIGTERM) ends the distillation after the chunk it came in,
+def test_sigterm_mid_distillation_checkpoints_that_chunk_stops_and_resumes(uninterrupted,
+                                                                         tmp_path):
+  """A stop request (a sweep's SIGTERM) ends the distillation (distribution matching's
+  reference run, checkpointed every 10 iterations) after the chunk it came in,
   checkpointed there though it is not a checkpoint interval, and the rerun resumes to the
   uninterrupted set."""
   from ensemble_jax import checkpoint
 
-  pool, counts = _data(2)
-  cfg = synthetic.DistributionMatching(iterations=20, **TINY)
-  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
-  run = lambda **kw: synthetic.distil(cfg, mesh, pool, counts, np.int32([3, 4]), chunk=5,
-                                      checkpoint_every=10, **kw)
+  run = lambda **kw: _reference("distribution_matching", checkpoint_every=10, **kw)
   watch = checkpoint.PreemptionWatch()
   try:
     def notice(it, *_):
       if it == 5:
         os.kill(os.getpid(), signal.SIGTERM)
       return False
-    with pytest.raises(checkpoint.Preempted, match="iteration 5 of 20") as stopped:
+    with pytest.raises(checkpoint.Preempted, match="iteration 5 of 40") as stopped:
       run(checkpoint_dir=str(tmp_path), on_chunk=notice)
     assert stopped.value.code == 143
   finally:
@@ -250,7 +246,8 @@ def test_sigterm_mid_distillation_checkpoints_that_chunk_stops_and_resumes(tmp_p
   assert sorted(int(s) for s in os.listdir(tmp_path) if s.isdigit()) == [5]
   resumed = run(checkpoint_dir=str(tmp_path))
   assert [row[0] for row in resumed["loss"]][:2] == [5, 10]
-  np.testing.assert_array_equal(run()["images"], resumed["images"])
+  np.testing.assert_array_equal(uninterrupted("distribution_matching")["images"],
+                                resumed["images"])
 
 
 def test_gradient_matching_resumes_to_the_same_set(uninterrupted, tmp_path):
@@ -258,9 +255,9 @@ def test_gradient_matching_resumes_to_the_same_set(uninterrupted, tmp_path):
   iteration is a pure function of (seed, iteration, set), so a stop and a rerun land on the
   same set: its tiny run stopped after its first chunk and resumed, against the same run
   uninterrupted (the objective's fall above; the one compiled chunk serves all three)."""
-  chunk = DISTILLERS["gradient_matching"][1]
-  run = lambda **kw: _one_worker("gradient_matching", checkpoint_dir=str(tmp_path),
-                                 checkpoint_every=chunk, **kw)
+  chunk = DISTILLERS["gradient_matching"][2]
+  run = lambda **kw: _reference("gradient_matching", checkpoint_dir=str(tmp_path),
+                                checkpoint_every=chunk, **kw)
   stopped = run(stop_at=chunk)
   assert stopped["iterations"] == chunk
   resumed = run()
@@ -283,6 +280,13 @@ def _dm_config(cache_dir, **distill):
   for k, v in distill.items():
     c.distill[k] = v
   return c
+
+
+def _gm_config(cache_dir, **distill):
+  """`_dm_config`'s, built by gradient matching: one image per class (its loops from the
+  paper's table), two iterations, the image rate of a width-8 network."""
+  return _dm_config(cache_dir, **{"builder": "gradient_matching", "images_per_class": 1,
+                                  "iterations": 2, "gm_image_lr": 1.0, **distill})
 
 
 @pytest.fixture(scope="module")
@@ -367,8 +371,7 @@ def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
   from ensemble_jax.config_lib import ConfigError
   from ensemble_jax.distill import pools
 
-  config = _dm_config(tmp_path / "pools", builder="gradient_matching", images_per_class=1,
-                      iterations=2, gm_image_lr=1.0)
+  config = _gm_config(tmp_path / "pools")
   validation.validate(config)
   data = _loaded(config)
   pool = pools.create(config, data, 2, str(tmp_path / "run"))
@@ -382,14 +385,46 @@ def test_one_key_selects_gradient_matching_validated_and_keyed_apart(tmp_path):
   dm = _dm_config(tmp_path / "pools", images_per_class=1, iterations=2)
   key = pools.cache_key(config, data, 2)
   assert key != pools.cache_key(dm, data, 2)
-  assert key == pools.cache_key(_dm_config(tmp_path / "pools", builder="gradient_matching",
-                                           images_per_class=1, iterations=2, gm_image_lr=1.0,
-                                           image_lr=0.5), data, 2)
-  assert key != pools.cache_key(_dm_config(tmp_path / "pools", builder="gradient_matching",
-                                           images_per_class=1, iterations=2, gm_net_lr=0.1),
-                                data, 2)
+  assert key == pools.cache_key(_gm_config(tmp_path / "pools", image_lr=0.5), data, 2)
+  assert key != pools.cache_key(_gm_config(tmp_path / "pools", gm_net_lr=0.1), data, 2)
   with pytest.raises(ConfigError, match="images_per_class=2"):  # no loops in the table
     validation.validate(_dm_config(tmp_path / "pools", builder="gradient_matching"))
+
+
+# The config each builder's e2e test above builds its pool from.
+BUILDER_CONFIGS = {"distribution_matching": _dm_config, "gradient_matching": _gm_config}
+
+
+@pytest.mark.parametrize("builder", BUILDER_CONFIGS)
+def test_stacked_distillation_has_no_cross_worker_collective(builder, tmp_path):
+  """The program each builder runs in the e2e tests above (`build_synthetic`'s: their
+  config, their two workers' pools, a device each, a chunk of all their iterations) has no
+  collective between workers, and the workers, each with its own seed and share, distil
+  apart. Its distiller is those builds' where this process ran them (`make_distiller`
+  called as `distil` calls it): the chunk they traced and compiled, inspected and run
+  here."""
+  from ensemble_jax import data as data_lib
+
+  config = BUILDER_CONFIGS[builder](tmp_path / "pools")
+  data = _loaded(config)
+  train = data_lib.get_range(data.train, 0, len(data.train))
+  pool, counts, _ = synthetic.worker_pools(train["image"], np.asarray(train["label"]), 2,
+                                           data.num_classes, config.seed)
+  cfg = synthetic._CONFIGS[builder](config)
+  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+  d = synthetic.make_distiller(cfg, mesh, data.num_classes, pool.shape[3:], "auto")
+  put = lambda x: jax.device_put(x, d.per_worker)
+  seeds = put(np.asarray([config.seed * 1000 + i for i in range(2)], np.int32))
+  state = d.init(seeds, put(pool), put(counts))
+  compiled = d.chunk_fn(cfg.iterations).lower(state, jnp.int32(0), seeds, put(pool),
+                                              put(counts)).compile()
+  colls = hlo.collectives(compiled.as_text())
+  device_to_group = {dev.id: i for i, dev in enumerate(mesh.devices.flat)}
+  assert not hlo.spanning(colls, device_to_group, 2), [c.line for c in colls]
+  # and the workers differ: own seeds, own shares (the program inspected, run)
+  images = np.asarray(compiled(state, jnp.int32(0), seeds, put(pool), put(counts))[0]
+                      ["images"])
+  assert not np.allclose(images[0], images[1])
 
 
 def test_the_step_augments_the_examples_marked_synthetic_alone():
