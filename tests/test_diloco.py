@@ -110,14 +110,16 @@ def test_diloco_needs_a_sync_period():
 IMAGE_SHAPE = (12, 12, 1)
 
 
-def _resnet_diloco(sync_every):
+def _resnet_diloco(sync_every, worker_axis=4):
+  """Tiny ResNet DiLoCo, 4 workers on `worker_axis` devices (1: all four on one)."""
   from ensemble_jax import optim
   from ensemble_jax.models import resnet
 
   from experiments.configs import fashion_mnist
 
   c = fashion_mnist.get_config("diloco,tiny")
-  c.mesh, c.method.num_workers, c.method.sync_every = [("worker", 4), ("data", 1)], 4, sync_every
+  c.mesh, c.method.num_workers = [("worker", worker_axis), ("data", 1)], 4
+  c.method.sync_every = sync_every
   c.train.batch_size, c.data.image_size = 8, IMAGE_SHAPE[0]
   model = resnet.ResNet(stage_sizes=(1, 1), block="basic", num_classes=10, width=4,
                         stem="small")
@@ -134,12 +136,14 @@ def _images(diloco, seed):
   return {k: jax.device_put(v, diloco.train_layout.sharding) for k, v in local.items()}
 
 
-def test_sync_reestimates_the_global_models_batchnorm_statistics():
+@pytest.mark.parametrize("worker_axis", [4, 1])
+def test_sync_reestimates_the_global_models_batchnorm_statistics(worker_axis):
   """Regression: the global model's statistics were the workers' average (failed on
-  b8f7b5c: no statistics of the global weights existed)."""
+  b8f7b5c: no statistics of the global weights existed). On one device too (a laptop's
+  `:smoke,diloco`): the suite's BatchNorm DiLoCo with several workers to a device."""
   from ensemble_jax.methods import step as step_lib
 
-  diloco, model = _resnet_diloco(sync_every=2)
+  diloco, model = _resnet_diloco(sync_every=2, worker_axis=worker_axis)
   state, rng = diloco.init(jax.random.key(0)), jax.random.key(1)
   for step in (1, 2):
     batch = _images(diloco, step)
