@@ -400,21 +400,16 @@ def test_stacked_distillation_has_no_cross_worker_collective(builder, tmp_path):
   """The program each builder runs in the e2e tests above (`build_synthetic`'s: their
   config, their two workers' pools, a device each, a chunk of all their iterations) has no
   collective between workers, and the workers, each with its own seed and share, distil
-  apart. Its distiller is those builds' where this process ran them (`make_distiller`
-  called as `distil` calls it): the chunk they traced and compiled, inspected and run
-  here."""
-  from ensemble_jax import data as data_lib
-
+  apart. Its inputs are those builds' (`synthetic.distillation_inputs`) and its distiller
+  theirs where this process ran them (`make_distiller` called as `distil` calls it): the
+  chunk they traced and compiled, inspected and run here."""
   config = BUILDER_CONFIGS[builder](tmp_path / "pools")
   data = _loaded(config)
-  train = data_lib.get_range(data.train, 0, len(data.train))
-  pool, counts, _ = synthetic.worker_pools(train["image"], np.asarray(train["label"]), 2,
-                                           data.num_classes, config.seed)
-  cfg = synthetic._CONFIGS[builder](config)
-  mesh = jax.make_mesh((2,), ("worker",), devices=jax.devices()[:2])
+  cfg, mesh, pool, counts, _, seeds = synthetic.distillation_inputs(config, data, 2)
+  assert mesh.devices.size == 2  # a device each
   d = synthetic.make_distiller(cfg, mesh, data.num_classes, pool.shape[3:], "auto")
   put = lambda x: jax.device_put(x, d.per_worker)
-  seeds = put(np.asarray([config.seed * 1000 + i for i in range(2)], np.int32))
+  seeds = put(seeds)
   state = d.init(seeds, put(pool), put(counts))
   compiled = d.chunk_fn(cfg.iterations).lower(state, jnp.int32(0), seeds, put(pool),
                                               put(counts)).compile()

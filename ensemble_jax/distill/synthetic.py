@@ -648,6 +648,26 @@ _SHARED_FIELDS = ("distill.images_per_class", "distill.iterations", "distill.rea
                   "distill.embed_width", "data", "seed")
 
 
+def distillation_inputs(config, data, n: int):
+  """What `build_synthetic` distils `n` sets from: (its distiller's config, the mesh of the
+  devices the sets share, each worker's class-stratified pool and counts, the shares they
+  come from, each worker's seed)."""
+  from ensemble_jax import data as data_lib
+
+  train = data_lib.get_range(data.train, 0, len(data.train))
+  if train is None:
+    from ensemble_jax.config_lib import ConfigError
+    raise ConfigError(f"config.distill.builder={config.distill.builder!r} reads the training "
+                      "images into memory: use a source with arrays (Fashion-MNIST idx, "
+                      "image folders), not TFDS records.")
+  labels = np.asarray(train["label"])
+  pool, counts, shares = worker_pools(train["image"], labels, n, data.num_classes, config.seed)
+  devices = math.gcd(n, jax.device_count())
+  mesh = jax.make_mesh((devices,), ("worker",), devices=jax.devices()[:devices])
+  seeds = np.asarray([config.seed * 1000 + i for i in range(n)], np.int32)
+  return _CONFIGS[config.distill.builder](config), mesh, pool, counts, shares, seeds
+
+
 @registry.register_builder("gradient_matching", methods=_mixed_workers, timed_apart=True,
                            synthetic=True,
                            fields=_SHARED_FIELDS + ("distill.gm_image_lr", "distill.gm_net_lr"),
@@ -658,22 +678,10 @@ def build_synthetic(inputs: registry.BuildInputs) -> registry.Built:
   """Each worker's synthetic set, distilled (by `config.distill.builder`) from its own
   class-stratified share, and that share (`then`: what a distilled warm start,
   `distill.synthetic_fraction`, reads next)."""
-  from ensemble_jax import data as data_lib
-
   config, data, n = inputs.config, inputs.data, inputs.num_consumers
   d = config.distill
-  train = data_lib.get_range(data.train, 0, len(data.train))
-  if train is None:
-    from ensemble_jax.config_lib import ConfigError
-    raise ConfigError(f"config.distill.builder={d.builder!r} reads the training "
-                      "images into memory: use a source with arrays (Fashion-MNIST idx, "
-                      "image folders), not TFDS records.")
-  labels = np.asarray(train["label"])
-  pool, counts, shares = worker_pools(train["image"], labels, n, data.num_classes, config.seed)
-  cfg = _CONFIGS[d.builder](config)
-  devices = math.gcd(n, jax.device_count())
-  mesh = jax.make_mesh((devices,), ("worker",), devices=jax.devices()[:devices])
-  seeds = np.asarray([config.seed * 1000 + i for i in range(n)], np.int32)
+  cfg, mesh, pool, counts, shares, seeds = distillation_inputs(config, data, n)
+  devices = mesh.devices.size
   out = distil(cfg, mesh, pool, counts, seeds,
                checkpoint_dir=os.path.join(inputs.proxy_dir, "distillation"),
                checkpoint_every=max(1, min(500, d.iterations)))
