@@ -90,8 +90,7 @@ def subset(workdir: str, workers: list[int]) -> dict:
   if jax.process_index() == 0:
     path = os.path.join(workdir, SUBSETS, f"workers_{'_'.join(map(str, workers))}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(record.jsonable(out), f, indent=2)
+    record.write_json(path, record.jsonable(out))
     out["path"] = path
   return out
 

@@ -141,9 +141,14 @@ def read(workdir: str, steps: int | None = None) -> dict | None:
 
 def write(workdir: str, results: dict) -> None:
   """results.json, written whole or not at all: a rerun reads it to know the run finished."""
-  path = os.path.join(workdir, RESULTS_FILE)
+  write_json(os.path.join(workdir, RESULTS_FILE), jsonable(results))
+
+
+def write_json(path: str, value) -> None:
+  """`value` as JSON at `path`, replacing the file whole: a reader (a rerun, another process
+  of a multi-process study) sees the old file or the new one, never a truncated one."""
   with open(path + ".tmp", "w") as f:
-    json.dump(jsonable(results), f, indent=2)
+    json.dump(value, f, indent=2)
   os.replace(path + ".tmp", path)
 
 

@@ -663,6 +663,38 @@ def test_a_rungs_choice_runs_its_seeds_under_per_target_before_that_folder_exist
       "steps"] == 3
 
 
+def test_the_sweeps_records_are_replaced_whole_never_rewritten_in_place(tmp_path,
+                                                                        monkeypatch):
+  """Another process of a multi-process study reads a run's results.json (finished or not)
+  while process 0 writes it: the seed run taken from tuning, its tuning record attached, the
+  point's tuning.json are each written beside and renamed over, never truncated in place (a
+  reader once read an empty file and the study died with a JSONDecodeError)."""
+  import builtins
+  real_open = builtins.open
+  in_place = []
+
+  def watched_open(file, mode="r", *args, **kwargs):
+    name = os.path.basename(str(file))
+    if any(m in mode for m in "wa") and name in ("results.json", tuning.TUNING_FILE):
+      in_place.append(str(file))
+    return real_open(file, mode, *args, **kwargs)
+
+  chosen = _config()
+  (tmp_path / "tune" / "lr0.006").mkdir(parents=True)
+  (tmp_path / "tune" / "lr0.006" / "results.json").write_text(json.dumps({"steps": 3}))
+  record = {"chosen_run": os.path.join("tune", "lr0.006"), "chosen": {}}
+  counts = dict.fromkeys(("skipped", "from_tuning", "trained"), 0)
+  monkeypatch.setattr(builtins, "open", watched_open)
+  tuning.run_seed(chosen, record, str(tmp_path), chosen.tune.seed, counts)
+  tuning.attach(str(tmp_path / f"seed{chosen.tune.seed}" / "results.json"), {"chosen": 1})
+  tuning.write_record(str(tmp_path), record)
+  monkeypatch.undo()
+  assert counts["from_tuning"] == 1 and in_place == []
+  seed_run = json.loads((tmp_path / f"seed{chosen.tune.seed}" / "results.json").read_text())
+  assert seed_run == {"steps": 3, "tuning": {"chosen": 1}}
+  assert json.loads((tmp_path / tuning.TUNING_FILE).read_text()) == record
+
+
 def test_a_seed_run_of_another_config_is_refused_not_counted_as_finished(tmp_path):
   # `run.finished_results` decides a seed run's "finished" as every entry point does: a
   # results.json trained at an untuned field's other value is not this point's run.

@@ -580,8 +580,7 @@ def _recost_file(path: str, step_time: float | None, point_config=None,
   results["cost"] = costs.summary(results, communication, cost["devices"],
                                   cost.get("overlap", 0.0), simulated=True,
                                   device_step_time_s=step_time)
-  with open(path, "w") as f:
-    json.dump(results, f, indent=2)
+  record.write_json(path, results)
 
 
 def _read_communication(results: dict, point_config, run_dir: str) -> costs.Communication:

@@ -46,6 +46,7 @@ from typing import Callable
 import ml_collections
 
 from ensemble_jax import checkpoint as checkpoint_lib
+from ensemble_jax import record as record_lib
 from ensemble_jax import config_lib, costs, optim, report, stored
 from ensemble_jax import run as run_lib
 from ensemble_jax import train as train_lib
@@ -426,8 +427,7 @@ def train_run(config, run_dir: str, counts: dict, what: str,
     results = run_lib.train_and_evaluate(config, run_dir, pool_config=pool_config)
   except FloatingPointError as e:  # a rate too high for this point: a result, not a crash
     if sweeps.is_writer():
-      with open(os.path.join(run_dir, DIVERGED_FILE), "w") as f:
-        json.dump({"error": str(e)}, f)
+      record_lib.write_json(os.path.join(run_dir, DIVERGED_FILE), {"error": str(e)})
     counts["diverged"] += 1
     results = None
   counts[what] += 1
@@ -447,8 +447,7 @@ def stopped_early(results: dict | None) -> int | None:
 def write_record(point_dir: str, record: dict) -> None:
   if not sweeps.is_writer():
     return
-  with open(os.path.join(point_dir, TUNING_FILE), "w") as f:
-    json.dump(record, f, indent=2)
+  record_lib.write_json(os.path.join(point_dir, TUNING_FILE), record)
 
 
 PER_TARGET = report.PER_TARGET  # <point>/per_target/<run name>/seed<k>: a rung's choice
@@ -497,7 +496,8 @@ def run_seed(chosen: ml_collections.ConfigDict, record: dict, point_dir: str, se
   elif seed == chosen.tune.seed:  # the chosen tuning run is this seed's run
     if writer:
       os.makedirs(run_dir, exist_ok=True)
-      shutil.copyfile(chosen_results, path)
+      with open(chosen_results) as f:  # as written (not through `stored.load`)
+        record_lib.write_json(path, json.load(f))
     counts["from_tuning"] += 1
   else:
     train_run(config, run_dir, counts, "trained", pool_config)
@@ -587,5 +587,4 @@ def attach(path: str, record: dict) -> None:
   record = json.loads(json.dumps(record))
   if results.get("tuning") != record:
     results["tuning"] = record
-    with open(path, "w") as f:
-      json.dump(results, f, indent=2)
+    record_lib.write_json(path, results)
