@@ -57,6 +57,8 @@ VERDICTS = {"beats": "beats the strongest baseline on every seed",
             "behind": "behind it on every seed",
             "missed": "no method point reaches it on every seed",
             "unmeasured": "no method point was trained to it",
+            # above every baseline's reach: a win in capacity, not in sequential steps
+            "unopposed": "a method point reaches it on every seed, no baseline point does",
             # ahead or level against the baselines measured, while baseline points of the
             # grids are pending: a stronger baseline may yet come (behind stays behind)
             "provisional": "ahead of or level with the baselines measured so far; baseline "
@@ -121,6 +123,7 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
                 "ceiling": best["final"], "best_point": best["point"],
                 "best_epochs": round(best["epochs"]),
                 "plateau": plateau and plateau["point"], "deep_ensemble": False,
+                "single_model": curve == report.BASELINE, "one_length": False,
                 "plateau_epochs": plateau and round(plateau["epochs"])})
   return out
 
@@ -142,17 +145,30 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
     length = _length(point, single["best_epochs"], runs, finals)
     return {"curve": curve, "model": f"the deep ensemble (N = {size}" + (
                 ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
+            "label": f"the deep ensemble (N = {size})",
             "architecture": f"{size} x {data.model_name(runs[0]['config'])}",
             "params": size * runs[0].get("num_params_per_worker", 0), "lengths": [length],
             "ceiling": length["final"], "best_point": point,
             "best_epochs": single["best_epochs"], "plateau": None, "plateau_epochs": None,
-            "deep_ensemble": True}
+            "deep_ensemble": True, "single_model": False, "one_length": True}
 
   out = [row(n, [r["final"][metric] for r in runs])]
   subsets = [os.path.join(study_dir, curve, point, f"seed{r['config']['seed']}", "subsets",
                           "workers_0_1.json") for r in runs]
   if all(os.path.exists(p) for p in subsets):
     out.append(row(2, [_read(p)["metrics"][metric] for p in subsets]))
+  # Each worker is the single model trained alone on the whole data at the worker's batch:
+  # a single-model measurement the ceiling may not sit below.
+  workers = [w[metric] for r in runs for i, w in enumerate(r.get("per_worker") or [])
+             if i not in (r.get("excluded_workers") or ())]
+  if workers:
+    batch = runs[0]["examples_per_step"] // runs[0]["num_workers"]
+    out.append({**row(n, workers), "deep_ensemble": False, "single_model": True,
+                "label": "one worker alone",
+                "model": f"one worker of the deep ensemble (alone, {batch} a step; "
+                         f"{len(workers)} models, {n} per seed)",
+                "architecture": data.model_name(runs[0]["config"]),
+                "params": runs[0].get("num_params_per_worker", 0)})
   return out
 
 
@@ -251,7 +267,10 @@ def closest(pts: list[dict]) -> dict:
   best = max((b for b in (out["time"], out["compute"]) if b), key=lambda b: b["ratio"],
              default=None)
   out["best"] = best
-  out["verdict"] = "beats" if beats else verdict_word(
+  # the method points that reach it on every seed where no baseline point does
+  out["unopposed"] = [] if fastest else [data.point_name(p["curve"], p["point"]) for p in pts
+                                         if p["curve"] in methods and p["reached"] == p["seeds"]]
+  out["verdict"] = "beats" if beats else "unopposed" if out["unopposed"] else verdict_word(
       best["ratio"] if best else None, best["range"] if best else None,
       measured=bool(methods))
   return out
@@ -294,7 +313,7 @@ def at_rung(dirs: list[str], value: float, seeds: int = SEEDS) -> dict:
          "strongest": c["strongest"],
          "strongest_passes": c["strongest_point"] and passes.get(c["strongest_point"]),
          "time": c["time"], "compute": c["compute"],
-         "verdict": c["verdict"]}
+         "verdict": c["verdict"], "unopposed": c["unopposed"]}
   return row
 
 
@@ -320,14 +339,18 @@ def context(workload: str = "fashion_mnist") -> dict:
   dirs = [os.path.join(data.RESULTS, s) for s in w["studies"]]
   ceiling_rows = ceilings(os.path.join(data.RESULTS, w["ceilings"]), w.get("ceiling_curves"))
   single = next((c for c in ceiling_rows if c["curve"] == report.BASELINE), None)
-  single_ceiling = single["ceiling"]["median"] if single else None
   if single and w.get("deep_ensemble"):
     study, curve, n = w["deep_ensemble"]
     ceiling_rows += deep_ensemble(os.path.join(data.RESULTS, study), curve, n, single)
   values = rungs(dirs)
   lower = bool(values) and values[0] > values[-1]  # rungs listed easiest first
-  top_ceiling = (min if lower else max)((c["ceiling"]["median"] for c in ceiling_rows),
-                                        default=None)
+  best_of = min if lower else max
+  top_ceiling = best_of((c["ceiling"]["median"] for c in ceiling_rows), default=None)
+  # the sweep model's ceiling: the best of its single-model rows (data-parallel's lengths, the
+  # deep ensemble's workers, each trained alone)
+  single = best_of((c for c in ceiling_rows if c["single_model"]),
+                   key=lambda c: c["ceiling"]["median"], default=None)
+  single_ceiling = single["ceiling"]["median"] if single else None
   ladder = [at_rung(dirs, v) for v in study_rungs(
       values, w["named_rungs"], single_ceiling, top_ceiling, w["below_ceiling"])]
   deep = next((f"{c['curve']} {c['best_point']}" for c in ceiling_rows
@@ -341,7 +364,7 @@ def context(workload: str = "fashion_mnist") -> dict:
   waiting = pending(w["grids"])
   for row in ladder:  # a win or a draw stands once every baseline point has its seeds
     row["measured_verdict"] = row["verdict"]
-    if waiting["baselines"] and row["verdict"] in ("beats", "level"):
+    if waiting["baselines"] and row["verdict"] in ("beats", "level", "unopposed"):
       row["verdict"] = "provisional"
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
@@ -384,12 +407,16 @@ def plot(ctx: dict, path: str) -> None:
   for c in ctx["ceilings"]:
     ax.axvline(x(c["ceiling"]["median"]), color="gray", lw=0.8, ls=":")
     ax.text(x(c["ceiling"]["median"]), ax.get_ylim()[1],
-            f" {c['model']} ceiling" + ("" if c["plateau"] else " (a lower bound)"),
+            f" {c.get('label', c['model'])} ceiling" + ("" if c["plateau"] else " (a lower bound)"),
             rotation=90, va="top", ha="right", fontsize=7, color="gray")
   unmeasured = [x(r["value"]) for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
   if unmeasured:
     ax.plot(unmeasured, [1.0] * len(unmeasured), "x", color="red",
             label="no method point trained to this target")
+  unopposed = [x(r["value"]) for r in ctx["ladder"] if r["measured_verdict"] == "unopposed"]
+  if unopposed:
+    ax.plot(unopposed, [1.0] * len(unopposed), "^", color="green",
+            label="reached by a method point, by no baseline point")
   ax.set_xlabel("target: test accuracy (%)" if accuracy else
                 f"target: {ctx['metric']} (harder to the right)")
   if not accuracy:

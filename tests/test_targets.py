@@ -33,11 +33,15 @@ def test_a_run_priced_at_its_own_target_is_its_cost_block():
 
 
 def _plant(tree, curve, point, seed, final, rungs, source="data_parallel/D8/seed1",
-           budget=None, metric="accuracy"):
+           budget=None, metric="accuracy", workers=None):
   """A committed run copied into `tree` as `curve/point/seed<k>`, its final `metric`, its
-  ladder (value -> step reached or None) and its step budget planted."""
+  ladder (value -> step reached or None), its step budget and (an ensemble's) its workers'
+  final `metric` planted."""
   r = stored.load(os.path.join(COMMITTED, source, "results.json"))
   r["step_budget"] = budget or r["step_budget"]
+  if workers is not None:
+    r["per_worker"] = [{metric: w} for w in workers]
+    r["num_workers"], r["excluded_workers"] = len(workers), []
   r["config"]["seed"] = seed
   r["final"][metric] = final
   r["targets"] = [{**r["target"], "value": v, "reached": s is not None, "reached_step": s,
@@ -194,6 +198,37 @@ def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
     assert ("the deep ensemble (N = 2, workers 0-1 of the N = 4 runs)" in rows) == (seed == 3)
   two = rows["the deep ensemble (N = 2, workers 0-1 of the N = 4 runs)"]
   assert two["ceiling"]["median"] == pytest.approx(0.905) and two["architecture"].startswith("2 x")
+
+
+def test_the_single_ceiling_is_never_below_the_deep_ensembles_workers_scored_alone(
+    tmp_path, monkeypatch):
+  """Each worker of the deep ensemble is the single model trained alone on the whole data:
+  where they end above data-parallel's lengths (a smaller batch, more steps), the single
+  model's ceiling is theirs, so a rung between it and data-parallel's is not labelled above
+  it; the rung above it that only the deep ensemble reaches is unopposed, provisional while
+  baseline points are pending."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "ceil", "data_parallel", "D8_E2", seed, 0.900,
+           {0.85: 80, 0.90: 200, 0.905: None, 0.915: None}, budget=2 * 60_000 // 512)
+    _plant(tmp_path / "ladder", "ensemble", "N4_E2", seed, 0.92,
+           {0.85: 300, 0.90: 700, 0.905: 800, 0.915: 1400}, source="ensemble/N4_L469/seed1",
+           workers=(0.909, 0.912, 0.914, 0.911 + 0.001 * seed))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder"),
+      "deep_ensemble": ("ladder", "ensemble", 4)})
+  ctx = targets.context("planted")
+  workers = [c for c in ctx["ceilings"] if c["model"].startswith("one worker")]
+  assert [w["ceiling"]["seeds"] for w in workers] == [12]
+  assert ctx["single"] is workers[0] and ctx["single"]["ceiling"]["median"] == pytest.approx(
+      0.912)
+  rows = {r["value"]: r for r in ctx["ladder"]}
+  assert [v for v, r in rows.items() if r["above_single_ceiling"]] == [0.915]
+  assert rows[0.915]["measured_verdict"] == "unopposed"
+  assert rows[0.915]["unopposed"] == ["random streams, N = 4, 2 epochs"]
+  assert rows[0.915]["verdict"] == "provisional"  # the fashion_mnist grids' points pending
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
+  assert "The single model's (resnet18 width 8) ceiling: 91.2%" in text
 
 
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
