@@ -317,13 +317,14 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   def grid(verdict):
     return {"name": "G", "target": ["accuracy >= 0.85"], "reading": {"verdict": verdict}}
 
-  def context(verdict, what_if_beats=1, rung_beats=()):
+  def context(verdict, what_if_beats=1, rung_beats=(), rung_unopposed=()):
     return {"grids": [grid("behind"), grid(verdict)], "verdicts": targets.VERDICTS,
             "max_devices": 1024,
             "projections": [{"name": "p", "what_if": False, "beats": 0},
                             {"name": "w", "what_if": True, "beats": what_if_beats}],
             "ladder": {"by_verdict": {**{k: [] for k in targets.VERDICTS},
-                                      "unmeasured": [0.9], "beats": list(rung_beats)},
+                                      "unmeasured": [0.9], "beats": list(rung_beats),
+                                      "unopposed": list(rung_unopposed)},
                        "single": None, "pending": {"total": 4, "count": 1, "baselines": 0}}}
 
   render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
@@ -333,6 +334,10 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   assert "H100" not in render(context("level", what_if_beats=0))
   at_rung = render(context("level", rung_beats=[0.88]))
   assert at_rung.startswith("**The answer so far: in part.") and "beats it at 88.0%" in at_rung
+  # a rung only a method point reaches (above every baseline's reach) is a win too
+  alone = render(context("level", rung_unopposed=[0.915]))
+  assert alone.startswith("**The answer so far: in part.")
+  assert "reached by a method point and by no baseline point at 91.5%" in alone
   assert "was trained to 90.0%" in at_rung and "to none" not in render(
       {**context("level"), "ladder": {"by_verdict": {k: [] for k in targets.VERDICTS},
                                       "single": None, "pending": {"total": 4, "count": 0, "baselines": 0}}})
