@@ -37,6 +37,10 @@ WORKLOADS = {
                       # (study, curve, N): the deep ensemble, every worker the single
                       # model's best length on the whole data (`deep_ensemble`)
                       "deep_ensemble": ("fashion_mnist_ladder", "ensemble", 4),
+                      # (study, curves): single models whose ladder points trained to their
+                      # end are ceilings rows too (`trained_to_end`)
+                      "ladder_ceilings": ("fashion_mnist_ladder",
+                                          ("data_parallel", "dp_wide_model")),
                       # study -> (config, grid): the points the page waits for (`pending`)
                       "grids": {"fashion_mnist_ceilings": ("fashion_mnist", "ceilings"),
                                 "fashion_mnist_ladder": ("fashion_mnist", "ladder")}},
@@ -169,6 +173,33 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
                          f"{len(workers)} models, {n} per seed)",
                 "architecture": data.model_name(runs[0]["config"]),
                 "params": runs[0].get("num_params_per_worker", 0)})
+  return out
+
+
+def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) -> list[dict]:
+  """The single-model points of a ladder study whose every reported seed trained to the end
+  of its budget (no rung stopped it) as ceilings rows, one length each: a final of the model
+  too, its rate tuned for the time to each rung (a lower bound). `context` keeps those that
+  raise their model's ceiling."""
+  out = []
+  for curve in curves:
+    for point_dir in sorted(glob.glob(os.path.join(study_dir, curve, "*", ""))):
+      point = os.path.basename(os.path.dirname(point_dir))
+      runs = [r for r in (stored.load(p) for p in glob.glob(os.path.join(
+                  point_dir, "seed*", "results.json")))
+              if r["config"]["seed"] != (r.get("tuning") or {}).get("seed")]
+      if len(runs) < seeds or any(r["steps"] < r["step_budget"] for r in runs):
+        continue
+      metric = runs[0]["target"]["metric"]
+      length = _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs])
+      out.append({"curve": curve, "model": f"{data.point_name(curve, point)} (the ladder's)",
+                  "label": data.point_name(curve, point),
+                  "architecture": data.model_name(runs[0]["config"]),
+                  "params": runs[0].get("num_params"), "lengths": [length],
+                  "ceiling": length["final"], "best_point": point,
+                  "best_epochs": round(length["epochs"]), "plateau": None,
+                  "plateau_epochs": None, "deep_ensemble": False,
+                  "single_model": curve == report.BASELINE, "one_length": True})
   return out
 
 
@@ -342,6 +373,13 @@ def context(workload: str = "fashion_mnist") -> dict:
   if single and w.get("deep_ensemble"):
     study, curve, n = w["deep_ensemble"]
     ceiling_rows += deep_ensemble(os.path.join(data.RESULTS, study), curve, n, single)
+  if w.get("ladder_ceilings"):
+    study, curves = w["ladder_ceilings"]
+    # those that end above every row of their model so far: they raise its ceiling
+    for row in trained_to_end(os.path.join(data.RESULTS, study), curves):
+      if all(row["ceiling"]["median"] > c["ceiling"]["median"] for c in ceiling_rows
+             if c["architecture"] == row["architecture"]):
+        ceiling_rows.append(row)
   values = rungs(dirs)
   lower = bool(values) and values[0] > values[-1]  # rungs listed easiest first
   best_of = min if lower else max

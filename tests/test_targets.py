@@ -33,12 +33,13 @@ def test_a_run_priced_at_its_own_target_is_its_cost_block():
 
 
 def _plant(tree, curve, point, seed, final, rungs, source="data_parallel/D8/seed1",
-           budget=None, metric="accuracy", workers=None):
+           budget=None, metric="accuracy", workers=None, steps=None):
   """A committed run copied into `tree` as `curve/point/seed<k>`, its final `metric`, its
   ladder (value -> step reached or None), its step budget and (an ensemble's) its workers'
   final `metric` planted."""
   r = stored.load(os.path.join(COMMITTED, source, "results.json"))
   r["step_budget"] = budget or r["step_budget"]
+  r["steps"] = steps or r["steps"]
   if workers is not None:
     r["per_worker"] = [{metric: w} for w in workers]
     r["num_workers"], r["excluded_workers"] = len(workers), []
@@ -229,6 +230,31 @@ def test_the_single_ceiling_is_never_below_the_deep_ensembles_workers_scored_alo
   assert rows[0.915]["verdict"] == "provisional"  # the fashion_mnist grids' points pending
   text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
   assert "The single model's (resnet18 width 8) ceiling: 91.2%" in text
+
+
+def test_a_ladder_point_trained_to_its_end_above_the_ceilings_raises_them(tmp_path,
+                                                                          monkeypatch):
+  """A ladder point of the single model that trained to its end (no rung stopped it) on
+  every reported seed is a final of that model: above the ceilings study's it is the
+  ceiling; one stopped by a rung, or ending below, is no ceilings row."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "ceil", "data_parallel", "D8_E2", seed, 0.900, {0.85: 80},
+           budget=234)
+    _plant(tmp_path / "ladder", "data_parallel", "D4_E2", seed, 0.910, {0.85: 150},
+           budget=469, steps=469)
+    _plant(tmp_path / "ladder", "data_parallel", "D4_E4", seed, 0.920, {0.85: 150},
+           budget=938, steps=700)  # stopped at its top rung: not a final of the model
+    _plant(tmp_path / "ladder", "data_parallel", "D4_E1", seed, 0.880, {0.85: 150},
+           budget=234, steps=234)
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder"),
+      "deep_ensemble": None, "ladder_ceilings": ("ladder", ("data_parallel",))})
+  ctx = targets.context("planted")
+  assert [c["best_point"] for c in ctx["ceilings"]] == ["D8_E2", "D4_E2"]
+  assert ctx["single"]["best_point"] == "D4_E2"
+  assert ctx["single"]["ceiling"]["median"] == pytest.approx(0.910)
+  assert ctx["single"]["model"] == "data-parallel at D = 4, 2 epochs (the ladder's)"
 
 
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
