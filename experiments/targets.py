@@ -145,16 +145,15 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
     return []
   metric = runs[0]["target"]["metric"]
 
+  model = data.model_name(runs[0]["config"])
+  params = runs[0].get("num_params_per_worker", 0)
+
   def row(size: int, finals: list[float]) -> dict:
-    length = _length(point, single["best_epochs"], runs, finals)
-    return {"curve": curve, "model": f"the deep ensemble (N = {size}" + (
-                ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
-            "label": f"the deep ensemble (N = {size})",
-            "architecture": f"{size} x {data.model_name(runs[0]['config'])}",
-            "params": size * runs[0].get("num_params_per_worker", 0), "lengths": [length],
-            "ceiling": length["final"], "best_point": point,
-            "best_epochs": single["best_epochs"], "plateau": None, "plateau_epochs": None,
-            "deep_ensemble": True, "single_model": False, "one_length": True}
+    return _one_length(
+        curve, f"the deep ensemble (N = {size}" + (
+            ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
+        f"the deep ensemble (N = {size})", f"{size} x {model}", size * params,
+        _length(point, single["best_epochs"], runs, finals), deep_ensemble=True)
 
   out = [row(n, [r["final"][metric] for r in runs])]
   subsets = [os.path.join(study_dir, curve, point, f"seed{r['config']['seed']}", "subsets",
@@ -167,13 +166,22 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
              if i not in (r.get("excluded_workers") or ())]
   if workers:
     batch = runs[0]["examples_per_step"] // runs[0]["num_workers"]
-    out.append({**row(n, workers), "deep_ensemble": False, "single_model": True,
-                "label": "one worker alone",
-                "model": f"one worker of the deep ensemble (alone, {batch} a step; "
-                         f"{len(workers)} models, {n} per seed)",
-                "architecture": data.model_name(runs[0]["config"]),
-                "params": runs[0].get("num_params_per_worker", 0)})
+    out.append(_one_length(
+        curve, f"one worker of the deep ensemble (alone, {batch} a step; {len(workers)} "
+        f"models, {n} per seed)", "one worker alone", model, params,
+        _length(point, single["best_epochs"], runs, workers), single_model=True))
   return out
+
+
+def _one_length(curve: str, model: str, label: str, architecture: str, params: int,
+                length: dict, deep_ensemble: bool = False, single_model: bool = False) -> dict:
+  """A ceilings row of one length (`_length`): its ceiling is that length's final, a lower
+  bound with no plateau to read; `label` names it on the figure."""
+  return {"curve": curve, "model": model, "label": label, "architecture": architecture,
+          "params": params, "lengths": [length], "ceiling": length["final"],
+          "best_point": length["point"], "best_epochs": round(length["epochs"]),
+          "plateau": None, "plateau_epochs": None, "deep_ensemble": deep_ensemble,
+          "single_model": single_model, "one_length": True}
 
 
 def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) -> list[dict]:
@@ -185,21 +193,16 @@ def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) 
   for curve in curves:
     for point_dir in sorted(glob.glob(os.path.join(study_dir, curve, "*", ""))):
       point = os.path.basename(os.path.dirname(point_dir))
-      runs = [r for r in (stored.load(p) for p in glob.glob(os.path.join(
-                  point_dir, "seed*", "results.json")))
-              if r["config"]["seed"] != (r.get("tuning") or {}).get("seed")]
+      runs = report.reported([stored.load(p) for p in glob.glob(os.path.join(
+          point_dir, "seed*", "results.json"))], seeds=report.result_seeds)
       if len(runs) < seeds or any(r["steps"] < r["step_budget"] for r in runs):
         continue
-      metric = runs[0]["target"]["metric"]
-      length = _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs])
-      out.append({"curve": curve, "model": f"{data.point_name(curve, point)} (the ladder's)",
-                  "label": data.point_name(curve, point),
-                  "architecture": data.model_name(runs[0]["config"]),
-                  "params": runs[0].get("num_params"), "lengths": [length],
-                  "ceiling": length["final"], "best_point": point,
-                  "best_epochs": round(length["epochs"]), "plateau": None,
-                  "plateau_epochs": None, "deep_ensemble": False,
-                  "single_model": curve == report.BASELINE, "one_length": True})
+      metric, name = runs[0]["target"]["metric"], data.point_name(curve, point)
+      out.append(_one_length(
+          curve, f"{name} (the ladder's)", name, data.model_name(runs[0]["config"]),
+          runs[0].get("num_params"),
+          _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs]),
+          single_model=curve == report.BASELINE))
   return out
 
 
