@@ -983,11 +983,9 @@ def schedule_check(results_dir: str) -> str:
   return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
-def write(results_dir: str, out: str, runs: list[dict] | None = None) -> str:
-  runs = load_runs(results_dir) if runs is None else runs
-  if not runs:
-    raise FileNotFoundError(f"no results.json under {results_dir}")
-  os.makedirs(out, exist_ok=True)
+def table_md(results_dir: str, runs: list[dict]) -> str:
+  """table.md's text: the grid's table and, where its tuning varied the schedule's length,
+  the schedule check."""
   text = table(runs)
   check = schedule_check(results_dir)
   if check:
@@ -995,6 +993,16 @@ def write(results_dir: str, out: str, runs: list[dict] | None = None) -> str:
              "each fraction of the budget (on the tuning seeds, 0 then 1000 where a length "
              "reached the target on 0; 'lost': stopped once it could no longer be chosen), "
              "and the whole-budget runs of the reported seeds:\n\n" + check)
+  return text
+
+
+def write(results_dir: str, out: str, runs: list[dict] | None = None) -> str:
+  """Writes table.md (`table_md`) and one cost-vs-time figure per preset into `out`."""
+  runs = load_runs(results_dir) if runs is None else runs
+  if not runs:
+    raise FileNotFoundError(f"no results.json under {results_dir}")
+  os.makedirs(out, exist_ok=True)
+  text = table_md(results_dir, runs)
   with open(os.path.join(out, "table.md"), "w") as f:
     f.write(text)
   for preset in PRESETS:

@@ -7,7 +7,6 @@ a record already under today's names as it is.
 """
 from __future__ import annotations
 
-import copy
 import json
 
 from ensemble_jax import config_lib
@@ -88,9 +87,19 @@ def _parent(tree: dict, dotted: str) -> tuple[dict | None, str]:
   return node, leaf
 
 
+def _copied(tree):
+  """A copy of a JSON tree (dicts, lists, scalars): copy.deepcopy's result, without its
+  memo (a record is no graph), several times faster on the thousands the docs read."""
+  if isinstance(tree, dict):
+    return {k: _copied(v) for k, v in tree.items()}
+  if isinstance(tree, list):
+    return [_copied(v) for v in tree]
+  return tree
+
+
 def _renamed(tree: dict, renames: dict[str, str]) -> dict:
   """A copy of `tree` with each dotted field of `renames` it holds under its new name."""
-  tree = copy.deepcopy(tree)
+  tree = _copied(tree)
   for old, new in renames.items():
     node, leaf = _parent(tree, old)
     if isinstance(node, dict) and leaf in node:

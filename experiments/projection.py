@@ -504,6 +504,8 @@ flags.DEFINE_string("also", "", "comma-separated results directories of other co
                     "experiments/results/many_workers)", flag_values=FLAGS)
 flags.DEFINE_string("out", "experiments/results/projection", "where the tables and figures go",
                     flag_values=FLAGS)
+flags.DEFINE_bool("figures", True, "draw the figure beside the table and JSON (--nofigures: "
+                  "the table and JSON only)", flag_values=FLAGS)
 
 
 def main(argv: list[str]) -> int:
@@ -563,7 +565,8 @@ def main(argv: list[str]) -> int:
     json.dump({"modelled": True, "sources": sources,
                "points": [dataclasses.asdict(p) for p in points],
                "rows": rows}, f, indent=1)
-  plot(rows, os.path.join(FLAGS.out, f"{label}.png"), title)
+  if FLAGS.figures:
+    plot(rows, os.path.join(FLAGS.out, f"{label}.png"), title)
   print(text)
   return 0
 
