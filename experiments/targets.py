@@ -18,9 +18,10 @@ import json
 import math
 import os
 
+import ml_collections
 from absl import app, flags
 
-from ensemble_jax import config_lib, methods, report, stored
+from ensemble_jax import config_lib, methods, optim, report, stored
 from experiments import docs_data as data
 
 # Per workload: its ceilings study (`ceiling_curves`: the curves of it that are ceilings; all
@@ -187,23 +188,46 @@ def _one_length(curve: str, model: str, label: str, architecture: str, params: i
 def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) -> list[dict]:
   """The single-model points of a ladder study whose every reported seed trained to the end
   of its budget (no rung stopped it) as ceilings rows, one length each: a final of the model
-  too, its rate tuned for the time to each rung (a lower bound). `context` keeps those that
+  too (a lower bound). Of a point's rates with such seeds (its own choice's, and each rung's
+  under `per_target/`), the one whose tuning run (seed 0) ended best, as the ceilings tune
+  for the final metric: the reported seeds choose nothing. `context` keeps the rows that
   raise their model's ceiling."""
   out = []
   for curve in curves:
     for point_dir in sorted(glob.glob(os.path.join(study_dir, curve, "*", ""))):
       point = os.path.basename(os.path.dirname(point_dir))
-      runs = report.reported([stored.load(p) for p in glob.glob(os.path.join(
-          point_dir, "seed*", "results.json"))], seeds=report.result_seeds)
-      if len(runs) < seeds or any(r["steps"] < r["step_budget"] for r in runs):
+      finished = [runs for runs in map(_reported, [point_dir] + sorted(glob.glob(
+          os.path.join(point_dir, report.PER_TARGET, "*", ""))))
+                  if len(runs) >= seeds and all(r["steps"] >= r["step_budget"] for r in runs)]
+      if not finished:
         continue
+      runs = max(finished, key=_tuning_final)
       metric, name = runs[0]["target"]["metric"], data.point_name(curve, point)
+      length = _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs])
+      config = runs[0]["config"]
+      length["peak_learning_rate"] = optim.peak_learning_rate(
+          ml_collections.ConfigDict(config["optim"]), config["train"]["batch_size"])
       out.append(_one_length(
-          curve, f"{name} (the ladder's)", name, data.model_name(runs[0]["config"]),
-          runs[0].get("num_params"),
-          _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs]),
-          single_model=curve == report.BASELINE))
+          curve, f"{name} (the ladder's)", name, data.model_name(config),
+          runs[0].get("num_params"), length, single_model=curve == report.BASELINE))
   return out
+
+
+def _reported(run_dir: str) -> list[dict]:
+  """The reported seed runs under `run_dir` (`seed<k>/results.json`)."""
+  return report.reported([stored.load(p) for p in glob.glob(os.path.join(
+      run_dir, "seed*", "results.json"))], seeds=report.result_seeds)
+
+
+def _tuning_final(runs: list[dict]) -> float:
+  """The final metric of the tuning run (seed 0) at the rate `runs` trained with: the run
+  of the point's tuning record whose value is that rate."""
+  rate = runs[0]["config"]["optim"]["learning_rate"]
+  axes = (runs[0].get("tuning") or {}).get("axes", [])
+  finals = [run["final"] for axis in axes if axis["key"] == "optim.learning_rate"
+            for run in axis["runs"] if math.isclose(run["value"], rate, rel_tol=1e-9)
+            and run.get("final") is not None]
+  return max(finals, default=-math.inf)
 
 
 def _length(point: str, epochs: float, runs: list[dict], finals: list[float]) -> dict:

@@ -257,6 +257,41 @@ def test_a_ladder_point_trained_to_its_end_above_the_ceilings_raises_them(tmp_pa
   assert ctx["single"]["model"] == "data-parallel at D = 4, 2 epochs (the ladder's)"
 
 
+def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp_path,
+                                                                           monkeypatch):
+  """A ladder point's seeds at each rung's own rate (`per_target/`) are finals of the model
+  too: the row reads the rate whose tuning run (seed 0) ended best, never the best of the
+  reported seeds, and gives that rate's peak. Fails on e7040ec6, which read the point's own
+  choice only (90.5%, below a committed 91.5% of the same model and length)."""
+  point = tmp_path / "ladder" / "data_parallel" / "D4_E2"
+  tuning_finals = {0.003: 0.905, 0.012: 0.920, 0.024: 0.900}
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "ceil", "data_parallel", "D8_E2", seed, 0.900, {0.85: 80}, budget=234)
+    for rate, under, final in ((0.003, "", 0.905), (0.012, "per_target/lr0.012", 0.915),
+                               (0.024, "per_target/lr0.024", 0.930)):
+      _plant(point.parent, point.name + (f"/{under}" if under else ""), "", seed, final,
+             {0.85: 150}, budget=469, steps=469)
+      path = point / under / f"seed{seed}" / "results.json"
+      r = json.loads(path.read_text())
+      r["config"]["optim"]["learning_rate"] = rate
+      r["config"]["train"]["batch_size"] = 256
+      [axis] = [a for a in r["tuning"]["axes"] if a["key"] == "optim.learning_rate"]
+      axis["runs"] = [{**axis["runs"][0], "run": f"tune/lr{v}", "value": v, "final": f}
+                      for v, f in tuning_finals.items()]
+      path.write_text(json.dumps(r))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder"),
+      "deep_ensemble": None, "ladder_ceilings": ("ladder", ("data_parallel",))})
+  single = targets.context("planted")["single"]
+  assert single["best_point"] == "D4_E2"
+  assert single["ceiling"]["median"] == pytest.approx(0.915)  # lr 0.012, not 0.024's 0.930
+  base = r["config"]["optim"]["base_batch_size"]
+  assert single["lengths"][0]["peak_learning_rate"] == pytest.approx(
+      0.012 * {"linear": 256 / base, "sqrt": (256 / base) ** 0.5, "none": 1.0}[
+          r["config"]["optim"]["lr_scaling"]])
+
+
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
   """The tuning seed's run won the choice (biased), and one reported seed is no spread: until
   the point's three reported seeds land it gives no verdict at any rung and is listed among
