@@ -4,7 +4,8 @@
 The run's final checkpoint is scored by the loop's own evaluation (`train.evaluate`) on the
 run's eval set, the workers not named weighted 0 as a diverged one is (`aggregate.py`): N
 workers trained once give every smaller ensemble of them. The record goes beside the run,
-`<workdir>/subsets/workers_0_1.json`; bad input is one line before anything compiles.
+`<workdir>/subsets/workers_0_1.json`, its checkpoint named relative to the run's workdir (the
+record moves with the run); bad input is one line before anything compiles.
 """
 from __future__ import annotations
 
@@ -81,8 +82,8 @@ def subset(workdir: str, workers: list[int]) -> dict:
   step = saved["step"]
   s.method.load_host_state({**saved["method"], "healthy": np.isin(np.arange(n), workers)})
   metrics = train.evaluate(config, s, state, step)
-  out = {"workdir": workdir, "workers": workers, "num_workers": n, "step": step,
-         "checkpoint": os.path.join(directory, str(step)),
+  out = {"workers": workers, "num_workers": n, "step": step,
+         "checkpoint": os.path.join(train.CHECKPOINTS, str(step)),
          "num_examples": min(config.eval.num_examples or len(s.data.eval), len(s.data.eval)),
          "metric": config.eval.target_metric,
          "metrics": record.scalars(metrics),

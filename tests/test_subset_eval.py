@@ -36,8 +36,9 @@ def test_all_workers_give_back_the_runs_own_final_metrics(finished, capsys):
   assert record["metrics"] == results["final"]  # bit for bit: one program, one state
   assert record["per_worker"] == results["per_worker"]
   assert (record["workers"], record["step"], record["num_examples"]) == ([0, 1, 2, 3], 4, 128)
-  assert record["checkpoint"] == os.path.join(workdir, train.CHECKPOINTS, "4")
-  assert os.path.isdir(record["checkpoint"])
+  # named from the run's workdir, so the record moves with the run
+  assert record["checkpoint"] == os.path.join(train.CHECKPOINTS, "4") and "workdir" not in record
+  assert os.path.isdir(os.path.join(workdir, record["checkpoint"]))
   assert _files(workdir) == before  # the run read back, never rewritten
 
 
