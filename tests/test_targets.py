@@ -292,6 +292,32 @@ def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp
           r["config"]["optim"]["lr_scaling"]])
 
 
+def test_a_point_ahead_of_every_baseline_shows_its_margin_not_a_blank(tmp_path, monkeypatch):
+  """A method point that reaches a rung on every seed with less compute and in less time
+  than any baseline's cheapest and fastest seed has no matched ratio (none is within its
+  budget): the rung shows by how much every baseline exceeds its budget (above 1 over the
+  seeds), flagged ahead, on the page and the figure. Fails on ee5ca56a, whose ladder row
+  left both ratios blank ('-')."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.905,
+           {0.85: 150, 0.90: 230})
+    _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", seed, 0.905,
+           {0.85: 5, 0.90: 8}, source="ensemble/N4_L469/seed1")
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  ctx = targets.context("fashion_mnist")
+  row = next(r for r in ctx["ladder"] if r["value"] == 0.90)
+  for kind in ("time", "compute"):
+    best = row[kind]
+    assert best["ahead"] and best["kind"] == kind and best["verdict"] == "beats"
+    assert best["vs"] == "data_parallel D8_E2" and best["point"] == "ensemble N4_E1"
+    assert 1 < best["range"][0] <= best["ratio"] <= best["range"][1]
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
+  line = next(l for l in text.splitlines() if l.startswith("| 90.0%"))
+  assert "ahead, no baseline within its compute: the closest needs" in line
+  assert "ahead, no baseline within its time: the closest needs" in line
+  targets.plot(ctx, str(tmp_path / "figure.png"))
+
+
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
   """The tuning seed's run won the choice (biased), and one reported seed is no spread: until
   the point's three reported seeds land it gives no verdict at any rung and is listed among
