@@ -262,11 +262,12 @@ def sweep_grid(name: str = "full") -> dict:
     lengths, short = (1, 2, 4, 8), (1, 2, 4)
     return {
         "data_parallel": {"D8_E1": dp_at(8, 1), **{f"D4_E{e}": dp_at(4, e) for e in lengths}},
-        # the wider model at D = 4 too: the sweep model gains a point from 512 a step to 64
-        # (data-parallel's 2-epoch ceiling at D = 8 against the deep ensemble's workers
-        # alone), so the rungs above its ceiling need the wider model at a smaller batch
+        # the wider model at D = 4 and 1 too: the sweep model gains a point from 512 a step
+        # to 64 (data-parallel's 2-epoch ceiling at D = 8 against the deep ensemble's
+        # workers alone), so the rungs above its ceiling need the wider model at smaller
+        # batches, down to the 64 a step each of the deep ensemble's workers trains at
         "dp_wide_model": {"D8_E1": dp_at(8, 1, **{"model.width": 16}),
-                          "D4_E2": dp_at(4, 2, **{"model.width": 16})},
+                          **{f"D{d}_E2": dp_at(d, 2, **{"model.width": 16}) for d in (4, 1)}},
         "dp_small_model_sync_bn": {f"D8_E{e}": dp_at(8, e, **{"model.width": 4}, **sync_bn)
                                    for e in lengths},
         "ensemble": {f"N{n}_E{e}": workers_at(n, e)
