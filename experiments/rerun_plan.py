@@ -287,23 +287,28 @@ def markdown(rows: list[dict], bn_rows: list[dict] = (), stale: list[dict] = ())
       f"to {DEFAULTS.max_extensions} extensions per edge (a length never past the whole "
       "budget). Until a point is re-run its committed record and seeds stand, and the "
       "reports read them as before (`--recost` keeps a record whose replay moves).",
-      "",
-      f"{len(rows)} points: {late} schedule choices fail the margin, {short} schedule "
-      f"choices and {edge} rate choices sit at an edge. Cost, committed host wall-clock on "
-      f"the 2-core host: {likely / 3600:.1f} h likely (the runs past each edge, each tuning "
-      "seed's run at the chosen value scaled by its steps; the seeds; the grids that train "
-      f"at the choice), {total / 3600:.1f} h upper bound (every tuning run again). Run by:",
-      "",
-      *[f"    {c}" for c in commands(rows)],
-      "",
-      "(the one-device grid on its GPU, after the full grid: it trains at its choices)",
-      "",
-      "The grids still trained at a full grid's former choice follow, then the "
-      "data-parallel points trained with another BatchNorm.",
-      "",
-      "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall s; "
-      "past the edge, likely) | grids trained at its choice (runs, wall s) |",
-      "|---|---|---|---|---|---|"]
+      ""]
+  if not rows:
+    lines += ["No committed tuning choice moves under the current rule."]
+  else:
+    lines += [
+        f"{len(rows)} points: {late} schedule choices fail the margin, {short} schedule "
+        f"choices and {edge} rate choices sit at an edge. Cost, committed host wall-clock "
+        f"on the 2-core host: {likely / 3600:.1f} h likely (the runs past each edge, each "
+        "tuning seed's run at the chosen value scaled by its steps; the seeds; the grids "
+        f"that train at the choice), {total / 3600:.1f} h upper bound (every tuning run "
+        "again). Run by:",
+        "",
+        *[f"    {c}" for c in commands(rows)],
+        "",
+        "(the one-device grid on its GPU, after the full grid: it trains at its choices)",
+        "",
+        "The grids still trained at a full grid's former choice follow, then the "
+        "data-parallel points trained with another BatchNorm.",
+        "",
+        "| point | why it moves | committed choice | seed runs (wall s) | tuning runs (wall "
+        "s; past the edge, likely) | grids trained at its choice (runs, wall s) |",
+        "|---|---|---|---|---|---|"]
   for r in rows:
     chosen = _values(r["chosen"])
     feeds = "; ".join(f"{f['grid']} ({f['runs']}, {f['wall_s']:.0f})" for f in r["feeds"])

@@ -531,7 +531,8 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   """The committed tuning records the margin and the edge rules do not move (issue 58: the
   critical-batch points and the full grid's were re-tuned under it; issue 70: the five
   Fashion-MNIST data-parallel points whose schedule sat at its low edge were re-run past
-  it, D1 moving to the eighth), and the grids still trained at a full grid's former choice
+  it, D1 moving to the eighth, and the four critical-batch points whose schedule sat there,
+  none moving), and the grids still trained at a full grid's former choice
   (the small-model routed experts' N8_L235 chose its half schedule before its re-run and
   its whole one since: the one-GPU grid's point still holds the former, as its B64 holds
   D1's quarter; the many-worker grid's N = 128 was re-run at the current one), in the
@@ -540,6 +541,7 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
   rows = rerun_plan.plan()
   moved = {r["point"]: r["why"] for r in rows}
   for point in ("critical_batch/fashion/B2048", "critical_batch/fashion/B256",
+                *(f"critical_batch/fashion/B{b}" for b in (64, 128, 8192, 16384)),
                 "critical_batch/fashion_small_model/B64", "fashion_mnist/data_parallel/D8",
                 "fashion_mnist/ensemble_pca_routed_small/N8_L235",
                 *FASHION_SCHEDULE_EDGE):
@@ -566,6 +568,15 @@ def test_the_rerun_plan_lists_the_committed_choices_the_rule_moves():
 
 FASHION_SCHEDULE_EDGE = tuple(f"fashion_mnist/{c}/{d}" for c, ds in (
     ("data_parallel", "D1 D2 D4"), ("data_parallel_sync_bn", "D2 D4")) for d in ds.split())
+
+
+def test_an_empty_rerun_plan_says_nothing_moves_and_lists_no_command():
+  """With no committed choice to move, the plan says so in one line: no empty command
+  block, cost or table (it printed 'Run by:' over nothing)."""
+  from experiments import rerun_plan
+  text = rerun_plan.markdown([])
+  assert "No committed tuning choice moves under the current rule." in text
+  assert "Run by:" not in text and "| point | why it moves |" not in text
 
 
 def test_the_rerun_plan_lists_the_schedule_choices_at_the_axis_edge_and_their_heirs(tmp_path):
