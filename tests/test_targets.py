@@ -292,12 +292,9 @@ def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp
           r["config"]["optim"]["lr_scaling"]])
 
 
-def test_a_point_ahead_of_every_baseline_shows_its_margin_not_a_blank(tmp_path, monkeypatch):
-  """A method point that reaches a rung on every seed with less compute and in less time
-  than any baseline's cheapest and fastest seed has no matched ratio (none is within its
-  budget): the rung shows by how much every baseline exceeds its budget (above 1 over the
-  seeds), flagged ahead, on the page and the figure. Fails on ee5ca56a, whose ladder row
-  left both ratios blank ('-')."""
+def _far_ahead_at_90(tmp_path, monkeypatch) -> tuple[dict, dict]:
+  """A planted Fashion-MNIST study: one baseline point (data-parallel D8_E2) and a method
+  point reaching 90% in 8 steps, far ahead of it; (the page's context, its 90% row)."""
   for seed in (1, 2, 3):
     _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.905,
            {0.85: 150, 0.90: 230})
@@ -305,7 +302,16 @@ def test_a_point_ahead_of_every_baseline_shows_its_margin_not_a_blank(tmp_path, 
            {0.85: 5, 0.90: 8}, source="ensemble/N4_L469/seed1")
   monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
   ctx = targets.context("fashion_mnist")
-  row = next(r for r in ctx["ladder"] if r["value"] == 0.90)
+  return ctx, next(r for r in ctx["ladder"] if r["value"] == 0.90)
+
+
+def test_a_point_ahead_of_every_baseline_shows_its_margin_not_a_blank(tmp_path, monkeypatch):
+  """A method point that reaches a rung on every seed with less compute and in less time
+  than any baseline's cheapest and fastest seed has no matched ratio (none is within its
+  budget): the rung shows by how much every baseline exceeds its budget (above 1 over the
+  seeds), flagged ahead, on the page and the figure. Fails on ee5ca56a, whose ladder row
+  left both ratios blank ('-')."""
+  ctx, row = _far_ahead_at_90(tmp_path, monkeypatch)
   for kind in ("time", "compute"):
     best = row[kind]
     assert best["ahead"] and best["kind"] == kind and best["verdict"] == "beats"
@@ -342,14 +348,7 @@ def test_a_win_with_baseline_points_pending_is_provisional(tmp_path, monkeypatch
   """A method point far ahead of the one baseline measured at 90% is not a win while the
   grids' other baseline points have no seeds (a stronger one may come): the verdict says
   provisional, the headline's 'in part' does not follow; with none pending it beats."""
-  for seed in (1, 2, 3):
-    _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.905,
-           {0.85: 150, 0.90: 230})
-    _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", seed, 0.905,
-           {0.85: 5, 0.90: 8}, source="ensemble/N4_L469/seed1")
-  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
-  ctx = targets.context("fashion_mnist")
-  row = next(r for r in ctx["ladder"] if r["value"] == 0.90)
+  ctx, row = _far_ahead_at_90(tmp_path, monkeypatch)
   assert (row["measured_verdict"], row["verdict"]) == ("beats", "provisional")
   assert ctx["pending"]["baselines"] > 0 and 0.90 not in ctx["by_verdict"]["beats"]
   monkeypatch.setattr(targets, "pending", lambda grids: {
