@@ -203,13 +203,11 @@ def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) 
         continue
       runs = max(finished, key=_tuning_final)
       metric, name = runs[0]["target"]["metric"], data.point_name(curve, point)
-      length = _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs])
-      config = runs[0]["config"]
-      length["peak_learning_rate"] = optim.peak_learning_rate(
-          ml_collections.ConfigDict(config["optim"]), config["train"]["batch_size"])
       out.append(_one_length(
-          curve, f"{name} (the ladder's)", name, data.model_name(config),
-          runs[0].get("num_params"), length, single_model=curve == report.BASELINE))
+          curve, f"{name} (the ladder's)", name, data.model_name(runs[0]["config"]),
+          runs[0].get("num_params"),
+          _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs]),
+          single_model=curve == report.BASELINE))
   return out
 
 
@@ -232,18 +230,20 @@ def _tuning_final(runs: list[dict]) -> float:
 
 def _length(point: str, epochs: float, runs: list[dict], finals: list[float]) -> dict:
   """One length of a ceilings row: `finals` (one per reported seed run of `runs`) and what
-  the runs say of their seeds, eval set and tuning."""
-  tuning = runs[0].get("tuning") or {}
+  the runs say of their seeds, eval set and tuning; the peak rate is the one they trained
+  at (their config's, a rung's own choice too)."""
+  tuning, config = runs[0].get("tuning") or {}, runs[0]["config"]
   return {"point": point, "epochs": epochs,
           "final": {**data.spread(finals), "seeds": len(finals)},
           "seed_list": sorted(r["config"]["seed"] for r in runs),
           "eval_examples": (runs[0]["final"].get("num_examples")
-                            or runs[0]["config"]["eval"]["num_examples"]),
-          "peak_learning_rate": tuning.get("peak_learning_rate"),
+                            or config["eval"]["num_examples"]),
+          "peak_learning_rate": optim.peak_learning_rate(
+              ml_collections.ConfigDict(config["optim"]), config["train"]["batch_size"]),
           "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
           "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
           "metric": runs[0]["target"]["metric"],
-          "objective": runs[0]["config"]["tune"]["objective"]}
+          "objective": config["tune"]["objective"]}
 
 
 def _read(path: str) -> dict:
