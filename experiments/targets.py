@@ -240,10 +240,27 @@ def _length(point: str, epochs: float, runs: list[dict], finals: list[float]) ->
                             or config["eval"]["num_examples"]),
           "peak_learning_rate": optim.peak_learning_rate(
               ml_collections.ConfigDict(config["optim"]), config["train"]["batch_size"]),
-          "at_edge": any(a.get("at_edge") for a in tuning.get("axes", [])),
+          "at_edge": _trained_at_edge(tuning, config),
           "tuning_runs": (tuning.get("compute") or {}).get("runs", 0),
           "metric": runs[0]["target"]["metric"],
           "objective": config["tune"]["objective"]}
+
+
+def _trained_at_edge(tuning: dict, config: dict) -> bool:
+  """Whether a value the runs trained with (the point's own choice or a rung's) sits at an
+  edge of the values its tuned axis tried (`report.at_edge`)."""
+  def trained(key: str) -> float:
+    try:
+      return config_lib.get(config, key)
+    except KeyError:  # a field its record predates: the run trained at its default
+      return config_lib.get(config_lib.base_config(), key)
+
+  def edge(axis: dict) -> bool:
+    tried = sorted({r["value"] for r in axis["runs"]})
+    value = min(tried, key=lambda v: abs(v - trained(axis["key"])), default=None)
+    return report.at_edge(axis["key"], tried, value)
+
+  return any(map(edge, tuning.get("axes", [])))
 
 
 def _read(path: str) -> dict:

@@ -261,8 +261,10 @@ def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp
                                                                            monkeypatch):
   """A ladder point's seeds at each rung's own rate (`per_target/`) are finals of the model
   too: the row reads the rate whose tuning run (seed 0) ended best, never the best of the
-  reported seeds, and gives that rate's peak. Fails on e7040ec6, which read the point's own
-  choice only (90.5%, below a committed 91.5% of the same model and length)."""
+  reported seeds, and gives that rate's peak, marked at an edge only where that rate is.
+  Fails on e7040ec6, which read the point's own choice only (90.5%, below a committed 91.5%
+  of the same model and length), and on 7e4bf72a, which marked the row by the point's own
+  choice (0.003, the lowest rate tried)."""
   point = tmp_path / "ladder" / "data_parallel" / "D4_E2"
   tuning_finals = {0.003: 0.905, 0.012: 0.920, 0.024: 0.900}
   for seed in (1, 2, 3):
@@ -278,6 +280,7 @@ def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp
       [axis] = [a for a in r["tuning"]["axes"] if a["key"] == "optim.learning_rate"]
       axis["runs"] = [{**axis["runs"][0], "run": f"tune/lr{v}", "value": v, "final": f}
                       for v, f in tuning_finals.items()]
+      axis["chosen"], axis["at_edge"] = 0.003, True  # the point's own choice: the lowest
       path.write_text(json.dumps(r))
   monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
   monkeypatch.setitem(targets.WORKLOADS, "planted", {
@@ -286,6 +289,7 @@ def test_a_ladder_points_ceiling_row_is_its_rate_whose_tuning_run_ended_best(tmp
   single = targets.context("planted")["single"]
   assert single["best_point"] == "D4_E2"
   assert single["ceiling"]["median"] == pytest.approx(0.915)  # lr 0.012, not 0.024's 0.930
+  assert not single["lengths"][0]["at_edge"]  # 0.012: between 0.003 and 0.024
   base = r["config"]["optim"]["base_batch_size"]
   assert single["lengths"][0]["peak_learning_rate"] == pytest.approx(
       0.012 * {"linear": 256 / base, "sqrt": (256 / base) ** 0.5, "none": 1.0}[
