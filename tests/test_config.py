@@ -413,7 +413,16 @@ def test_bad_input_on_the_command_line_is_one_line_exit_2_and_no_workdir(bad_inp
 
 
 @pytest.mark.subprocess
-def test_help_names_the_config_files_their_variants_and_the_schema(cli):
+def test_help_names_the_config_files_their_variants_the_schema_and_every_registered_choice(
+    cli):
+  """And each registry's line lists every name registered in it (once a test of
+  tests/test_extending.py that started `--help` in a process of its own)."""
+  import re
+
+  from ensemble_jax import aggregate, models
+  from ensemble_jax.data import samplers
+  from ensemble_jax.distill.registry import BUILDERS
+
   _, result = cli["help"]
   assert result.returncode == 0
   for line in ("experiments/configs/fashion_mnist.py[:smoke,tiny,ensemble,diloco,sweep]",
@@ -421,6 +430,11 @@ def test_help_names_the_config_files_their_variants_and_the_schema(cli):
                "experiments/configs/imagenet_resnet50.py",
                "ensemble_jax/config_lib.py:base_config()"):
     assert line in result.stdout
+  for registry in (methods.METHODS, samplers.SAMPLERS, aggregate.MODES, BUILDERS,
+                   models.MODELS):
+    line = next(l for l in result.stdout.splitlines()
+                if l.strip().startswith(f"{registry.field}:"))
+    assert all(re.search(rf"\b{name}\b", line) for name in registry), (registry.field, line)
 
 
 # Every command above is `python -m ensemble_jax.main` in a process of its own: the forks of

@@ -8,8 +8,6 @@ import glob
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -236,12 +234,25 @@ def test_the_readme_times_the_ensemble_smoke_run_beside_the_smoke_run():
   assert re.search(r"^\d+ s; `,ensemble` \d+ s \(measured at load average [\d.]+", when), when
 
 
-def _collected(*args: str) -> int:
-  """How many tests pytest collects from tests/ (with `args`, those it selects)."""
-  out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                        "-p", "no:cacheprovider", *args, "tests"], cwd=REPO,
-                       capture_output=True, text=True, check=True).stdout
-  return int(re.search(r"^(\d+)(?:/\d+)? tests? collected", out, re.M).group(1))
+class _Selected:
+  """A pytest plugin: how many tests its session selects."""
+  count = None
+
+  def pytest_collection_finish(self, session):
+    self.count = len(session.items)
+
+
+def _collected(tier: str) -> int:
+  """How many tests pytest collects from tests/ with `-m tier`, collected in this process:
+  under `make test` each worker has imported every test module (xdist collects the whole
+  suite in each), so the collection reads them from sys.modules (0.4 s of CPU), where a
+  fresh pytest process imported them all again (12 s each)."""
+  selected = _Selected()
+  code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:faulthandler",
+                      f"--rootdir={REPO}", "-c", os.path.join(REPO, "pytest.ini"), "-m", tier,
+                      os.path.join(REPO, "tests")], plugins=[selected])
+  assert code == pytest.ExitCode.OK and selected.count is not None, code
+  return selected.count
 
 
 def test_the_readme_counts_the_tests_make_runs():
@@ -251,10 +262,10 @@ def test_the_readme_counts_the_tests_make_runs():
   fast = re.search(r"the unit tier only \((\d+) tests\)", readme)
   assert whole and fast, "README's `make test` / `make test-fast` rows lost their counts"
   # the tiers `make test` and `make test-fast` select, read from the Makefile's rules
-  tiers = re.search(r'-m "([^"]+)"', makefile_recipe("test")).group(1)
-  assert int(whole.group(1)) == _collected("-m", tiers), "README: `make test`'s count is stale"
-  tier = re.search(r'-m "([^"]+)"', makefile_recipe("test-fast")).group(1)
-  assert int(fast.group(1)) == _collected("-m", tier), "README: `make test-fast`'s count is stale"
+  tiers = [re.search(r'-m "([^"]+)"', makefile_recipe(target)).group(1)
+           for target in ("test", "test-fast")]
+  assert int(whole.group(1)) == _collected(tiers[0]), "README: `make test`'s count is stale"
+  assert int(fast.group(1)) == _collected(tiers[1]), "README: `make test-fast`'s count is stale"
 
 
 # A row of the README's "Reproduce" table: its make target, its results folders, its time.
