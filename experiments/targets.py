@@ -92,7 +92,9 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
   seeds (the tuning seed's run chose the rate: left out when others ran), and the ceiling,
   the best length's median. `plateau`: the first length whose doubling gained less than
   the seeds' spread (max - min of either length), None if every doubling tried gained more
-  (the ceiling is then a lower bound)."""
+  (the ceiling is then a lower bound). `worse_from`: the first length whose final is worse
+  than the shorter length's by more than that spread (more passes over the same data
+  hurting what it was not trained on: memorising), None if no doubling measured did."""
   out = []
   for curve_dir in sorted(glob.glob(os.path.join(results_dir, "*", ""))):
     curve = os.path.basename(os.path.dirname(curve_dir))
@@ -114,12 +116,12 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
     lower = lengths[0]["metric"] in config_lib.LOWER_IS_BETTER
     sign = -1 if lower else 1
     best = max(lengths, key=lambda x: sign * x["final"]["median"])
-    plateau = None
+    plateau = worse = None
     for a, b in zip(lengths, lengths[1:]):
       spread = max(x["final"]["max"] - x["final"]["min"] for x in (a, b))
-      if sign * (b["final"]["median"] - a["final"]["median"]) < spread:
-        plateau = a
-        break
+      gain = sign * (b["final"]["median"] - a["final"]["median"])
+      plateau = plateau or (a if gain < spread else None)
+      worse = worse or (b if gain < -spread else None)
     first = stored.load(glob.glob(os.path.join(curve_dir, best["point"], "seed*",
                                                "results.json"))[0])
     out.append({"curve": curve, "model": data.CURVE_NAMES.get(curve, curve),
@@ -129,7 +131,9 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
                 "best_epochs": round(best["epochs"]),
                 "plateau": plateau and plateau["point"], "deep_ensemble": False,
                 "single_model": curve == report.BASELINE, "one_length": False,
-                "plateau_epochs": plateau and round(plateau["epochs"])})
+                "plateau_epochs": plateau and plateau["epochs"],
+                "worse_from": worse and worse["point"],
+                "worse_from_epochs": worse and worse["epochs"]})
   return out
 
 
@@ -181,7 +185,8 @@ def _one_length(curve: str, model: str, label: str, architecture: str, params: i
   return {"curve": curve, "model": model, "label": label, "architecture": architecture,
           "params": params, "lengths": [length], "ceiling": length["final"],
           "best_point": length["point"], "best_epochs": round(length["epochs"]),
-          "plateau": None, "plateau_epochs": None, "deep_ensemble": deep_ensemble,
+          "plateau": None, "plateau_epochs": None, "worse_from": None,
+          "worse_from_epochs": None, "deep_ensemble": deep_ensemble,
           "single_model": single_model, "one_length": True}
 
 
