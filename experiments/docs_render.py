@@ -39,7 +39,7 @@ PAGES: dict[str, tuple[str, Callable[[], dict]]] = {
 REGIONS: dict[str, tuple[str, Callable[[], dict]]] = {
     # README.md's answers, in the results pages' own words (docs/templates/_macros.j2)
     "readme_answer": ("README.md", lambda: {**cost_vs_time_page.context(), **regime_page.context(),
-                                            "ladder": targets.context("fashion_mnist")}),
+                                            "ladders": targets.page_context()["workloads"]}),
     "readme_grids": ("README.md", cost_vs_time_page.context),
     "readme_regime": ("README.md", lambda: {**regime_page.context(),
                                             "one_device": one_device_page.context()}),

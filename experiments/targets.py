@@ -295,15 +295,16 @@ def pending(grids: dict, seeds: int = SEEDS) -> dict:
           "seeds": seeds, "baselines": baselines}
 
 
-def rungs(dirs: list[str]) -> list[float]:
-  """Every rung some committed run of `dirs` tracked, easiest first."""
+def rungs(dirs: list[str]) -> tuple[list[float], str | None]:
+  """Every rung some committed run of `dirs` tracked, easiest first, and their metric (None
+  where no run has finished)."""
   values, metric = set(), None
   for d in dirs:
     for path in glob.glob(os.path.join(d, "*", "*", "seed*", "results.json")):
       r = stored.load(path)
       metric = r["target"]["metric"]
       values |= {t["value"] for t in r["targets"]}
-  return sorted(values, reverse=metric in config_lib.LOWER_IS_BETTER)
+  return sorted(values, reverse=metric in config_lib.LOWER_IS_BETTER), metric
 
 
 def best_matched(pts: list[dict], methods: list[str], kind: str) -> dict | None:
@@ -454,7 +455,7 @@ def context(workload: str = "fashion_mnist") -> dict:
       if all(row["ceiling"]["median"] > c["ceiling"]["median"] for c in ceiling_rows
              if c["architecture"] == row["architecture"]):
         ceiling_rows.append(row)
-  values = rungs(dirs)
+  values, metric = rungs(dirs)
   lower = bool(values) and values[0] > values[-1]  # rungs listed easiest first
   best_of = min if lower else max
   top_ceiling = best_of((c["ceiling"]["median"] for c in ceiling_rows), default=None)
@@ -484,14 +485,13 @@ def context(workload: str = "fashion_mnist") -> dict:
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
-          "pending": waiting,
-          "metric": single["lengths"][0]["metric"] if single else None}
+          "pending": waiting, "metric": metric}
 
 
 def page_context() -> dict:
-  """docs/results/targets.md's context: every workload whose ceilings study has run."""
-  return {"workloads": [context(w) for w, spec in WORKLOADS.items()
-                        if os.path.isdir(os.path.join(data.RESULTS, spec["ceilings"]))]}
+  """docs/results/targets.md's context: every workload, those whose ladder has not run
+  with the rungs their other studies tracked and their points pending."""
+  return {"workloads": [context(w) for w in WORKLOADS]}
 
 
 def plot(ctx: dict, path: str) -> None:

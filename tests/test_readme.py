@@ -309,22 +309,26 @@ def test_the_distilled_bullet_reads_the_grid_and_cannot_call_a_win_a_loss(tmp_pa
 
 def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   """README's first bold line is rendered from the verdicts (readme_answer.md.j2): a planted
-  grid win or a win at a rung of the ladder turns its "no" into "in part", a what-if win
-  alone does not."""
+  grid win or a win at a rung of either workload's ladder turns its "no" into "in part", a
+  what-if win alone does not; each ladder is worded in its own metric."""
   from experiments import docs_render, targets
 
   def grid(verdict):
     return {"name": "G", "target": ["accuracy >= 0.85"], "reading": {"verdict": verdict}}
 
-  def context(verdict, what_if_beats=1, rung_beats=(), rung_unopposed=()):
+  def ladder(name, metric, **by_verdict):
+    return {"workload_name": name, "metric": metric, "single": None,
+            "by_verdict": {**{k: [] for k in targets.VERDICTS}, **by_verdict},
+            "pending": {"total": 4, "count": 1, "baselines": 0}}
+
+  def context(verdict, what_if_beats=1, rung_beats=(), rung_unopposed=(), text_beats=()):
     return {"grids": [grid("behind"), grid(verdict)], "verdicts": targets.VERDICTS,
             "max_devices": 1024,
             "projections": [{"name": "p", "what_if": False, "beats": 0},
                             {"name": "w", "what_if": True, "beats": what_if_beats}],
-            "ladder": {"by_verdict": {**{k: [] for k in targets.VERDICTS},
-                                      "unmeasured": [0.9], "beats": list(rung_beats),
-                                      "unopposed": list(rung_unopposed)},
-                       "single": None, "pending": {"total": 4, "count": 1, "baselines": 0}}}
+            "ladders": [ladder("Images", "accuracy", unmeasured=[0.9], beats=list(rung_beats),
+                               unopposed=list(rung_unopposed)),
+                        ladder("Text", "perplexity", behind=[14.0], beats=list(text_beats))]}
 
   render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
   assert render(context("level")).startswith("**The answer so far: no.")
@@ -338,5 +342,8 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   assert alone.startswith("**The answer so far: in part.")
   assert "reached by a method point and by no baseline point at 91.5%" in alone
   assert "was trained to 90.0%" in at_rung and "to none" not in render(
-      {**context("level"), "ladder": {"by_verdict": {k: [] for k in targets.VERDICTS},
-                                      "single": None, "pending": {"total": 4, "count": 0, "baselines": 0}}})
+      {**context("level"), "ladders": [ladder("Images", "accuracy")]})
+  text = render(context("level", text_beats=[11.0]))
+  assert text.startswith("**The answer so far: in part.")
+  assert "Text (the single model's ceiling not measured yet" in text
+  assert "beats it at 11; behind on every seed at 14." in text
