@@ -485,7 +485,10 @@ def context(workload: str = "fashion_mnist") -> dict:
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],
-          "pending": waiting, "metric": metric}
+          "pending": waiting, "metric": metric,
+          # the kinds of ceilings rows beside the ceilings study's own that it may have
+          "row_kinds": {"deep_ensemble": bool(w.get("deep_ensemble")),
+                        "ladder": bool(w.get("ladder_ceilings"))}}
 
 
 def page_context() -> dict:
