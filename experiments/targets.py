@@ -120,8 +120,10 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
     for a, b in zip(lengths, lengths[1:]):
       spread = max(x["final"]["max"] - x["final"]["min"] for x in (a, b))
       gain = sign * (b["final"]["median"] - a["final"]["median"])
-      plateau = plateau or (a if gain < spread else None)
-      worse = worse or (b if gain < -spread else None)
+      if plateau is None and gain < spread:
+        plateau = a
+      if worse is None and gain < -spread:
+        worse = b
     first = stored.load(glob.glob(os.path.join(curve_dir, best["point"], "seed*",
                                                "results.json"))[0])
     out.append({"curve": curve, "model": data.CURVE_NAMES.get(curve, curve),
