@@ -352,9 +352,11 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
   time ratio = the frontier's fastest time within the point's compute / the point's time;
   compute ratio = the frontier's cheapest compute within the point's time / the point's
   compute. Above 1 the point is better; None with `why` when it cannot be computed.
-  `ahead` names the kinds where no baseline reaches the target within the point's budget
-  at all, on any seed (the point's dearest seed against every baseline seed): an
-  unbounded ratio, a win."""
+  Where no baseline reaches the target within the point's budget at the seeds' medians,
+  `margin[kind]` says by how much the closest one exceeds it (`beyond`), and `ahead` names
+  the kinds where none does on any seed (the point's dearest seed against every baseline
+  seed): an unbounded ratio, a win. Short of that the point is level, within the seeds'
+  spread, not a win and not a loss."""
   time_at, compute_at = frontier(pts, preset, baselines)
   named = {f"{p['curve']} {p['point']}": p for p in pts}
   curves = baseline_curves(pts) if baselines is None else baselines
@@ -364,7 +366,7 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
     if p["curve"] != curve:
       continue
     row = {"point": p["point"], "time": None, "compute": None, "why": None,
-           "time_range": None, "compute_range": None, "ahead": []}
+           "time_range": None, "compute_range": None, "margin": {}, "ahead": []}
     if p["reached"] < p["seeds"]:
       row["why"] = f"missed ({p['reached']}/{p['seeds']})"
     else:
@@ -372,16 +374,31 @@ def matched(pts: list[dict], curve: str, preset: str, baselines=None) -> list[di
       if (best := time_at(c)) is not None:
         row["time"] = (best[0] / t, best[1])
         row["time_range"] = seed_range(named[best[1]]["time_s"][preset], p["time_s"][preset])
-      elif reached and all(q["flops"]["min"] > p["flops"]["max"] for q in reached):
-        row["ahead"].append("time")
+      elif reached:
+        row["margin"]["time"] = beyond(reached, p, lambda q: q["flops"])
       if (best := compute_at(t)) is not None:
         row["compute"] = (best[0] / c, best[1])
         row["compute_range"] = seed_range(named[best[1]]["flops"], p["flops"])
-      elif reached and all(q["time_s"][preset]["min"] > p["time_s"][preset]["max"]
-                           for q in reached):
-        row["ahead"].append("compute")
+      elif reached:
+        row["margin"]["compute"] = beyond(reached, p, lambda q: q["time_s"][preset])
+      row["ahead"] = [kind for kind, (_, _, (low, _)) in row["margin"].items() if low > 1]
     out.append(row)
   return out
+
+
+def beyond(reached: list[dict], point: dict, budget) -> tuple[float, str, tuple[float, float]]:
+  """A point that no baseline of `reached` (those that reached the target on every seed)
+  reaches the target within, at the seeds' medians, in `budget` (a point's compute or its
+  time on a preset): the closest baseline's budget over the point's (medians), that
+  baseline, and the ratio's range over the seeds, from the baselines' cheapest seed against
+  the point's dearest to their cheapest at their dearest seeds against the point's cheapest
+  (as `seed_range`, over the frontier). Above 1 over all of it, no baseline reaches the
+  target within the point's budget on any seed: the point is ahead."""
+  closest = min(reached, key=lambda q: budget(q)["median"])
+  spread = (min(budget(q)["min"] for q in reached) / budget(point)["max"],
+            min(budget(q)["max"] for q in reached) / budget(point)["min"])
+  return (budget(closest)["median"] / budget(point)["median"],
+          f"{closest['curve']} {closest['point']}", spread)
 
 
 def seed_range(baseline: dict, point: dict) -> tuple[float, float]:

@@ -103,20 +103,26 @@ def cost() -> dict:
 
 
 def _ratio(rows: list[dict], point: str, kind: str) -> dict:
-  """A point's matched `kind` ratio ({ratio, range, verdict}), or why it has none."""
+  """A point's matched `kind` ratio ({ratio, range, verdict}), its margin where no baseline
+  is within its budget (`report.beyond`: `margin`, `ahead` where that holds on every seed),
+  or why it has neither."""
   [row] = [r for r in rows if r["point"] == point]
+  if row[kind] is not None:
+    (ratio, _), spread = row[kind], row[f"{kind}_range"]
+  elif kind in row["margin"]:
+    ratio, _, spread = row["margin"][kind]
+  else:  # it missed the target on some seed, or no baseline reached it
+    return {"ratio": None, "verdict": targets.verdict_word(None, None),
+            "why": row["why"] or "no baseline reached the target"}
   ahead = kind in row["ahead"]
-  if row[kind] is None:  # ahead of every baseline in `kind` is a win, no ratio to print
-    return {"ratio": None, "verdict": "beats" if ahead else targets.verdict_word(None, None),
-            "why": row["why"] or (report.AHEAD if ahead else "no baseline within budget")}
-  rng = list(row[f"{kind}_range"])
-  return {"ratio": row[kind][0], "range": rng, "verdict": targets.verdict_word(row[kind][0], rng)}
+  return {"ratio": ratio, "range": list(spread), "kind": kind, "margin": row[kind] is None,
+          "ahead": ahead, "verdict": "beats" if ahead else targets.verdict_word(ratio, spread)}
 
 
 def _best(rows: list[dict], key: str) -> dict | None:
   """The best `key` ratio of the rows (one ahead of every baseline first); None: all missed."""
-  best = max((r for r in rows if r[key]["ratio"] is not None or r[key]["verdict"] == "beats"),
-             key=lambda r: (r[key]["verdict"] == "beats", r[key]["ratio"] or 0), default=None)
+  best = max((r for r in rows if r[key]["ratio"] is not None),
+             key=lambda r: (r[key].get("ahead", False), r[key]["ratio"]), default=None)
   return best and {**best[key], "name": best["name"]}
 
 

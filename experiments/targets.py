@@ -312,44 +312,29 @@ def rungs(dirs: list[str]) -> tuple[list[float], str | None]:
 def best_matched(pts: list[dict], methods: list[str], kind: str) -> dict | None:
   """The method point with the best matched `kind` ('time' or 'compute') ratio over every
   preset (`report.matched`: at its own budget against the strongest-baseline frontier). A
-  point ahead of every baseline at `kind` (none reaches the target within its budget) has
-  no ratio, only its margin (`margin`), and comes first: `ahead` says which."""
+  point that no baseline reaches the target within the budget of, at the seeds' medians,
+  has no ratio, only its margin (`report.beyond`: the closest baseline's budget over its):
+  `margin` says so, `ahead` where that holds on every seed (it comes first)."""
   best = None
   for curve in methods:
     for preset in report.PRESETS:
       for row in report.matched(pts, curve, preset):
         if row[kind] is not None:
-          (ratio, vs), spread, ahead = row[kind], list(row[f"{kind}_range"]), False
-        elif kind in row["ahead"]:
-          ratio, vs, spread = margin(pts, curve, row["point"], preset, kind)
-          ahead = True
+          (ratio, vs), spread = row[kind], row[f"{kind}_range"]
+        elif kind in row["margin"]:
+          ratio, vs, spread = row["margin"][kind]
         else:
           continue
+        ahead = kind in row["ahead"]
         if best is None or (ahead, ratio) > (best["ahead"], best["ratio"]):
           best = {"ratio": ratio, "point": f"{curve} {row['point']}", "ahead": ahead,
-                  "kind": kind,
+                  "margin": row[kind] is None, "kind": kind,
                   "name": data.point_name(curve, row["point"]),
                   "preset": data.PRESET_NAMES[preset], "vs": vs,
-                  "vs_name": data.point_name(*vs.split()), "range": spread}
+                  "vs_name": data.point_name(*vs.split()), "range": list(spread)}
   if best is not None:
     best["verdict"] = "beats" if best["ahead"] else verdict_word(best["ratio"], best["range"])
   return best
-
-
-def margin(pts: list[dict], curve: str, point: str, preset: str,
-           kind: str) -> tuple[float, str, list[float]]:
-  """A point ahead of every baseline at `kind` (`report.matched`'s `ahead`: for time, no
-  baseline reaches the target within its compute; for compute, none within its time) by
-  how much: the budget's ratio, the closest baseline that reached on every seed (the
-  cheapest, for time; the fastest, for compute) over the point (seed medians), that
-  baseline's name and the ratio's range over the seeds, above 1 over all of it."""
-  budget = (lambda q: q["flops"]) if kind == "time" else (lambda q: q["time_s"][preset])
-  baselines = set(report.baseline_curves(pts))
-  p = next(q for q in pts if (q["curve"], q["point"]) == (curve, point))
-  b = min((q for q in pts if q["curve"] in baselines and q["reached"] == q["seeds"]),
-          key=lambda q: budget(q)["median"])
-  return (budget(b)["median"] / budget(p)["median"], f"{b['curve']} {b['point']}",
-          list(report.seed_range(budget(b), budget(p))))
 
 
 def closest(pts: list[dict]) -> dict:
@@ -511,8 +496,8 @@ def plot(ctx: dict, path: str) -> None:
   step = 0.08 if accuracy else 0.08 * (ctx["tracked_rungs"][0] - ctx["tracked_rungs"][-1]) / 9
   fig, ax = plt.subplots(figsize=(8.4, 3.6))
   for kind, marker, shift in (("time", "o", -step), ("compute", "s", step)):
-    for ahead in (False, True):
-      rows = [r for r in ctx["ladder"] if r[kind] and r[kind]["ahead"] == ahead]
+    for margin in (False, True):
+      rows = [r for r in ctx["ladder"] if r[kind] and r[kind]["margin"] == margin]
       if not rows:
         continue
       xs = [x(r["value"]) + shift for r in rows]
@@ -520,10 +505,10 @@ def plot(ctx: dict, path: str) -> None:
       err = [[y - r[kind]["range"][0] for y, r in zip(ys, rows)],
              [r[kind]["range"][1] - y for y, r in zip(ys, rows)]]
       budget = "compute" if kind == "time" else "time"
-      ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=3, mfc="white" if ahead else None,
-                  label=(f"{kind}: ahead, no baseline within its {budget} (the closest "
-                         f"baseline's {budget} / its)") if ahead else
-                  f"best matched {kind} ratio (seeds' range)")
+      ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=3, mfc="white" if margin else None,
+                  label=(f"{kind}: no baseline within its {budget} at the seeds' medians "
+                         f"(the closest baseline's {budget} / its; seeds' range)") if margin
+                  else f"best matched {kind} ratio (seeds' range)")
   ax.axhline(1.0, color="black", lw=0.8, ls="--", label="1x: level with the strongest baseline")
   ax.set_yscale("log")
   for c in ctx["ceilings"]:

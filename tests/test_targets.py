@@ -355,6 +355,32 @@ def test_a_point_ahead_of_every_baseline_shows_its_margin_not_a_blank(tmp_path, 
   targets.plot(ctx, str(tmp_path / "figure.png"))
 
 
+def test_a_point_ahead_at_the_medians_but_not_on_every_seed_is_level_with_its_margin(
+    tmp_path, monkeypatch):
+  """A method point whose median compute is below every baseline's but whose dearest seed
+  costs more than the baselines' cheapest: no baseline is within its compute at the medians
+  (no matched time ratio) and it is not ahead on every seed. The rung shows its margin over
+  the closest baseline, its range holding 1, level: not a win, and not a blank. Fails on
+  79f0381c, whose `best_matched` skipped the point (the rung's time column read 'none')."""
+  for seed, base, method in ((1, 150, 200), (2, 230, 300), (3, 300, 400)):
+    _plant(tmp_path / "fashion_mnist_ceilings", "data_parallel", "D8_E2", seed, 0.905,
+           {0.85: 100, 0.90: base})
+    _plant(tmp_path / "fashion_mnist_ladder", "ensemble", "N4_E1", seed, 0.905,
+           {0.85: 100, 0.90: method}, source="ensemble/N4_L469/seed1")
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  ctx = targets.context("fashion_mnist")
+  row = next(r for r in ctx["ladder"] if r["value"] == 0.90)
+  best = row["time"]
+  assert best is not None and best["margin"] and not best["ahead"]
+  assert best["vs"] == "data_parallel D8_E2" and best["verdict"] == "level"
+  assert best["range"][0] < 1 < best["ratio"] <= best["range"][1]
+  assert row["verdict"] != "beats"
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
+  line = next(l for l in text.splitlines() if l.startswith("| 90.0%"))
+  assert "level, no baseline within its compute at the seeds' medians: the closest needs" in line
+  targets.plot(ctx, str(tmp_path / "figure.png"))
+
+
 def test_a_point_without_its_reported_seeds_is_pending_not_read(tmp_path, monkeypatch):
   """The tuning seed's run won the choice (biased), and one reported seed is no spread: until
   the point's three reported seeds land it gives no verdict at any rung and is listed among
