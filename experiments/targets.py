@@ -494,8 +494,9 @@ def plot(ctx: dict, path: str) -> None:
   accuracy = ctx["metric"] in (None, "accuracy")
   x = (lambda v: 100 * v) if accuracy else (lambda v: v)  # the axis's units
   step = 0.08 if accuracy else 0.08 * (ctx["tracked_rungs"][0] - ctx["tracked_rungs"][-1]) / 9
-  fig, ax = plt.subplots(figsize=(8.4, 3.6))
-  for kind, marker, shift in (("time", "o", -step), ("compute", "s", step)):
+  fig, ax = plt.subplots(figsize=(8.4, 3.8))
+  for kind, marker, color, shift in (("time", "o", "tab:blue", -step),
+                                     ("compute", "s", "tab:green", step)):
     for margin in (False, True):
       rows = [r for r in ctx["ladder"] if r[kind] and r[kind]["margin"] == margin]
       if not rows:
@@ -505,17 +506,22 @@ def plot(ctx: dict, path: str) -> None:
       err = [[y - r[kind]["range"][0] for y, r in zip(ys, rows)],
              [r[kind]["range"][1] - y for y, r in zip(ys, rows)]]
       budget = "compute" if kind == "time" else "time"
-      ax.errorbar(xs, ys, yerr=err, fmt=marker, capsize=3, mfc="white" if margin else None,
+      ax.errorbar(xs, ys, yerr=err, fmt=marker, color=color, capsize=3,
+                  mfc="white" if margin else color,
                   label=(f"{kind}: no baseline within its {budget} at the seeds' medians "
                          f"(the closest baseline's {budget} / its; seeds' range)") if margin
                   else f"best matched {kind} ratio (seeds' range)")
   ax.axhline(1.0, color="black", lw=0.8, ls="--", label="1x: level with the strongest baseline")
   ax.set_yscale("log")
-  for c in ctx["ceilings"]:
-    ax.axvline(x(c["ceiling"]["median"]), color="gray", lw=0.8, ls=":")
-    ax.text(x(c["ceiling"]["median"]), ax.get_ylim()[1],
-            f" {c.get('label', c['model'])} ceiling" + ("" if c["plateau"] else " (a lower bound)"),
-            rotation=90, va="top", ha="right", fontsize=7, color="gray")
+  # the ceilings, close together near the top rungs: one line style each, named in the legend
+  styles = [(color, ls) for ls in (":", "-.", "--") for color in
+            ("gray", "tab:purple", "tab:brown", "tab:olive", "tab:cyan")]
+  for c, (color, ls) in zip(ctx["ceilings"], styles):
+    ax.axvline(x(c["ceiling"]["median"]), color=color, lw=1.0, ls=ls,
+               label=f"ceiling: {c.get('label', c['model'])}, "
+                     + (f"{x(c['ceiling']['median']):.2f}%" if accuracy
+                        else f"{c['ceiling']['median']:.3g}")
+                     + ("" if c["plateau"] else " (a lower bound)"))
   unmeasured = [x(r["value"]) for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
   if unmeasured:
     ax.plot(unmeasured, [1.0] * len(unmeasured), "x", color="red",
@@ -530,10 +536,12 @@ def plot(ctx: dict, path: str) -> None:
     ax.invert_xaxis()
   ax.set_ylabel("baseline / method (above 1: method better)")
   report.plain_log_ticks(ax, "y")
-  ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-  fig.tight_layout()
+  handles, labels = ax.get_legend_handles_labels()  # the readings first, then the ceilings
+  order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("ceiling: "))
+  ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=7,
+            loc="upper left", bbox_to_anchor=(0.0, -0.17), ncol=1)
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  fig.savefig(path, dpi=120, metadata={"Software": None})
+  fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Software": None})
   plt.close(fig)
 
 
