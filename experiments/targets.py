@@ -469,6 +469,7 @@ def context(workload: str = "fashion_mnist") -> dict:
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
           "by_verdict": by_verdict,
+          "above_single": [r["value"] for r in ladder if r["above_single_ceiling"]],
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
           "figure": f"experiments/results/targets/{workload}.png", "length": w["length"],

@@ -316,18 +316,18 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   def grid(verdict):
     return {"name": "G", "target": ["accuracy >= 0.85"], "reading": {"verdict": verdict}}
 
-  def ladder(name, metric, **by_verdict):
+  def ladder(name, metric, above=(), **by_verdict):
     return {"workload_name": name, "metric": metric, "single": None,
             "by_verdict": {**{k: [] for k in targets.VERDICTS}, **by_verdict},
-            "pending": {"total": 4, "count": 1, "baselines": 0}}
+            "pending": {"total": 4, "count": 1, "baselines": 0}, "above_single": list(above)}
 
   def context(verdict, what_if_beats=1, rung_beats=(), rung_unopposed=(), text_beats=()):
     return {"grids": [grid("behind"), grid(verdict)], "verdicts": targets.VERDICTS,
             "max_devices": 1024,
             "projections": [{"name": "p", "what_if": False, "beats": 0},
                             {"name": "w", "what_if": True, "beats": what_if_beats}],
-            "ladders": [ladder("Images", "accuracy", unmeasured=[0.9], beats=list(rung_beats),
-                               unopposed=list(rung_unopposed)),
+            "ladders": [ladder("Images", "accuracy", above=[0.915], unmeasured=[0.9],
+                               beats=list(rung_beats), unopposed=list(rung_unopposed)),
                         ladder("Text", "perplexity", behind=[14.0], beats=list(text_beats))]}
 
   render = lambda c: docs_render.render_template("readme_answer.md.j2", c)
@@ -340,7 +340,14 @@ def test_the_headline_says_no_only_where_no_grid_and_no_projection_beats():
   # a rung only a method point reaches (above every baseline's reach) is a win too
   alone = render(context("level", rung_unopposed=[0.915]))
   assert alone.startswith("**The answer so far: in part.")
-  assert "reached by a method point and by no baseline point at 91.5%" in alone
+  assert ("reached by a method point and by no baseline point at 91.5% (above the single "
+          "model's ceiling)") in alone
+  # a win above the single model's ceiling says what bought it; one below it does not
+  assert "bought with capacity (the ensemble's parameters)" in alone
+  assert "capacity" not in at_rung
+  high = render(context("level", rung_beats=[0.88, 0.915]))
+  assert "beats it at 88.0%, 91.5% (above the single model's ceiling)" in high
+  assert "bought with capacity" in high
   assert "was trained to 90.0%" in at_rung and "to none" not in render(
       {**context("level"), "ladders": [ladder("Images", "accuracy")]})
   text = render(context("level", text_beats=[11.0]))
