@@ -17,11 +17,13 @@ import importlib
 import json
 import math
 import os
+import statistics
 
 import ml_collections
 from absl import app, flags
 
 from ensemble_jax import config_lib, methods, optim, report, stored
+from ensemble_jax import run as run_lib
 from experiments import docs_data as data
 
 # Per workload: its ceilings study (`ceiling_curves`: the curves of it that are ceilings; all
@@ -44,7 +46,14 @@ WORKLOADS = {
                                           ("data_parallel", "dp_wide_model")),
                       # study -> (config, grid): the points the page waits for (`pending`)
                       "grids": {"fashion_mnist_ceilings": ("fashion_mnist", "ceilings"),
-                                "fashion_mnist_ladder": ("fashion_mnist", "ladder")}},
+                                "fashion_mnist_ladder": ("fashion_mnist", "ladder")},
+                      # how a step's time grows with its size, on this host and on an
+                      # accelerator (`step_scaling`): (larger, smaller) runs under results/
+                      "step_scaling": {
+                          "host": ("fashion_mnist_ladder/dp_wide_model/D1_E2",
+                                   "fashion_mnist_ladder/ensemble/N4_E2"),
+                          "accelerator": ("one_device_h200/fashion_mnist/data_parallel/B256",
+                                          "one_device_h200/fashion_mnist/data_parallel/B64")}},
     # The docs' ceilings are the ladder's own fixed lengths of the single models (1, 2 and 4
     # budgets: 0.46-1.85 passes): the best within them, a lower bound.
     "pydocs_gpt2": {"name": "the Python docs", "ceilings": "pydocs_gpt2_ladder",
@@ -468,7 +477,7 @@ def context(workload: str = "fashion_mnist") -> dict:
       row["verdict"] = "provisional"
   by_verdict = {k: [r["value"] for r in ladder if r["verdict"] == k] for k in VERDICTS}
   return {"workload": workload, "workload_name": w["name"], "ceilings": ceiling_rows, "ladder": ladder,
-          "by_verdict": by_verdict,
+          "by_verdict": by_verdict, "step_scaling": step_scaling(w.get("step_scaling")),
           "above_single": [r["value"] for r in ladder if r["above_single_ceiling"]],
           "studies": [s for s, d in zip(w["studies"], dirs) if os.path.isdir(d)],
           "tracked_rungs": values, "single": single,
@@ -477,6 +486,37 @@ def context(workload: str = "fashion_mnist") -> dict:
           # the kinds of ceilings rows beside the ceilings study's own that it may have
           "row_kinds": {"deep_ensemble": bool(w.get("deep_ensemble")),
                         "ladder": bool(w.get("ladder_ceilings"))}}
+
+
+def step_scaling(pairs: dict | None) -> dict | None:
+  """How much a larger device step costs in time against a smaller one, from the calibrated
+  steps the runs are priced by: {kind: {larger, smaller: {name, ms (median over the seed
+  runs), examples and FLOPs per device step}, time, examples, flops: the ratios}}; each
+  kind ('host', 'accelerator') a (larger, smaller) pair of run folders under results/. The
+  accelerator's FLOPs are not read (XLA's cost analysis misses cuDNN's convolutions): its
+  pair is the same model at two batches, compared by examples. None: a run is missing."""
+  if not pairs:
+    return None
+  out = {}
+  for kind, folders in pairs.items():
+    sides = []
+    for folder in folders:
+      runs = data.results(os.path.join(folder, "seed[1-9]*", run_lib.RESULTS_FILE))
+      if not runs:
+        return None
+      r = runs[0]  # (every seed of a point runs the same program at the same step)
+      devices = r["cost"]["modelled"]["devices"]
+      sides.append({"name": data.point_name(*folder.split("/")[-2:]),
+                    "ms": 1e3 * statistics.median(x["cost"]["modelled"]["device_step_time_s"]
+                                                  for x in runs),
+                    "examples": r["examples_per_step"] / devices,
+                    "flops": r["flops_per_step"] / devices,
+                    "device": r["host"].get("cpu") or r["host"]["device_kind"]})
+    larger, smaller = sides
+    out[kind] = {"larger": larger, "smaller": smaller, "time": larger["ms"] / smaller["ms"],
+                 "examples": larger["examples"] / smaller["examples"],
+                 "flops": larger["flops"] / smaller["flops"]}
+  return out
 
 
 def page_context() -> dict:

@@ -411,3 +411,26 @@ def test_a_win_with_baseline_points_pending_is_provisional(tmp_path, monkeypatch
   monkeypatch.setattr(targets, "pending", lambda grids: {
       "total": 2, "count": 0, "curves": {}, "seeds": 3, "baselines": 0})
   assert 0.90 in targets.context("fashion_mnist")["by_verdict"]["beats"]
+
+
+def test_step_scaling_reads_the_calibrated_steps_and_is_absent_without_its_runs(
+    tmp_path, monkeypatch):
+  """The page's note on how a step's time grows with its size is read from the runs'
+  calibrated device steps (median over the seeds), per device, on each side of a pair; a
+  pair with a run missing gives no note (None), not a number."""
+  steps = {"large": (0.2, 0.4, 0.3), "small": (0.05, 0.05, 0.1)}
+  for name, times in steps.items():
+    for seed, t in zip((1, 2, 3), times):
+      _plant(tmp_path, "data_parallel", name, seed, 0.9, {0.85: 10})
+      path = tmp_path / "data_parallel" / name / f"seed{seed}" / "results.json"
+      r = json.loads(path.read_text())
+      r["cost"]["modelled"]["device_step_time_s"] = t
+      r["flops_per_step"] = r["cost"]["modelled"]["devices"] * (8e9 if name == "large" else 2e9)
+      path.write_text(json.dumps(r))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  got = targets.step_scaling({"host": ("data_parallel/large", "data_parallel/small")})
+  assert got["host"]["larger"]["ms"] == pytest.approx(300)
+  assert got["host"]["smaller"]["ms"] == pytest.approx(50)
+  assert got["host"]["time"] == pytest.approx(6.0) and got["host"]["flops"] == pytest.approx(4)
+  assert targets.step_scaling({"host": ("data_parallel/large", "data_parallel/gone")}) is None
+  assert targets.step_scaling(None) is None
