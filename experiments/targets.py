@@ -47,8 +47,8 @@ WORKLOADS = {
                       # study -> (config, grid): the points the page waits for (`pending`)
                       "grids": {"fashion_mnist_ceilings": ("fashion_mnist", "ceilings"),
                                 "fashion_mnist_ladder": ("fashion_mnist", "ladder")},
-                      # how a step's time grows with its size, on this host and on an
-                      # accelerator (`step_scaling`): (larger, smaller) runs under results/
+                      # how a step's time grows with its size, on the calibration host and
+                      # on an accelerator (`step_scaling`): (larger, smaller) run folders
                       "step_scaling": {
                           "host": ("fashion_mnist_ladder/dp_wide_model/D1_E2",
                                    "fashion_mnist_ladder/ensemble/N4_E2"),
@@ -510,12 +510,12 @@ def step_scaling(pairs: dict | None) -> dict | None:
                     "ms": 1e3 * statistics.median(x["cost"]["modelled"]["device_step_time_s"]
                                                   for x in runs),
                     "examples": r["examples_per_step"] / devices,
-                    "flops": r["flops_per_step"] / devices,
+                    "flops": r["flops_per_step"] / devices if kind == "host" else None,
                     "device": r["host"].get("cpu") or r["host"]["device_kind"]})
     larger, smaller = sides
     out[kind] = {"larger": larger, "smaller": smaller, "time": larger["ms"] / smaller["ms"],
                  "examples": larger["examples"] / smaller["examples"],
-                 "flops": larger["flops"] / smaller["flops"]}
+                 "flops": larger["flops"] / smaller["flops"] if kind == "host" else None}
   return out
 
 
