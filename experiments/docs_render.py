@@ -76,7 +76,7 @@ def environment() -> jinja2.Environment:
       pct=_pct, bullet=_bullet, ratio=lambda x: "-" if x is None else f"{x:.2f}x",
       # a target: 85.0%, or a perplexity's 12; a measured metric: 90.14%, or 11.53
       rung=lambda x, metric: _pct(x) if metric in (None, "accuracy") else f"{x:g}",
-      final=lambda x, metric: _pct(x, 2) if metric in (None, "accuracy") else f"{x:.2f}")
+      final=docs_data.final_text)
   env.globals["verdicts"] = targets.VERDICTS  # every page words a ratio with them
   return env
 

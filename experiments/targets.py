@@ -492,9 +492,10 @@ def step_scaling(pairs: dict | None) -> dict | None:
   """How much a larger device step costs in time against a smaller one, from the calibrated
   steps the runs are priced by: {kind: {larger, smaller: {name, ms (median over the seed
   runs), examples and FLOPs per device step}, time, examples, flops: the ratios}}; each
-  kind ('host', 'accelerator') a (larger, smaller) pair of run folders under results/. The
-  accelerator's FLOPs are not read (XLA's cost analysis misses cuDNN's convolutions): its
-  pair is the same model at two batches, compared by examples. None: a run is missing."""
+  kind ('host', 'accelerator') a (larger, smaller) pair of run folders under results/.
+  FLOPs are read from runs on a CPU alone (on a GPU, XLA's cost analysis misses the
+  convolutions cuDNN runs): an accelerator's pair is the same model at two batches,
+  compared by examples. None: a run is missing."""
   if not pairs:
     return None
   out = {}
@@ -506,16 +507,18 @@ def step_scaling(pairs: dict | None) -> dict | None:
         return None
       r = runs[0]  # (every seed of a point runs the same program at the same step)
       devices = r["cost"]["modelled"]["devices"]
+      cpu = r["host"]["device_kind"] == "cpu"  # (the only cost analysis that sees them all)
       sides.append({"name": data.point_name(*folder.split("/")[-2:]),
                     "ms": 1e3 * statistics.median(x["cost"]["modelled"]["device_step_time_s"]
                                                   for x in runs),
                     "examples": r["examples_per_step"] / devices,
-                    "flops": r["flops_per_step"] / devices if kind == "host" else None,
+                    "flops": r["flops_per_step"] / devices if cpu else None,
                     "device": r["host"].get("cpu") or r["host"]["device_kind"]})
     larger, smaller = sides
     out[kind] = {"larger": larger, "smaller": smaller, "time": larger["ms"] / smaller["ms"],
                  "examples": larger["examples"] / smaller["examples"],
-                 "flops": larger["flops"] / smaller["flops"] if kind == "host" else None}
+                 "flops": larger["flops"] / smaller["flops"]
+                          if larger["flops"] and smaller["flops"] else None}
   return out
 
 
@@ -560,8 +563,7 @@ def plot(ctx: dict, path: str) -> None:
   for c, (color, ls) in zip(ctx["ceilings"], styles):
     ax.axvline(x(c["ceiling"]["median"]), color=color, lw=1.0, ls=ls,
                label=f"ceiling: {c.get('label', c['model'])}, "
-                     + (f"{x(c['ceiling']['median']):.2f}%" if accuracy
-                        else f"{c['ceiling']['median']:.3g}")
+                     + data.final_text(c["ceiling"]["median"], ctx["metric"])
                      + ("" if c["plateau"] else " (a lower bound)"))
   unmeasured = [x(r["value"]) for r in ctx["ladder"] if r["verdict"] == "unmeasured"]
   if unmeasured:
