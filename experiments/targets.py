@@ -152,24 +152,40 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
   """The ensemble of `n` whose every worker trained the single model's best length on the
   whole data (its point `N<n>_E<epochs>`) as ceilings rows: its reported seeds' final metric
   at the point's choice, and N = 2 read from workers 0 and 1 of each seed's run where
-  `python -m ensemble_jax.evaluate --workers=0,1` has scored them (every seed); none until
-  it has run."""
-  point = f"N{n}_E{single['best_epochs']}"
-  paths = sorted(glob.glob(os.path.join(study_dir, curve, point, "seed*", "results.json")))
-  runs = report.reported([stored.load(p) for p in paths], seeds=report.result_seeds)
-  if not runs:
+  `python -m ensemble_jax.evaluate --workers=0,1` has scored them (every seed). Until that
+  point has its reported seeds, the longest shorter one that has them, named for what it is
+  (each worker fewer epochs than the single model's best length: not the deep ensemble), so
+  its measured finals stay on the page; none when no length has them."""
+  best = single["best_epochs"]
+  measured = {}  # epochs a worker -> (point, reported runs), up to the single model's best
+  for point_dir in glob.glob(os.path.join(study_dir, curve, f"N{n}_E*", "")):
+    point = os.path.basename(os.path.dirname(point_dir))
+    epochs = point[len(f"N{n}_E"):]
+    if not epochs.isdigit() or int(epochs) > best:
+      continue
+    runs = report.reported([stored.load(p) for p in glob.glob(
+        os.path.join(point_dir, "seed*", "results.json"))], seeds=report.result_seeds)
+    if runs:
+      measured[int(epochs)] = (point, runs)
+  if not measured:
     return []
+  epochs = max(measured)
+  point, runs = measured[epochs]
+  deep = epochs == best
   metric = runs[0]["target"]["metric"]
 
   model = data.model_name(runs[0]["config"])
   params = runs[0].get("num_params_per_worker", 0)
 
   def row(size: int, finals: list[float]) -> dict:
-    return _one_length(
-        curve, f"the deep ensemble (N = {size}" + (
-            ")" if size == n else f", workers 0-{size - 1} of the N = {n} runs)"),
-        f"the deep ensemble (N = {size})", f"{size} x {model}", size * params,
-        _length(point, single["best_epochs"], runs, finals), deep_ensemble=True)
+    what = f"N = {size}" + ("" if size == n else f", workers 0-{size - 1} of the N = {n} runs")
+    name = (f"the deep ensemble ({what})" if deep else
+            f"the ensemble ({what}, {epochs} epochs a worker: shorter than the single model's "
+            f"best length, {best}; not the deep ensemble)")
+    label = (f"the deep ensemble (N = {size})" if deep
+             else f"the ensemble (N = {size}, {epochs} epochs a worker)")
+    return _one_length(curve, name, label, f"{size} x {model}", size * params,
+                       _length(point, epochs, runs, finals), deep_ensemble=deep)
 
   out = [row(n, [r["final"][metric] for r in runs])]
   subsets = [os.path.join(study_dir, curve, point, f"seed{r['config']['seed']}", "subsets",
@@ -182,10 +198,11 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
              if i not in (r.get("excluded_workers") or ())]
   if workers:
     batch = runs[0]["examples_per_step"] // runs[0]["num_workers"]
+    of = "the deep ensemble" if deep else f"the ensemble of {n}, {epochs} epochs"
     out.append(_one_length(
-        curve, f"one worker of the deep ensemble (alone, {batch} a step; {len(workers)} "
+        curve, f"one worker of {of} (alone, {batch} a step; {len(workers)} "
         f"models, {n} per seed)", "one worker alone", model, params,
-        _length(point, single["best_epochs"], runs, workers), single_model=True))
+        _length(point, epochs, runs, workers), single_model=True))
   return out
 
 

@@ -228,6 +228,33 @@ def test_the_deep_ensemble_is_the_ensemble_at_the_single_models_best_length(
   assert two["ceiling"]["median"] == pytest.approx(0.905) and two["architecture"].startswith("2 x")
 
 
+def test_until_the_deep_ensemble_is_measured_a_shorter_ensemble_is_named_for_what_it_is(
+    tmp_path, monkeypatch):
+  """The single model's best length moves to 4 epochs while the ensemble has its seeds at 2
+  epochs a worker only: its finals stay on the page, named as the shorter ensemble they are,
+  never as the deep ensemble. Fails on 1236f2e5, which dropped the row (no N4_E4)."""
+  for seed in (1, 2, 3):
+    _plant(tmp_path / "ceil", "data_parallel", "D8_E4", seed, 0.923, {0.85: 80},
+           budget=4 * 60_000 // 512)
+    _plant(tmp_path / "ladder", "ensemble", "N4_E2", seed, 0.920, {0.85: 300},
+           source="ensemble/N4_L469/seed1", workers=(0.912, 0.913, 0.914, 0.915))
+  monkeypatch.setattr(docs_data, "RESULTS", str(tmp_path))
+  monkeypatch.setitem(targets.WORKLOADS, "planted", {
+      **targets.WORKLOADS["fashion_mnist"], "ceilings": "ceil", "studies": ("ceil", "ladder"),
+      "deep_ensemble": ("ladder", "ensemble", 4)})
+  ctx = targets.context("planted")
+  [shorter] = [c for c in ctx["ceilings"] if c["architecture"] == "4 x resnet18 width 8"]
+  assert shorter["best_point"] == "N4_E2" and not shorter["deep_ensemble"]
+  assert shorter["model"].startswith("the ensemble (N = 4, 2 epochs a worker: shorter than "
+                                     "the single model's best length, 4; not the deep")
+  assert shorter["ceiling"]["median"] == pytest.approx(0.920)
+  assert not any(c["deep_ensemble"] for c in ctx["ceilings"])
+  assert ctx["single"]["best_point"] == "D8_E4"  # its workers (2 epochs) end below it
+  text = docs_render.render_template("targets.md.j2", {"workloads": [ctx]})
+  assert "| the ensemble (N = 4, 2 epochs a worker: shorter than" in text
+  assert "| the deep ensemble" not in text
+
+
 def test_the_single_ceiling_is_never_below_the_deep_ensembles_workers_scored_alone(
     tmp_path, monkeypatch):
   """Each worker of the deep ensemble is the single model trained alone on the whole data:
