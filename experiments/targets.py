@@ -98,7 +98,8 @@ def _epochs(r: dict) -> float:
 
 def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[dict]:
   """Per model (curve) of a ceilings study: each length's final metric over its reported
-  seeds (the tuning seed's run chose the rate: left out when others ran), and the ceiling,
+  seeds (`_seeded`: not the tuning seed's, whose run chose the rate; none until they have
+  run), and the ceiling,
   the best length's median. `plateau`: the first length whose doubling gained less than
   the seeds' spread (max - min of either length), None if every doubling tried gained more
   (the ceiling is then a lower bound). `worse_from`: the first length whose final is worse
@@ -111,9 +112,7 @@ def ceilings(results_dir: str, curves: tuple[str, ...] | None = None) -> list[di
       continue
     lengths = []
     for point_dir in glob.glob(os.path.join(curve_dir, "*", "")):
-      runs = [stored.load(p) for p in glob.glob(os.path.join(point_dir, "seed*",
-                                                                  "results.json"))]
-      runs = report.reported(runs, seeds=report.result_seeds)
+      runs = _seeded(point_dir)
       if not runs:
         continue
       metric = runs[0]["target"]["metric"]
@@ -163,9 +162,7 @@ def deep_ensemble(study_dir: str, curve: str, n: int, single: dict) -> list[dict
     epochs = point[len(f"N{n}_E"):]
     if not epochs.isdigit() or int(epochs) > best:
       continue
-    runs = report.reported([stored.load(p) for p in glob.glob(
-        os.path.join(point_dir, "seed*", "results.json"))], seeds=report.result_seeds)
-    if runs:
+    if runs := _seeded(point_dir):
       measured[int(epochs)] = (point, runs)
   if not measured:
     return []
@@ -242,6 +239,16 @@ def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) 
           _length(point, _epochs(runs[0]), runs, [r["final"][metric] for r in runs]),
           single_model=curve == report.BASELINE))
   return out
+
+
+def _seeded(run_dir: str, seeds: int = SEEDS) -> list[dict]:
+  """The seed runs under `run_dir` other than the tuning seed's, once there are `seeds` of
+  them; else none. The tuning seed's run won the choice of rate (for a ceiling, the best
+  final on that seed: biased high), and one run is no spread: a length is read from its
+  reported seeds alone, as a ladder point is (`pending`, `at_rung`)."""
+  runs = [r for r in map(stored.load, glob.glob(os.path.join(run_dir, "seed*", "results.json")))
+          if report.result_seeds(r)[0] != report.result_seeds(r)[1]]
+  return runs if len(runs) >= seeds else []
 
 
 def _reported(run_dir: str) -> list[dict]:

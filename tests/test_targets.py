@@ -69,6 +69,23 @@ def test_the_ceiling_is_the_best_length_and_the_plateau_where_a_doubling_gains_l
   assert c["plateau_epochs"] == pytest.approx(4, abs=0.01) and c["worse_from"] is None
 
 
+def test_a_length_with_only_its_tuning_run_is_not_read_as_a_ceiling(tmp_path):
+  """The tuning seed's run won the rate for the best final on that seed (biased high), and
+  one run is no spread: a length whose reported seeds have not run is no row, and the
+  ceiling stays the shorter length's. Fails on ffd0c1f3, which read the tuning run alone
+  (the 4-epoch tuning run's 92.3% as the single model's ceiling)."""
+  for seed, final in ((1, 0.901), (2, 0.899), (3, 0.903)):
+    _plant(tmp_path, "data_parallel", "D8_E2", seed, final, {0.85: 80},
+           budget=2 * 60_000 // 512)
+  _plant(tmp_path, "data_parallel", "D8_E4", 0, 0.923, {0.85: 80}, budget=4 * 60_000 // 512)
+  for seed in (1, 2):  # two of the three reported seeds: still no row
+    _plant(tmp_path, "data_parallel", "D8_E4", seed, 0.921, {0.85: 80},
+           budget=4 * 60_000 // 512)
+  [c] = targets.ceilings(str(tmp_path))
+  assert [l["point"] for l in c["lengths"]] == ["D8_E2"]
+  assert c["ceiling"]["median"] == pytest.approx(0.901) and c["ceiling"]["seeds"] == 3
+
+
 def test_a_text_models_plateau_and_where_longer_gets_worse_are_in_passes(tmp_path,
                                                                          monkeypatch):
   """Lengths under one pass over the corpus are worded as measured (0.46 passes, not 0),
