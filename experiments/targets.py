@@ -226,9 +226,9 @@ def trained_to_end(study_dir: str, curves: tuple[str, ...], seeds: int = SEEDS) 
   for curve in curves:
     for point_dir in sorted(glob.glob(os.path.join(study_dir, curve, "*", ""))):
       point = os.path.basename(os.path.dirname(point_dir))
-      finished = [runs for runs in map(_reported, [point_dir] + sorted(glob.glob(
+      finished = [runs for runs in (_seeded(d, seeds) for d in [point_dir] + sorted(glob.glob(
           os.path.join(point_dir, report.PER_TARGET, "*", ""))))
-                  if len(runs) >= seeds and all(r["steps"] >= r["step_budget"] for r in runs)]
+                  if runs and all(r["steps"] >= r["step_budget"] for r in runs)]
       if not finished:
         continue
       runs = max(finished, key=_tuning_final)
@@ -249,12 +249,6 @@ def _seeded(run_dir: str, seeds: int = SEEDS) -> list[dict]:
   runs = [r for r in map(stored.load, glob.glob(os.path.join(run_dir, "seed*", "results.json")))
           if report.result_seeds(r)[0] != report.result_seeds(r)[1]]
   return runs if len(runs) >= seeds else []
-
-
-def _reported(run_dir: str) -> list[dict]:
-  """The reported seed runs under `run_dir` (`seed<k>/results.json`)."""
-  return report.reported([stored.load(p) for p in glob.glob(os.path.join(
-      run_dir, "seed*", "results.json"))], seeds=report.result_seeds)
 
 
 def _tuning_final(runs: list[dict]) -> float:
