@@ -313,9 +313,7 @@ def pending(grids: dict, seeds: int = SEEDS) -> dict:
     for curve, names in points.items():
       for point in names:
         total += 1
-        runs = [stored.load(p) for p in glob.glob(os.path.join(
-            data.RESULTS, study, curve, point, "seed*", "results.json"))]
-        if sum(s != t for s, t in map(report.result_seeds, runs)) < seeds:
+        if not _seeded(os.path.join(data.RESULTS, study, curve, point), seeds):
           out.setdefault(data.CURVE_NAMES.get(curve, curve), []).append(point)
           variant = names[point][0]
           baselines += not any(v in methods.METHODS and v != report.BASELINE
